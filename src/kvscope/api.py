@@ -1,0 +1,48 @@
+"""The Python API: the same objects the CLI renders.
+
+    >>> import kvscope
+    >>> startups = kvscope.read_logs(["server.log"])
+    >>> startups[0].capacity.kv_tokens
+
+Data flows one way: input → lines → events → startups (ledger) → reconciliation → findings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvscope.engines import ANCHORS, parse_lines
+from kvscope.ledger.assemble import assemble
+from kvscope.ledger.model import Startup
+from kvscope.reading import ReadStats, iter_candidate_lines
+
+
+@dataclass
+class Analysis:
+    """Everything one ``explain`` run produced."""
+
+    startups: list[Startup]
+    stats: ReadStats
+    assumptions: dict[str, Any] = field(default_factory=dict)
+
+
+def analyze(paths: Iterable[str], assumptions: dict[str, Any] | None = None, model: str | None = None) -> Analysis:
+    """Read logs and explain every startup in them."""
+    from kvscope.explain import finish_startup
+
+    stats = ReadStats()
+    assumptions = dict(assumptions or {})
+    if model:
+        assumptions.setdefault("model", model)
+    lines = iter_candidate_lines(list(paths), ANCHORS, stats)
+    startups = list(assemble(parse_lines(lines)))
+    for s in startups:
+        finish_startup(s, assumptions)
+    return Analysis(startups, stats, assumptions)
+
+
+def read_logs(paths: Iterable[str], assumptions: dict[str, Any] | None = None, model: str | None = None) -> list[Startup]:
+    """Startups found in the given log files (``-`` for stdin, ``.gz`` accepted)."""
+    return analyze(paths, assumptions, model).startups

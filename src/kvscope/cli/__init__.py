@@ -1,0 +1,65 @@
+"""The ``kvscope`` command: one module per verb, this file only wires them and maps errors to exit codes.
+
+Exit codes: 0 read and explained; 2 bad input or usage (one line on stderr); 1 internal error
+(a "please report" line; ``--debug`` shows the traceback).
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+import click
+
+from kvscope import __version__
+from kvscope.errors import InputError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="kvscope")
+def app() -> None:
+    """Where did my GPU memory go? Explain and predict KV-cache capacity of LLM inference servers."""
+
+
+def _register() -> None:
+    from kvscope.cli import examples, explain
+
+    app.add_command(explain.command)
+    app.add_command(examples.command)
+    for name in ("whatif", "plan", "watch"):
+        try:
+            module = __import__(f"kvscope.cli.{name}", fromlist=["command"])
+        except ImportError:
+            continue
+        app.add_command(module.command)
+
+
+def main(argv: list[str] | None = None) -> None:
+    _register()
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    try:
+        app.main(args=argv, prog_name="kvscope", standalone_mode=False)
+    except InputError as exc:
+        click.echo(f"kvscope: {exc}", err=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        click.echo("kvscope: aborted", err=True)
+        sys.exit(2)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+    except SystemExit:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the promise is: never a traceback unless --debug
+        if debug:
+            traceback.print_exc()
+        click.echo(
+            f"kvscope: internal error ({type(exc).__name__}: {exc}). This is a bug in kvscope {__version__}; "
+            "please report it with the input that caused it (rerun with --debug for the traceback).",
+            err=True,
+        )
+        sys.exit(1)

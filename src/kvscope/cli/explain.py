@@ -1,0 +1,49 @@
+"""``kvscope explain LOG…``: startup logs → per-rank memory ledger, reconciled and explained."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from kvscope.api import analyze
+from kvscope.cli.common import FORMATS, parse_assignments, write_output
+from kvscope.errors import InputError
+from kvscope.examples import example_path
+
+
+def render(analysis, fmt: str, redact: bool, extra=None) -> str:
+    from kvscope.render import render_analysis
+
+    return render_analysis(analysis, fmt, redact=redact, extra=extra)
+
+
+@click.command("explain")
+@click.argument("logs", nargs=-1)
+@click.option("--example", "example", metavar="NAME", help="Explain a bundled example (see `kvscope examples`).")
+@click.option("--format", "fmt", type=FORMATS, default="terminal", show_default=True)
+@click.option("-o", "--output", metavar="FILE", help="Write the report to FILE instead of stdout.")
+@click.option("--assume", "assume", multiple=True, metavar="KEY=VALUE",
+              help="A fact the log lacks: mem_fraction_static=0.88, gpu='RTX PRO 6000', model=…, tp_size=8.")
+@click.option("--model", metavar="PATH|ID", help="HF config.json (file or directory) or model id, for bytes per token.")
+@click.option("--no-redact", is_flag=True, help="Keep API keys, tokens and user names in the output.")
+@click.option("--debug", is_flag=True, help="Show tracebacks of internal errors.")
+def command(logs, example, fmt, output, assume, model, no_redact, debug) -> None:
+    """Explain where each GPU's memory went at startup, from SGLang / vLLM / llama.cpp / TensorRT-LLM logs."""
+    assumptions: dict = {}
+    paths = list(logs)
+    if example:
+        ex, path = example_path(example)
+        assumptions.update(ex.assumptions)
+        paths.append(path)
+    assumptions.update(parse_assignments(assume))
+    if not paths:
+        raise InputError("give one or more log files (or - for stdin), or --example NAME")
+    analysis = analyze(paths, assumptions, model)
+    write_output(render(analysis, fmt, not no_redact), output)
+    if not analysis.startups:
+        why = "it looks like binary data" if analysis.stats.looks_binary() else "no engine startup lines found"
+        if analysis.stats.overlong_lines:
+            why += f"; {analysis.stats.overlong_lines} over-long line(s) skipped"
+        click.echo(f"kvscope: nothing to explain in {', '.join(analysis.stats.files) or 'the input'} ({why})", err=True)
+        sys.exit(2)

@@ -1,0 +1,268 @@
+"""Turn an assembled SGLang startup into a reconciled ledger: era, derived figures, reconciliation, rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvscope.capacity.arch import dtype_bytes
+from kvscope.capacity.catalog import load_architecture
+from kvscope.engines.sglang import rules
+from kvscope.engines.sglang.eras import era_for, infer_version_range, parse_version
+from kvscope.engines.sglang.rules import GIB, Interval
+from kvscope.ledger.model import LedgerRow, Rank, Reconciliation, Startup
+
+
+def _features(s: Startup) -> dict[str, Any]:
+    texts = [e.text for e in s.evidence]
+    joined = "\n".join(texts)
+    f: dict[str, Any] = {
+        "pool_dtype_field": "is allocated. dtype:" in joined,
+        "using_kv_dtype_line": "Using KV cache dtype" in joined,
+        "load_elapsed": "Load weight end. elapsed=" in joined,
+        "load_quant": "Load weight end." in joined and "quant=" in joined,
+        "load_dtype": "Load weight end." in joined and ", dtype=" in joined and "quant=" not in joined,
+        "phased_graph_lines": "Capture target" in joined,
+        "old_graph_lines": "Capture cuda graph begin" in joined or "Capture cuda graph end" in joined,
+        "memory_baseline": "Memory baseline taken" in joined,
+        "server_args_dict": "server_args={" in joined,
+        "server_args_repr": "server_args=ServerArgs(" in joined,
+        "ready_without_gpu_mem": "max_total_num_tokens=" in joined and "available_gpu_mem" not in joined,
+    }
+    ref = s.reference_rank
+    if ref:
+        target, draft = ref.pool("target"), ref.pool("draft")
+        if target and draft and target.tokens and draft.tokens:
+            f["draft_same_tokens"] = draft.tokens == target.tokens
+            f["draft_more_tokens"] = draft.tokens > target.tokens
+    return f
+
+
+def _derive_rank(r: Rank) -> None:
+    if r.pre_load_free_gib is None and r.avail_after_weights_gib is not None and r.weights_gib is not None:
+        r.set_derived("pre_load_free_gib", round(r.avail_after_weights_gib + r.weights_gib, 2))
+    if r.avail_after_weights_gib is None and r.pre_load_free_gib is not None and r.weights_gib is not None:
+        r.set_derived("avail_after_weights_gib", round(r.pre_load_free_gib - r.weights_gib, 2))
+    if r.weights_gib is None and r.pre_load_free_gib is not None and r.avail_after_weights_gib is not None:
+        r.set_derived("weights_gib", round(r.pre_load_free_gib - r.avail_after_weights_gib, 2))
+
+
+def _int_setting(s: Startup, key: str, default: int | None = None) -> int | None:
+    value = s.setting(key)
+    try:
+        return int(value) if value is not None else default
+    except (TypeError, ValueError):
+        return default
+
+
+def _float_setting(s: Startup, key: str) -> float | None:
+    value = s.setting(key)
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def tp_size(s: Startup) -> int:
+    logged = _int_setting(s, "tp_size") or _int_setting(s, "tp")
+    if logged:
+        return logged
+    tps = {lbl.split("TP")[-1].split()[0] for r in s.ranks for lbl in [r.rank] if "TP" in lbl}
+    return max(1, len(tps))
+
+
+def attn_tp_size(s: Startup) -> int:
+    tp = tp_size(s)
+    if s.setting("enable_dp_attention") in (True, "true", "True", 1):
+        dp = _int_setting(s, "dp_size", 1) or 1
+        return max(1, tp // dp)
+    return tp
+
+
+def page_size(s: Startup) -> int:
+    return _int_setting(s, "page_size", 1) or 1
+
+
+def kv_dtype_name(s: Startup) -> str | None:
+    ref = s.reference_rank
+    pool = ref.pool("target") if ref else None
+    return (
+        (pool.dtype if pool and pool.dtype else None)
+        or s.settings.get("kv_cache_dtype_resolved")
+        or (s.setting("kv_cache_dtype") if s.setting("kv_cache_dtype") not in (None, "auto") else None)
+    )
+
+
+def finish(s: Startup) -> None:
+    """Fill era, derived figures, capacity, reconciliation and ledger rows of an SGLang startup."""
+    vr = infer_version_range(_features(s), s.started_at)
+    logged = parse_version(s.engine_version)
+    era = era_for(logged) if logged else vr.eras[-1] if vr.eras else era_for((0, 5, 9))
+    s.era = f"{era.name}" if logged else vr.label()
+    s.assumptions.setdefault("_version_clues", vr.clues or [])
+    for r in s.ranks:
+        _derive_rank(r)
+    ref = s.reference_rank
+    target = ref.pool("target") if ref else None
+    cap = s.capacity
+    if cap.kv_tokens is None:
+        cap.kv_tokens = cap.max_total_num_tokens or (target.tokens if target else None)
+    if s.model is None and isinstance(s.setting("model"), str):
+        s.model = s.setting("model")
+    cell = _reconcile(s, era)
+    _derive_from_reserve(s, cell)
+    for r in s.ranks:
+        r.ledger = ledger_rows(s, r)
+
+
+def _arch_context(s: Startup):
+    model = s.assumptions.get("model") or s.model or s.setting("model_path")
+    arch, where = load_architecture(model if isinstance(model, str) else None)
+    return arch, where
+
+
+def _reconcile(s: Startup, era) -> rules.CellSize | None:
+    ref = s.reference_rank
+    target = ref.pool("target") if ref else None
+    if ref is None or target is None or target.tokens is None:
+        return None
+    tokens, page = target.tokens, page_size(s)
+    printed = target.size_gib()
+    arch, where = _arch_context(s)
+    weights_dtype = (ref.extras.get("weights_dtype") or "bfloat16") if ref else "bfloat16"
+    kv_bytes = dtype_bytes(kv_dtype_name(s), weights_dtype)
+    cell = None
+    if arch is not None:
+        cell = rules.cell_size(arch, kv_bytes, attn_tp_size(s), era)
+        if arch.attention == "mla" and target.k_gib is not None and target.gib is None:
+            cell = None  # an MHA-shaped pool line under an MLA config: the config is not this model
+    obs = rules.observed_cell_interval(tokens, page, printed) if printed else None
+    if cell is None and obs is None:
+        return None
+    if cell is not None:
+        bpt, method = cell.bytes_per_token, f"architecture from {where}: {cell.formula}"
+    else:
+        assert obs is not None
+        bpt, method = round(obs.mid), "bytes per token implied by the pool line (architecture unknown)"
+    rec = Reconciliation(bytes_per_token=bpt, method=method)
+    if arch is not None:
+        rec.architecture = arch.as_dict()
+    checks: list[str] = []
+    consistent: list[bool] = []
+    if cell is not None and printed is not None:
+        predicted = rules.predicted_pool_gib(tokens, page, cell.bytes_per_token)
+        ok = abs(predicted - printed) <= rules.HALF_CENT + 1e-9
+        consistent.append(ok)
+        checks.append(
+            f"pool size: ({tokens:,} + {page}) × {cell.bytes_per_token:,} B = {predicted:.4f} GiB, "
+            f"log prints {printed:.2f} → {'matches' if ok else 'DOES NOT match'}"
+        )
+    _budget_check(s, ref, tokens, bpt, page, rec, checks, consistent, era)
+    rec.consistent = all(consistent) if consistent else None
+    rec.detail = "; ".join(checks)
+    s.reconciliation = rec
+    return cell
+
+
+def _derive_from_reserve(s: Startup, cell: rules.CellSize | None) -> None:
+    """No 'Load weight' lines (a short excerpt): recover F and A from the reserve SGLang left.
+
+    After the pool, free ≈ F × (1 − mfs) − request table − allocator slack, and A = F × (1 − mfs) + pool
+    budget; both are marked derived.
+    """
+    ref = s.reference_rank
+    mfs = _float_setting(s, "mem_fraction_static")
+    target = ref.pool("target") if ref else None
+    rec = s.reconciliation
+    if (ref is None or target is None or rec is None or mfs is None or not 0 < mfs < 1
+            or ref.pre_load_free_gib is not None or ref.avail_after_pool_gib is None or not target.tokens):
+        return
+    page = page_size(s)
+    slack = rules.allocator_slack_gib(target.tokens, page, cell) if cell else 0.0
+    request = _request_pool_estimate(s)
+    reserve = ref.avail_after_pool_gib + slack + request
+    pre = reserve / (1 - mfs)
+    at_profile = reserve + (target.tokens + 0.5) * rec.bytes_per_token / GIB
+    ref.set_derived("pre_load_free_gib", round(pre, 2))
+    ref.set_derived("avail_after_weights_gib", round(at_profile, 2))
+    ref.set_derived("weights_gib", round(pre - at_profile, 2))
+    ref.extras["derivation"] = (
+        f"F = (free after pool {ref.avail_after_pool_gib:.2f} + allocator rounding {slack:.3f} + request table "
+        f"{request:.3f}) / (1 − {mfs}) = {pre:.2f} GiB"
+    )
+
+
+def _request_pool_estimate(s: Startup) -> float:
+    rows = _int_setting(s, "max_running_requests")
+    if rows is None and s.setting("speculative_algorithm"):
+        rows = 48  # SGLang resets max_running_requests to 48 for speculative decoding
+    context = s.capacity.context_len or _int_setting(s, "context_length")
+    if context is None:
+        arch, _ = _arch_context(s)
+        context = arch.max_position_embeddings if arch else None
+    if not rows or not context:
+        return 0.0
+    draft = _int_setting(s, "speculative_num_draft_tokens", 4 if s.setting("speculative_algorithm") else 0) or 0
+    return rules.request_pool_gib(rows, context, draft)
+
+
+def _budget_check(s, ref, tokens, bpt, page, rec, checks, consistent, era) -> None:
+    """Replay rest = A − F(1 − mfs) from the printed F and A; the logged count must fall inside."""
+    mfs = _float_setting(s, "mem_fraction_static")
+    pre = ref.pre_load_free_gib
+    at_profile = ref.avail_after_weights_gib
+    if era.draft_in_static_budget and ref.extras.get("avail_after_draft_weights_gib") is not None:
+        at_profile = ref.extras["avail_after_draft_weights_gib"]  # E3+: draft weights load before the profile
+    if pre is None or at_profile is None:
+        return
+    if mfs is None:
+        implied = rules.implied_mfs(pre, at_profile, tokens, bpt)
+        s.capacity.extras["implied_mem_fraction_static"] = round(implied, 4)
+        checks.append(f"mem_fraction_static not in the log; the token count implies ≈ {implied:.3f}")
+        return
+    rest = rules.rest_interval(Interval.printed(pre), Interval.printed(at_profile), mfs)
+    low, high = rules.tokens_from_rest(rest, bpt, page)
+    rec.kv_tokens_low, rec.kv_tokens_high = low, high
+    ok = low <= tokens <= high
+    consistent.append(ok)
+    checks.append(
+        f"budget: {at_profile:.2f} − {pre:.2f} × (1 − {mfs}) = {rest.mid:.4f} GiB ± {(rest.high - rest.low) / 2:.4f}"
+        f" → {low:,} … {high:,} tokens; logged {tokens:,} {'inside' if ok else 'OUTSIDE'}"
+    )
+
+
+def ledger_rows(s: Startup, r: Rank) -> list[LedgerRow]:
+    """The rank's memory ledger, top to bottom, each figure marked read / derived / estimated."""
+    rows: list[LedgerRow] = []
+
+    def add(item: str, gib: float | None, key: str | None = None, note: str = "", how: str | None = None) -> None:
+        if gib is None:
+            return
+        kind = how or ("derived" if key and key in r.derived else "read")
+        rows.append(LedgerRow(item, gib, kind, note))
+
+    total = s.assumptions.get("gpu_total_gib")
+    if total:
+        add("device total (driver)", total, how="assumed")
+        if r.pre_load_free_gib is not None:
+            add("CUDA context, NCCL, other processes", total - r.pre_load_free_gib, how="derived")
+    add("free before weights (budget basis F)", r.pre_load_free_gib, "pre_load_free_gib")
+    add("model weights", r.weights_gib, "weights_gib")
+    add("free after weights (A)", r.avail_after_weights_gib, "avail_after_weights_gib")
+    mfs = _float_setting(s, "mem_fraction_static")
+    for pool in r.kv_pools:
+        if pool.name in ("draft", "host"):
+            continue
+        add(f"KV pool: {pool.name}" + (f" ({pool.tokens:,} tokens)" if pool.tokens else ""), pool.size_gib())
+    add("free after KV pool", r.avail_after_pool_gib, "avail_after_pool_gib")
+    if mfs is not None and r.pre_load_free_gib is not None:
+        add(f"intended reserve F × (1 − {mfs})", r.pre_load_free_gib * (1 - mfs), how="derived",
+            note="SGLang keeps this for activations, CUDA graphs and (before 0.5.14) the draft model")
+    for g in r.extras.get("graphs", []):
+        add(f"CUDA graphs: {g.get('graph')}", g.get("graph_gib"))
+    if r.extras.get("draft_weights_gib") is not None:
+        add("draft model weights", r.extras["draft_weights_gib"])
+    draft = r.pool("draft")
+    if draft:
+        add("KV pool: draft" + (f" ({draft.tokens:,} tokens)" if draft.tokens else ""), draft.size_gib())
+    add("free at ready", r.avail_at_ready_gib, "avail_at_ready_gib")
+    return rows

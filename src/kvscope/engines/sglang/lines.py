@@ -1,0 +1,277 @@
+"""SGLang's memory log lines, every wording from 0.3 to 0.5.23 (../shared/docs/sglang-memory.md §7).
+
+Each pattern is searched, not anchored: real logs glue lines after progress bars
+(``… 3.89it/s][2026-05-07 13:39:14 DP1 TP1 EP1] Load weight end. …``) and copy-pastes drop the
+prefix. The rank comes from SGLang's own prefix ``[time DP? PP? ATTN_CP? MOE_DP? TP? EP?]``; a line
+without one belongs to the single rank of a TP=1 server.
+"""
+
+from __future__ import annotations
+
+import re
+
+from kvscope import events as ev
+from kvscope.engines.base import NUM, LineContext, Parsed, to_float, to_int
+from kvscope.engines.sglang.server_args import parse_server_args
+
+ENGINE = "sglang"
+SINGLE_RANK = "TP0"
+
+_PREFIX = re.compile(
+    r"\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)((?: (?:DP|PP|ATTN_CP|MOE_DP|CP|TP|EP)\d+)*)"
+    r"(?: rank=(\d+))?\] ?"
+)
+_BARE_RANK = re.compile(r"\[rank=(\d+)\] ?")
+G = rf"({NUM})"  # one captured number
+
+_INIT_END = re.compile(rf"Init torch distributed ends\.(?: elapsed={G} s,)? mem usage={G} ?GB")
+_BASELINE = re.compile(rf"Memory baseline taken\. mem usage={G} ?GB")
+_LOAD_BEGIN = re.compile(rf"Load weight begin\. avail mem={G} ?GB")
+_LOAD_END = re.compile(rf"Load weight end\.(.*?)avail mem={G} ?GB(?:, mem usage={G} ?GB)?")
+_KV_DTYPE = re.compile(r"Using KV cache dtype: ([\w.]+)")
+_SWA_SPLIT = re.compile(
+    r"Use [Ss]liding window memory pool(?: \(all SWA\))?\.(?: full_layer_tokens=(\d+),)? swa_layer_tokens=(\d+)"
+)
+_MAMBA = re.compile(rf"Mamba Cache is allocated\. max_mamba_cache_size: (\d+), conv_state size: {G} ?GB, ssm_state size: {G} ?GB")
+_KV_POOL = re.compile(
+    rf"(?:(\w[\w ]*?) )?KV [Cc]ache (?:is allocated|allocated|VA upper bound)\.(?: dtype: ([\w.]+),)?"
+    rf"(?: #tokens: (\d+),)? (?:K size: {G} ?GB, V size: {G} ?GB|KV size: {G} ?GB)"
+)
+_SWA_POOL = re.compile(rf"SWAKVPool mem usage: {G} ?GB, swa size: (\d+), full size: (\d+)")
+_KV_AVAILABLE = re.compile(rf"The available memory for KV cache is {G} ?GB")
+_POOL_END = re.compile(rf"Memory pool end\. avail mem={G} ?GB")
+_GRAPH_BEGIN = re.compile(rf"Capture ((?:\w+ )*?)(?:cuda|CUDA|cpu|npu|xpu|musa|hpu) graph begin\..*?avail mem={G} ?GB")
+_GRAPH_END = re.compile(r"Capture ((?:\w+ )*?)(?:cuda|CUDA|cpu|npu|xpu|musa|hpu) graph end\.(.*)")
+_USAGE = re.compile(rf"mem usage={G} ?GB")
+_AVAIL = re.compile(rf"avail mem={G} ?GB")
+_READY = re.compile(r"max_total_num_tokens=(\d+)")
+_READY_FIELDS = re.compile(rf"(\w+)=({NUM})")
+_READY_GPU = re.compile(rf"available_gpu_mem={G} ?GB")
+_HOST_OLD = re.compile(rf"Allocating {G} ?GB host memory for (.+?)\.?$")
+_HOST_E4 = re.compile(rf"Allocating kv hierarchical KV host pool: (\d+) tokens, {G} ?GB host memory")
+_MM_RESERVE = re.compile(rf"Reserving {G} ?GB of the KV budget for post-sizing multimodal")
+_MAX_TOTAL_CLAMP = re.compile(r"max_total_tokens=(\d+) is larger than the profiled value (\d+)")
+_NOT_ENOUGH = re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static")
+_CURRENT_MFS = re.compile(rf"mem_fraction_static={G}")
+_NO_KV_ROOM = re.compile(rf"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static={G}")
+_RAISE_ABOVE = re.compile(rf"Raise --mem-fraction-static above {G}")
+_POOL_TOO_SMALL = re.compile(r"Memory pool size is too small")
+_MAMBA_NO_ROOM = re.compile(r"Not enough GPU memory for hybrid \(mamba/linear-attention\) state cache")
+_UNBALANCED = re.compile(
+    rf"memory capacity is unbalanced.*?(?:min_per_gpu_memory|pre_model_load_memory)={G}.*?local_gpu_memory={G}"
+)
+_HOST_SHORT = re.compile(rf"Not enough host memory available\. Requesting {G} ?GB but only have {G} ?GB")
+_VLM_ADJUST = re.compile(rf"Dynamically adjusted --mem-fraction-static from: {G} to: {G}")
+_MRR_RESET = re.compile(r"Max running requests is reset to (\d+)")
+_EXCEPTION = re.compile(r"Scheduler hit an exception|TpModelWorker hit an exception|Exception in ModelRunner")
+_VERSION = re.compile(r"sglang(?:==| version[: ]+v?)(\d+\.\d+\.\d+[\w.]*)")
+_KV_FIELDS = re.compile(r"(\w+)=([^,]+)")
+
+ANCHORS: tuple[bytes, ...] = (
+    b"mem",
+    b"Mem",
+    b"KV ",
+    b"server_args",
+    b"max_total",
+    b"Not enough",
+    b"Capture ",
+    b"Allocating",
+    b"liding window",
+    b"xception",
+    b"sglang",
+    b"Max running",
+)
+
+
+def split_prefix(text: str) -> tuple[str | None, str | None, str]:
+    """(rank label, timestamp, message). Rank None: no SGLang prefix on the line."""
+    m = _PREFIX.search(text)
+    if m:
+        parts = m.group(2).strip()
+        label = parts or (f"rank={m.group(3)}" if m.group(3) else SINGLE_RANK)
+        return label, m.group(1), text[m.end() :]
+    m = _BARE_RANK.search(text)
+    if m:
+        return f"rank={m.group(1)}", None, text[m.end() :]
+    return None, None, text
+
+
+def _gib(m: re.Match[str], i: int) -> float | None:
+    return to_float(m.group(i))
+
+
+def _load_end(m: re.Match[str]) -> dict:
+    data: dict = {"avail_after_weights_gib": _gib(m, 2), "weights_gib": _gib(m, 3)}
+    for key, value in _KV_FIELDS.findall(m.group(1)):
+        value = value.strip()
+        if key == "type":
+            data["model_class"] = value
+        elif key == "dtype":
+            data["weights_dtype"] = value
+        elif key == "quant":
+            data["weights_quant"] = value
+        elif key == "elapsed":
+            data["load_seconds"] = to_float(value.rstrip(" s"))
+    return data
+
+
+def _graph_end(kind: str, rest: str) -> dict:
+    usage, avail = _USAGE.search(rest), _AVAIL.search(rest)
+    return {
+        "graph": kind.strip() or "decode",
+        "graph_gib": to_float(usage.group(1)) if usage else None,
+        "avail_gib": to_float(avail.group(1)) if avail else None,
+    }
+
+
+def _pool(m: re.Match[str]) -> dict:
+    return {
+        "label": (m.group(1) or "").strip() or None,
+        "dtype": m.group(2),
+        "tokens": to_int(m.group(3)),
+        "k_gib": _gib(m, 4),
+        "v_gib": _gib(m, 5),
+        "gib": _gib(m, 6),
+    }
+
+
+def _ready(msg: str) -> dict:
+    data = {k: to_int(v) for k, v in _READY_FIELDS.findall(msg) if k != "available_gpu_mem"}
+    gpu = _READY_GPU.search(msg)
+    if gpu:
+        data["available_gpu_mem_gib"] = to_float(gpu.group(1))
+    return data
+
+
+def _failures(msg: str) -> list[Parsed]:
+    """Memory failures SGLang raises at startup."""
+    if _NOT_ENOUGH.search(msg):
+        cur = _CURRENT_MFS.search(msg)
+        return [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": msg.strip(),
+                                     "mem_fraction_static": to_float(cur.group(1)) if cur else None})]
+    m = _NO_KV_ROOM.search(msg)
+    if m:
+        above = _RAISE_ABOVE.search(msg)
+        return [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": msg.strip(),
+                                     "mem_fraction_static": to_float(m.group(1)),
+                                     "raise_above": to_float(above.group(1)) if above else None})]
+    if _POOL_TOO_SMALL.search(msg):
+        return [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": msg.strip()})]
+    if _MAMBA_NO_ROOM.search(msg):
+        return [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": msg.strip()})]
+    m = _HOST_SHORT.search(msg)
+    if m:
+        return [Parsed(ev.FAILURE, {"kind": "host-memory", "message": msg.strip(),
+                                     "requested_gb": to_float(m.group(1)), "free_gb": to_float(m.group(2))})]
+    if _EXCEPTION.search(msg):
+        return [Parsed(ev.FAILURE, {"kind": "exception", "message": msg.strip(), "weak": True})]
+    return []
+
+
+class SGLangLines:
+    """Line knowledge for SGLang (see module docstring)."""
+
+    engine = ENGINE
+    anchors = ANCHORS
+
+    def wants_join(self, text: str) -> bool:
+        for head, pattern in _JOINABLE:
+            if head in text and not pattern.search(text):
+                return True
+        return False
+
+    def parse(self, text: str, ctx: LineContext) -> list[Parsed]:
+        rank, ts, msg = split_prefix(text)
+        out = self._parse_message(msg)
+        for p in out:
+            p.rank = rank  # None: no prefix; the assembler attaches it to the startup's reference rank
+            p.timestamp = ts
+        if out and rank is not None:
+            ctx.state["sglang_prefixed"] = True
+        return out
+
+    def _parse_message(self, msg: str) -> list[Parsed]:  # noqa: C901 - one flat table of line shapes
+        if "server_args=" in msg:
+            return parse_server_args(msg)
+        m = _LOAD_BEGIN.search(msg)
+        if m:
+            return [Parsed(ev.PHASE, {"phase": "weights_begin", "pre_load_free_gib": _gib(m, 1)})]
+        m = _LOAD_END.search(msg)
+        if m:
+            return [Parsed(ev.PHASE, {"phase": "weights_end", **_load_end(m)})]
+        m = _KV_POOL.search(msg)
+        if m:
+            return [Parsed(ev.POOL, _pool(m))]
+        m = _POOL_END.search(msg)
+        if m:
+            return [Parsed(ev.PHASE, {"phase": "pool_end", "avail_after_pool_gib": _gib(m, 1)})]
+        m = _GRAPH_END.search(msg)
+        if m:
+            return [Parsed(ev.PHASE, {"phase": "graph_end", **_graph_end(m.group(1), m.group(2))})]
+        m = _GRAPH_BEGIN.search(msg)
+        if m:
+            return [Parsed(ev.PHASE, {"phase": "graph_begin", "graph": m.group(1).strip() or "decode",
+                                      "avail_gib": _gib(m, 2)})]
+        if _READY.search(msg):
+            return [Parsed(ev.PHASE, {"phase": "ready", **_ready(msg)})]
+        m = _INIT_END.search(msg) or _BASELINE.search(msg)
+        if m:
+            return [Parsed(ev.RANK, {"init_mem_usage_gib": _gib(m, m.lastindex or 1)})]
+        m = _KV_DTYPE.search(msg)
+        if m:
+            return [Parsed(ev.SETTINGS, {"kv_cache_dtype_resolved": m.group(1)})]
+        m = _SWA_POOL.search(msg)
+        if m:
+            return [Parsed(ev.PHASE, {"phase": "swa_pool", "gib": _gib(m, 1), "swa_tokens": to_int(m.group(2)),
+                                      "full_tokens": to_int(m.group(3))})]
+        m = _SWA_SPLIT.search(msg)
+        if m:
+            return [Parsed(ev.CAPACITY, {"full_layer_tokens": to_int(m.group(1)), "swa_layer_tokens": to_int(m.group(2))})]
+        m = _MAMBA.search(msg)
+        if m:
+            conv, ssm = _gib(m, 2), _gib(m, 3)
+            return [Parsed(ev.POOL, {"label": "mamba", "tokens": None, "k_gib": None, "v_gib": None,
+                                     "gib": (conv or 0) + (ssm or 0), "dtype": None,
+                                     "mamba_slots": to_int(m.group(1))})]
+        m = _KV_AVAILABLE.search(msg)
+        if m:
+            return [Parsed(ev.CAPACITY, {"available_kv_gib": _gib(m, 1)})]
+        m = _HOST_E4.search(msg)
+        if m:
+            return [Parsed(ev.POOL, {"label": "host", "tokens": to_int(m.group(1)), "gib": _gib(m, 2) and
+                                     _gib(m, 2) * 1e9 / (1 << 30), "host_gb": _gib(m, 2)})]
+        m = _HOST_OLD.search(msg)
+        if m:
+            return [Parsed(ev.POOL, {"label": "host", "tokens": None, "gib": _gib(m, 1) and _gib(m, 1) * 1e9 / (1 << 30),
+                                     "host_gb": _gib(m, 1), "what": m.group(2)})]
+        m = _MM_RESERVE.search(msg)
+        if m:
+            return [Parsed(ev.RANK, {"multimodal_reserve_gib": _gib(m, 1)})]
+        m = _MAX_TOTAL_CLAMP.search(msg)
+        if m:
+            return [Parsed(ev.WARNING, {"code": "max-total-tokens-above-profile", "message": msg.strip(),
+                                        "requested": to_int(m.group(1)), "profiled": to_int(m.group(2))})]
+        m = _UNBALANCED.search(msg)
+        if m:
+            return [Parsed(ev.WARNING, {"code": "rank-imbalance", "message": msg.strip(),
+                                        "min_gib": _gib(m, 1), "local_gib": _gib(m, 2)})]
+        m = _VLM_ADJUST.search(msg)
+        if m:
+            return [Parsed(ev.SETTINGS, {"mem_fraction_static": _gib(m, 2), "mem_fraction_static_auto": _gib(m, 1)})]
+        m = _MRR_RESET.search(msg)
+        if m:
+            return [Parsed(ev.SETTINGS, {"max_running_requests": to_int(m.group(1))})]
+        m = _VERSION.search(msg)
+        if m:
+            return [Parsed(ev.VERSION, {"engine_version": m.group(1)})]
+        return _failures(msg)
+
+
+_JOINABLE: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("KV Cache is allocated", _KV_POOL),
+    ("Load weight end", _LOAD_END),
+    ("Memory pool end", _POOL_END),
+    ("max_total_num_tokens=", _READY_GPU),
+    ("graph end.", _AVAIL),
+    ("server_args=", re.compile(r"server_args=(?:ServerArgs\(.*\)|\{.*\})\s*$")),
+)

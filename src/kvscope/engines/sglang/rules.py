@@ -1,0 +1,133 @@
+"""SGLang's KV sizing rule, replayed (../shared/docs/sglang-memory.md §2).
+
+    rest   = A − F × (1 − mem_fraction_static)      # GiB; F = free before weights, A = free at profile
+    tokens = floor(int(rest × 2^30) / cell) → page floor → clamps
+
+The log prints F and A with two decimals, so we carry intervals: every printed figure x stands for
+[x − 0.005, x + 0.005]. Exact integers (token counts) then pin the unprinted exact values.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kvscope.capacity.arch import Architecture, kv_heads_per_rank, mla_row_bytes
+from kvscope.engines.sglang.eras import Era
+
+GIB = 1 << 30
+HALF_CENT = 0.005  # half a unit of the last printed digit of "x.xx GB"
+SEGMENT_BYTES = 2 << 20  # the caching allocator rounds large tensors up to 2 MiB
+
+
+@dataclass
+class Interval:
+    low: float
+    high: float
+
+    @classmethod
+    def printed(cls, value: float, half_unit: float = HALF_CENT) -> Interval:
+        return cls(value - half_unit, value + half_unit)
+
+    def __add__(self, other: Interval) -> Interval:
+        return Interval(self.low + other.low, self.high + other.high)
+
+    def __sub__(self, other: Interval) -> Interval:
+        return Interval(self.low - other.high, self.high - other.low)
+
+    def scale(self, k: float) -> Interval:
+        a, b = self.low * k, self.high * k
+        return Interval(min(a, b), max(a, b))
+
+    def contains(self, x: float) -> bool:
+        return self.low <= x <= self.high
+
+    @property
+    def mid(self) -> float:
+        return (self.low + self.high) / 2
+
+
+@dataclass
+class CellSize:
+    """Bytes per token per GPU of one pool, and how it was built."""
+
+    bytes_per_token: int
+    layers: int
+    row_bytes: int  # bytes per token per layer (K+V, or the MLA latent row)
+    tensors_per_layer: int  # 2 for K and V buffers, 1 for an MLA buffer
+    formula: str
+
+
+def cell_size(arch: Architecture, kv_bytes: int, attn_tp: int, era: Era, layers: int | None = None) -> CellSize:
+    """SGLang's per-GPU bytes per token (``cell_size``) for the target model."""
+    n_layers = layers or (arch.full_attention_layers or arch.num_layers)
+    if arch.attention == "mla":
+        row = mla_row_bytes(arch, kv_bytes)
+        formula = f"({arch.kv_lora_rank} + {arch.qk_rope_head_dim}) × {n_layers} layers × {kv_bytes} B"
+        cell = row * n_layers
+        if arch.index_head_dim:
+            idx = arch.index_head_dim + arch.index_head_dim // 128 * 4
+            cell += idx * n_layers
+            formula += f" + indexer {idx} B × {n_layers}"
+        return CellSize(cell, n_layers, row, 1, formula + " (MLA latent, not split by TP)")
+    heads = kv_heads_per_rank(arch, attn_tp)
+    head_dim = arch.head_dim or 0
+    v_dim = arch.v_head_dim if era.mha_cell_uses_v_head_dim else head_dim
+    row = heads * (head_dim + (v_dim or head_dim)) * kv_bytes
+    split = f"{arch.num_kv_heads} KV heads / TP {attn_tp}" if attn_tp > 1 else f"{arch.num_kv_heads} KV heads"
+    if (arch.num_kv_heads or 1) < attn_tp:
+        split += " (fewer heads than ranks: one head replicated per rank)"
+    formula = f"{heads} heads × ({head_dim} + {v_dim or head_dim}) × {n_layers} layers × {kv_bytes} B [{split}]"
+    return CellSize(row * n_layers, n_layers, row, 2, formula)
+
+
+def pool_bytes_interval(printed_gib: float) -> Interval:
+    return Interval.printed(printed_gib).scale(GIB)
+
+
+def observed_cell_interval(tokens: int, page_size: int, printed_gib: float) -> Interval:
+    """Bytes/token the pool line implies: its buffers hold (tokens + page_size) rows."""
+    rows = tokens + max(1, page_size)
+    return pool_bytes_interval(printed_gib).scale(1 / rows)
+
+
+def predicted_pool_gib(tokens: int, page_size: int, cell: int) -> float:
+    return (tokens + max(1, page_size)) * cell / GIB
+
+
+def tokens_from_rest(rest_gib: Interval, cell: int, page_size: int = 1) -> tuple[int, int]:
+    """floor(int(rest × 2^30) / cell), page-floored, for both ends of the interval."""
+
+    def one(rest: float) -> int:
+        n = max(0, int(rest * GIB)) // cell
+        return n // page_size * page_size if page_size > 1 else n
+
+    return one(rest_gib.low), one(rest_gib.high)
+
+
+def rest_interval(pre_load_free: Interval, at_profile: Interval, mfs: float) -> Interval:
+    """rest = A − F × (1 − mfs)."""
+    return at_profile - pre_load_free.scale(1 - mfs)
+
+
+def allocator_slack_gib(tokens: int, page_size: int, cell: CellSize) -> float:
+    """Memory lost to 2 MiB segment rounding: one rounding per K/V tensor per layer."""
+    per_tensor = (tokens + max(1, page_size)) * cell.row_bytes // cell.tensors_per_layer
+    rounded = math.ceil(per_tensor / SEGMENT_BYTES) * SEGMENT_BYTES
+    return (rounded - per_tensor) * cell.layers * cell.tensors_per_layer / GIB
+
+
+def request_pool_gib(rows: int, context_len: int, draft_tokens: int = 0) -> float:
+    """req_to_token: rows × (context_len + 4 [+ draft tokens]) int32, rounded up to 2 MiB."""
+    raw = rows * (context_len + 4 + draft_tokens) * 4
+    return math.ceil(raw / SEGMENT_BYTES) * SEGMENT_BYTES / GIB
+
+
+def implied_mfs(pre_load_free_gib: float, at_profile_gib: float, tokens: int, cell: int) -> float:
+    """The mem_fraction_static that makes the logged token count come out (midpoint estimate)."""
+    rest = (tokens + 0.5) * cell / GIB
+    return 1 - (at_profile_gib - rest) / pre_load_free_gib
+
+
+def tokens_per_mfs_step(pre_load_free_gib: float, cell: int, step: float = 0.01) -> int:
+    return int(step * pre_load_free_gib * GIB // cell)

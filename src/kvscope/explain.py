@@ -1,0 +1,40 @@
+"""After assembly: apply the user's assumptions, run the engine's rules, then the findings.
+
+Engines plug in by module name (``kvscope.engines.<engine>.finish``), so adding an engine adds a
+package, not a branch here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from kvscope.capacity.catalog import find_gpu
+from kvscope.findings import run_findings
+from kvscope.ledger.model import Startup
+
+# --assume keys that are engine settings (merged under the logged ones) vs facts about the box.
+FACT_KEYS = {"gpu", "model", "host_ram_gb", "gpu_total_gib"}
+
+
+def apply_assumptions(s: Startup, assumptions: dict[str, Any]) -> None:
+    s.assumptions = {k: v for k, v in assumptions.items()}
+    gpu = find_gpu(str(assumptions["gpu"])) if assumptions.get("gpu") else None
+    if gpu and gpu.get("nvidia_smi_total_mib"):
+        s.assumptions.setdefault("gpu_total_gib", gpu["nvidia_smi_total_mib"] / 1024)
+        s.assumptions.setdefault("gpu_name", gpu["name"])
+
+
+def finish_startup(s: Startup, assumptions: dict[str, Any]) -> None:
+    apply_assumptions(s, assumptions)
+    try:
+        module = importlib.import_module(f"kvscope.engines.{s.engine}.finish")
+    except ModuleNotFoundError:
+        module = None
+    if module is not None:
+        module.finish(s)
+    if s.capacity.kv_tokens is None:
+        ref = s.reference_rank
+        target = ref.pool("target") if ref else None
+        s.capacity.kv_tokens = target.tokens if target else None
+    run_findings(s)

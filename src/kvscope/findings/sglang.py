@@ -1,0 +1,178 @@
+"""SGLang findings: what mem_fraction_static budgets, what the reserve is for, what each knob buys."""
+
+from __future__ import annotations
+
+import math
+
+from kvscope.engines.sglang import rules
+from kvscope.engines.sglang.finish import attn_tp_size, tp_size
+from kvscope.ledger.model import Finding, Startup, Suggestion
+
+SAFETY_MARGIN_GIB = 2.0
+SAFETY_MARGIN_FRACTION = 0.05
+
+
+def _mfs(s: Startup) -> float | None:
+    try:
+        v = s.setting("mem_fraction_static")
+        return float(v) if v is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _margin(pre: float) -> float:
+    return max(SAFETY_MARGIN_GIB, SAFETY_MARGIN_FRACTION * pre)
+
+
+def _reserve(s: Startup, mfs: float, pre: float, bpt: int) -> Finding | None:
+    ref = s.reference_rank
+    if ref is None or ref.avail_after_pool_gib is None:
+        return None
+    reserve = pre * (1 - mfs)
+    after_pool = ref.avail_after_pool_gib
+    derived = "pre_load_free_gib" in ref.derived
+    basis = "derived from the reserve" if derived else "read from 'Load weight begin'"
+    takers = ["CUDA graphs", "runtime activations (chunked prefill, sampling, MoE workspaces)"]
+    if ref.pool("draft") or s.setting("speculative_algorithm"):
+        takers.insert(1, "the draft model (weights, KV pool, its graphs)")
+    detail = (
+        f"mem_fraction_static={mfs} lets weights + KV pool take {mfs:.0%} of the free memory measured before "
+        f"weights load (F ≈ {pre:.2f} GiB, {basis}), not {mfs:.0%} of what is left after weights. The "
+        f"{after_pool:.2f} GiB free after the pool is the intended (1 − {mfs}) × {pre:.2f} = {reserve:.2f} GiB reserve, "
+        f"less the request table and allocator rounding. It is spent after the pool on: {', '.join(takers)}."
+    )
+    if ref.avail_at_ready_gib is not None:
+        detail += f" At ready {ref.avail_at_ready_gib:.2f} GiB was still free."
+    return Finding("reserve-is-not-waste", "info",
+                   f"The {after_pool:.2f} GiB free after the KV pool is the reserve, not unused KV budget", detail)
+
+
+def _pool(s: Startup) -> Finding | None:
+    rec, ref = s.reconciliation, s.reference_rank
+    target = ref.pool("target") if ref else None
+    if rec is None or target is None or target.tokens is None:
+        return None
+    size = target.size_gib()
+    verdict = {True: "reconciles with SGLang's rule", False: "does NOT reconcile", None: "(not checked)"}[rec.consistent]
+    title = f"KV pool: {target.tokens:,} tokens × {rec.bytes_per_token:,} B/token = {size:.2f} GiB per GPU — {verdict}"
+    sev = "warning" if rec.consistent is False else "info"
+    return Finding("kv-pool-reconciled", sev, title, f"{rec.method}. {rec.detail}.")
+
+
+def _headroom(s: Startup, mfs: float, pre: float, bpt: int) -> Finding | None:
+    ref = s.reference_rank
+    target = ref.pool("target") if ref else None
+    if ref is None or target is None or target.tokens is None:
+        return None
+    per_step = rules.tokens_per_mfs_step(pre, bpt)
+    step_gib = 0.01 * pre
+    table = ", ".join(f"{mfs + k / 100:.2f} → {target.tokens + k * per_step:,}" for k in (1, 2, 4))
+    detail = f"Each +0.01 of mem_fraction_static moves {step_gib:.2f} GiB from the reserve into the pool: +{per_step:,} tokens ({table})."
+    free_ready = ref.avail_at_ready_gib
+    if free_ready is None:
+        detail += (" The log does not show what CUDA graphs and the draft model took from the reserve, so how far it is "
+                   "safe to go is unknown: check the 'Capture cuda graph end … avail mem' line or nvidia-smi at idle, "
+                   f"and keep at least {_margin(pre):.1f} GiB free at ready.")
+        return Finding("mfs-headroom", "info", f"+0.01 mem_fraction_static = +{per_step:,} KV tokens", detail)
+    margin = _margin(pre)
+    steps = math.floor((free_ready - margin) / step_gib)
+    if steps >= 1:
+        to = round(mfs + steps / 100, 2)
+        after = target.tokens + steps * per_step
+        detail += (f" {free_ready:.2f} GiB was still free at ready; keeping a {margin:.1f} GiB safety margin, "
+                   f"{to} is safe: {after:,} tokens (+{after - target.tokens:,}).")
+        return Finding("mfs-headroom", "info", f"{free_ready - margin:.2f} GiB could be reclaimed for the KV pool", detail,
+                       Suggestion("--mem-fraction-static", mfs, to, after))
+    if free_ready < margin:
+        back = math.ceil((margin - free_ready) / step_gib)
+        to = round(mfs - back / 100, 2)
+        detail += f" Only {free_ready:.2f} GiB is free at ready, under a {margin:.1f} GiB safety margin: a long prefill can OOM."
+        return Finding("thin-reserve", "warning", f"Only {free_ready:.2f} GiB free at ready", detail,
+                       Suggestion("--mem-fraction-static", mfs, to, max(0, target.tokens - back * per_step)))
+    return Finding("mfs-headroom", "info", "mem_fraction_static is about right", detail)
+
+
+def _mla_replicated(s: Startup, bpt: int) -> Finding | None:
+    rec, ref = s.reconciliation, s.reference_rank
+    tp, attn_tp = tp_size(s), attn_tp_size(s)
+    if rec is None or rec.architecture.get("attention") != "mla" or tp <= 1 or attn_tp < tp or ref is None:
+        return None
+    tokens = s.capacity.kv_tokens or 0
+    return Finding(
+        "mla-replicated", "info", f"The MLA KV cache is replicated on all {tp} TP ranks",
+        f"With MLA every TP rank stores the full latent cache of every request, so the server holds {tokens:,} tokens "
+        f"in total, not {tp}×. --enable-dp-attention --dp-size {tp} gives each rank its own pool for its own requests "
+        f"(≈ {tp * tokens:,} tokens across the node, somewhat less per GPU because attention weights are then replicated); "
+        f"it pays off with many concurrent requests, not for single-request latency.",
+        Suggestion("--enable-dp-attention", False, True, tp * tokens, note=f"also --dp-size {tp}; tokens are node-wide"),
+    )
+
+
+def _failure(s: Startup, mfs: float | None, pre: float | None) -> Finding | None:
+    f = s.failure
+    if f is None:
+        return None
+    ref = s.reference_rank
+    if f.kind == "not-enough-memory":
+        after = ref.avail_after_weights_gib if ref else None
+        detail = "The weights left no room for the KV pool inside mem_fraction_static × (free memory before weights)."
+        sug = None
+        if pre and after is not None and mfs is not None:
+            minimum = 1 - after / pre
+            to = math.ceil((minimum + 0.03) * 100) / 100
+            detail += (f" Weights left {after:.2f} GiB of {pre:.2f} GiB; the minimum viable value is {minimum:.3f}. "
+                       f"At {to}, about {(to - minimum) * pre:.2f} GiB goes to KV and {(1 - to) * pre:.2f} GiB stays in reserve.")
+            if to > 0.95:
+                detail += " That leaves too little reserve: use more GPUs (higher --tp), a quantized checkpoint, or a smaller model."
+            sug = Suggestion("--mem-fraction-static", mfs, min(to, 0.95))
+        elif f.data.get("raise_above"):
+            sug = Suggestion("--mem-fraction-static", f.data.get("mem_fraction_static"), round(f.data["raise_above"] + 0.02, 2))
+        return Finding("not-enough-memory", "error", "Startup failed: no GPU memory left for the KV cache", detail, sug)
+    if f.kind == "cuda-oom":
+        return _oom(s, f, mfs, pre)
+    if f.kind == "host-memory":
+        req, free = f.data.get("requested_gb"), f.data.get("free_gb")
+        return Finding("host-memory", "error", "Startup failed: not enough host RAM for the hierarchical cache",
+                       f"Asked for {req} GB of pinned host memory per rank with {free} GB free. Lower --hicache-ratio or set "
+                       f"--hicache-size below {free} GB ÷ ranks per host (each TP rank allocates its own host pool).")
+    return Finding("startup-exception", "error", "Startup failed with an exception",
+                   f"{f.message[:300]} — the traceback after this line in the log names the cause.")
+
+
+def _oom(s: Startup, f, mfs: float | None, pre: float | None) -> Finding:
+    ref = s.reference_rank
+    capturing = ref is not None and ref.extras.get("avail_before_graphs_gib") is not None and ref.cuda_graph_gib is None
+    tried = f.data.get("tried_gib")
+    if capturing and mfs is not None and pre:
+        need = (tried or 1.0) + 0.5
+        steps = max(1, math.ceil(need / (0.01 * pre)))
+        to = round(mfs - steps / 100, 2)
+        return Finding("oom-cuda-graph", "error", "CUDA out of memory while capturing CUDA graphs",
+                       f"Graphs come out of the (1 − mem_fraction_static) reserve; it was too small. Lower "
+                       f"--mem-fraction-static by {steps / 100:.2f} (frees {steps * 0.01 * pre:.2f} GiB) or cap "
+                       "--cuda-graph-max-bs.", Suggestion("--mem-fraction-static", mfs, to))
+    phase = "while loading weights" if ref is not None and ref.weights_gib is None and ref.pre_load_free_gib else "during startup"
+    return Finding("cuda-oom", "error", f"CUDA out of memory {phase}",
+                   f"{f.message[:240]}. If the weights do not fit, raise --tp or use a quantized checkpoint; "
+                   "if it happened after the pool, lower --mem-fraction-static.")
+
+
+def findings(s: Startup) -> list:
+    out: list = []
+    ref = s.reference_rank
+    mfs = _mfs(s)
+    pre = ref.pre_load_free_gib if ref else None
+    bpt = s.reconciliation.bytes_per_token if s.reconciliation else None
+    fail = _failure(s, mfs, pre)
+    if fail:
+        out.append(fail)
+    if mfs is not None and pre and bpt:
+        out.extend(f for f in (_reserve(s, mfs, pre, bpt), _headroom(s, mfs, pre, bpt)) if f)
+    out.extend(f for f in (_pool(s), _mla_replicated(s, bpt or 0)) if f)
+    for w in s.warnings:
+        if w.get("code") == "max-total-tokens-above-profile":
+            out.append(Finding("max-total-tokens-clamped", "warning",
+                               f"--max-total-tokens {w.get('requested'):,} was more than memory allows",
+                               f"SGLang profiled room for {w.get('profiled'):,} tokens and used that. To get more, raise "
+                               "--mem-fraction-static or use an fp8 KV cache; --max-total-tokens can only lower the pool."))
+    return out

@@ -1,0 +1,200 @@
+"""Fold a stream of events into startups: ranks, pools, capacity, settings, failures.
+
+Engine-neutral on purpose: engines differ in which lines they print, not in what a startup is.
+The few lifecycle rules (a second weight load on a rank is the draft model, a pool after
+"Memory pool end" is the draft's pool, a weight load after the ready line is a restart) are
+SGLang's shape but harmless for engines that never emit those phases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from kvscope import events as ev
+from kvscope.ledger.model import CAPACITY_FIELDS, RANK_FIELDS, Failure, KvPool, Rank, SourceRef, Startup
+
+DEFAULT_RANK = "TP0"
+MAX_EVIDENCE = 400  # source lines kept per startup for reports; bounded so huge journals stay small
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.current: Startup | None = None
+        self.state: dict[str, dict[str, Any]] = {}
+        self.ready = False
+        self.prefixed = False
+
+    def new(self, e: ev.Event) -> Startup:
+        self.current = Startup(engine=e.engine, file=e.file, first_line=e.line_no, last_line=e.line_no)
+        self.current.started_at = e.timestamp
+        self.state, self.ready, self.prefixed = {}, False, False
+        return self.current
+
+    def rank_of(self, s: Startup, e: ev.Event) -> Rank:
+        if e.rank is not None:
+            self.prefixed = True
+            return s.rank(e.rank)
+        ref = s.reference_rank
+        return ref if ref is not None else s.rank(DEFAULT_RANK)
+
+    def rstate(self, r: Rank) -> dict[str, Any]:
+        return self.state.setdefault(r.rank, {"loads": 0, "pool_ends": 0, "graphs": []})
+
+
+def _source(e: ev.Event) -> SourceRef:
+    return SourceRef(e.file, e.line_no, e.text)
+
+
+def _set_rank(r: Rank, data: dict[str, Any], e: ev.Event, overwrite: bool = True) -> None:
+    for key, value in data.items():
+        if value is None:
+            continue
+        if key in RANK_FIELDS:
+            if overwrite or getattr(r, key) is None:
+                setattr(r, key, value)
+                r.sources[key] = _source(e)
+        else:
+            r.extras[key] = value
+
+
+def _is_restart(b: _Builder, s: Startup, e: ev.Event) -> bool:
+    if e.kind == ev.BOUNDARY:
+        return s.has_content()
+    if (e.engine != s.engine or e.file != s.file) and s.has_content() and e.engine != "common":
+        return True
+    if e.kind == ev.PHASE and e.data.get("phase") in ("weights_begin", "engine_init") and b.ready:
+        return True
+    return False
+
+
+def _apply_phase(b: _Builder, s: Startup, e: ev.Event) -> None:
+    data = dict(e.data)
+    phase = data.pop("phase")
+    r = b.rank_of(s, e)
+    st = b.rstate(r)
+    if phase == "weights_begin":
+        key = "pre_load_free_gib" if st["loads"] == 0 else "draft_pre_load_free_gib"
+        _set_rank(r, {key: data.get("pre_load_free_gib")}, e)
+    elif phase == "weights_end":
+        st["loads"] += 1
+        if st["loads"] == 1:
+            _set_rank(r, data, e)
+        else:
+            r.extras["draft_weights_gib"] = data.get("weights_gib")
+            r.extras["avail_after_draft_weights_gib"] = data.get("avail_after_weights_gib")
+    elif phase == "pool_end":
+        st["pool_ends"] += 1
+        if st["pool_ends"] == 1:
+            _set_rank(r, data, e)
+        else:
+            r.extras["avail_after_draft_pool_gib"] = data.get("avail_after_pool_gib")
+    elif phase == "swa_pool":
+        unnamed = [p for p in r.kv_pools if p.name in ("target", "kv")]
+        if len(unnamed) >= 2:
+            unnamed[0].name = "swa"
+        r.extras["swa_pool_gib"] = data.get("gib")
+        s.capacity.extras.update(swa_tokens=data.get("swa_tokens"), full_tokens=data.get("full_tokens"))
+    elif phase == "graph_begin":
+        r.extras.setdefault("avail_before_graphs_gib", data.get("avail_gib"))
+    elif phase == "graph_end":
+        st["graphs"].append(data)
+        r.extras["graphs"] = st["graphs"]
+        if r.cuda_graph_gib is None and "draft" not in data.get("graph", "") and data.get("graph_gib") is not None:
+            r.cuda_graph_gib = data["graph_gib"]
+            r.sources["cuda_graph_gib"] = _source(e)
+        if data.get("avail_gib") is not None:
+            r.extras["avail_after_graphs_gib"] = data["avail_gib"]
+            r.avail_at_ready_gib = data["avail_gib"]
+            r.sources["avail_at_ready_gib"] = _source(e)
+    elif phase == "ready":
+        b.ready = True
+        avail = data.pop("available_gpu_mem_gib", None)
+        if avail is not None:
+            _set_rank(r, {"avail_at_ready_gib": avail}, e)
+        for key, value in data.items():
+            if key in CAPACITY_FIELDS and value is not None:
+                setattr(s.capacity, key, value)
+            elif value is not None:
+                s.capacity.extras[key] = value
+    else:
+        _set_rank(r, data, e)
+
+
+def _apply_pool(b: _Builder, s: Startup, e: ev.Event) -> None:
+    data = e.data
+    r = b.rank_of(s, e)
+    st = b.rstate(r)
+    name = data.get("name") or data.get("label")
+    if name in (None, "Draft", "draft", "Target", "target"):
+        drafted = (name or "").lower() == "draft" or st["pool_ends"] >= 1
+        name = "draft" if drafted else "target"
+    pool = KvPool(
+        name=name,
+        tokens=data.get("tokens"),
+        gib=data.get("gib"),
+        k_gib=data.get("k_gib"),
+        v_gib=data.get("v_gib"),
+        dtype=data.get("dtype"),
+        source=_source(e),
+    )
+    if name == "target" and r.pool("target") is not None and st["pool_ends"] == 0:
+        # A second pool before "Memory pool end": hybrid SWA logs the SWA pool first, then the full one.
+        r.pool("target").name = "swa"  # type: ignore[union-attr]
+    r.kv_pools.append(pool)
+    for key in ("mamba_slots", "host_gb", "what", "layers", "cells"):
+        if data.get(key) is not None:
+            r.extras.setdefault(f"{name}_{key}", data[key])
+
+
+def _apply(b: _Builder, s: Startup, e: ev.Event) -> None:
+    kind = e.kind
+    if kind == ev.SETTINGS:
+        s.settings.update({k: v for k, v in e.data.items() if v is not None})
+    elif kind == ev.MODEL:
+        s.model = s.model or e.data.get("model")
+    elif kind == ev.VERSION:
+        s.engine_version = s.engine_version or e.data.get("engine_version")
+    elif kind == ev.RANK:
+        _set_rank(b.rank_of(s, e), e.data, e, overwrite=False)
+    elif kind == ev.POOL:
+        _apply_pool(b, s, e)
+    elif kind == ev.PHASE:
+        _apply_phase(b, s, e)
+    elif kind == ev.CAPACITY:
+        for key, value in e.data.items():
+            if value is None:
+                continue
+            if key in CAPACITY_FIELDS:
+                setattr(s.capacity, key, value)
+            else:
+                s.capacity.extras[key] = value
+    elif kind == ev.FAILURE:
+        weak = bool(e.data.get("weak"))
+        if s.failure is None or (s.failure.kind == "exception" and not weak):
+            extra = {k: v for k, v in e.data.items() if k not in ("kind", "message", "weak")}
+            s.failure = Failure(e.data.get("kind", "unknown"), e.data.get("message", ""), _source(e), extra)
+    elif kind == ev.WARNING:
+        s.warnings.append({**e.data, "rank": e.rank, "line": e.line_no})
+
+
+def assemble(events: Iterable[ev.Event]) -> Iterator[Startup]:
+    """Group events into startups, in input order."""
+    b = _Builder()
+    for e in events:
+        s = b.current
+        if s is None or _is_restart(b, s, e):
+            if s is not None and s.has_content():
+                yield s
+            s = b.new(e)
+            if e.kind == ev.BOUNDARY:
+                continue
+        elif e.kind == ev.BOUNDARY:
+            continue
+        _apply(b, s, e)
+        if e.file == s.file:
+            s.last_line = max(s.last_line, e.line_no)
+        if e.kind != ev.RUNTIME and len(s.evidence) < MAX_EVIDENCE:
+            s.evidence.append(_source(e))
+    if b.current is not None and b.current.has_content():
+        yield b.current

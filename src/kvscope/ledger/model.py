@@ -1,0 +1,215 @@
+"""The ledger data model: what a startup of an inference server did with each GPU's memory.
+
+Every memory figure is GiB = bytes / 2**30, because every engine kvscope reads prints GiB (even
+when the label says "GB"); keeping the log's unit avoids re-rounding what the log printed.
+Objects here are plain dataclasses so the Python API returns exactly what the CLI renders.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+GIB = 1 << 30
+
+# Rank fields the JSON contract names, in ledger order.
+RANK_FIELDS = (
+    "total_gib",
+    "pre_load_free_gib",
+    "weights_gib",
+    "avail_after_weights_gib",
+    "activation_peak_gib",
+    "non_torch_gib",
+    "usable_gib",
+    "avail_after_pool_gib",
+    "cuda_graph_gib",
+    "avail_at_ready_gib",
+)
+
+CAPACITY_FIELDS = (
+    "kv_tokens",
+    "max_total_num_tokens",
+    "max_running_requests",
+    "context_len",
+    "available_kv_gib",
+    "num_gpu_blocks",
+    "num_cpu_blocks",
+    "max_model_len",
+    "max_concurrency",
+)
+
+
+@dataclass
+class SourceRef:
+    """Where a figure came from, so reports can quote the line."""
+
+    file: str
+    line_no: int
+    text: str
+
+
+@dataclass
+class KvPool:
+    """One KV (or state) pool on one rank, as logged."""
+
+    name: str
+    tokens: int | None = None
+    gib: float | None = None
+    k_gib: float | None = None
+    v_gib: float | None = None
+    dtype: str | None = None
+    source: SourceRef | None = None
+
+    def size_gib(self) -> float | None:
+        """Total pool size: the logged total, else K + V."""
+        if self.gib is not None:
+            return self.gib
+        if self.k_gib is not None and self.v_gib is not None:
+            return self.k_gib + self.v_gib
+        return None
+
+
+@dataclass
+class LedgerRow:
+    """One line of a rank's memory ledger: an amount and what it is."""
+
+    item: str
+    gib: float | None
+    how: str  # "read" | "derived" | "estimated"
+    note: str = ""
+
+
+@dataclass
+class Rank:
+    """One GPU worker (a TP/DP/PP/EP rank) of one startup."""
+
+    rank: str
+    total_gib: float | None = None
+    pre_load_free_gib: float | None = None
+    weights_gib: float | None = None
+    avail_after_weights_gib: float | None = None
+    activation_peak_gib: float | None = None
+    non_torch_gib: float | None = None
+    usable_gib: float | None = None
+    kv_pools: list[KvPool] = field(default_factory=list)
+    avail_after_pool_gib: float | None = None
+    cuda_graph_gib: float | None = None
+    avail_at_ready_gib: float | None = None
+    derived: list[str] = field(default_factory=list)
+    extras: dict[str, Any] = field(default_factory=dict)
+    sources: dict[str, SourceRef] = field(default_factory=dict)
+    ledger: list[LedgerRow] = field(default_factory=list)
+
+    def pool(self, name: str) -> KvPool | None:
+        return next((p for p in self.kv_pools if p.name == name), None)
+
+    def set_derived(self, key: str, value: float | None) -> None:
+        """Fill a contract field kvscope computed (never overwrites a read figure)."""
+        if value is None or getattr(self, key) is not None:
+            return
+        setattr(self, key, value)
+        if key not in self.derived:
+            self.derived.append(key)
+
+
+@dataclass
+class Capacity:
+    kv_tokens: int | None = None
+    max_total_num_tokens: int | None = None
+    max_running_requests: int | None = None
+    context_len: int | None = None
+    available_kv_gib: float | None = None
+    num_gpu_blocks: int | None = None
+    num_cpu_blocks: int | None = None
+    max_model_len: int | None = None
+    max_concurrency: float | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Suggestion:
+    flag: str
+    from_value: Any
+    to_value: Any
+    kv_tokens_after: int | None = None
+    note: str = ""
+
+
+@dataclass
+class Finding:
+    code: str
+    severity: str  # "info" | "warning" | "error"
+    title: str
+    detail: str
+    suggestion: Suggestion | None = None
+
+
+@dataclass
+class Failure:
+    kind: str
+    message: str
+    source: SourceRef | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Reconciliation:
+    """The engine's own sizing rule replayed against what the log printed."""
+
+    bytes_per_token: int
+    kv_tokens_low: int | None = None
+    kv_tokens_high: int | None = None
+    consistent: bool | None = None
+    method: str = ""
+    detail: str = ""
+    architecture: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Startup:
+    """One start of one server: its ranks, capacity, reconciliation and findings."""
+
+    engine: str
+    file: str = ""
+    first_line: int = 0
+    last_line: int = 0
+    engine_version: str | None = None
+    era: str | None = None
+    model: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    ranks: list[Rank] = field(default_factory=list)
+    capacity: Capacity = field(default_factory=Capacity)
+    reconciliation: Reconciliation | None = None
+    findings: list[Finding] = field(default_factory=list)
+    failure: Failure | None = None
+    warnings: list[dict[str, Any]] = field(default_factory=list)
+    evidence: list[SourceRef] = field(default_factory=list)
+    assumptions: dict[str, Any] = field(default_factory=dict)
+    runtime: Any = None
+    started_at: str | None = None
+
+    def rank(self, label: str) -> Rank:
+        """Get or create a rank by label, keeping first-seen order."""
+        for r in self.ranks:
+            if r.rank == label:
+                return r
+        r = Rank(rank=label)
+        self.ranks.append(r)
+        return r
+
+    def setting(self, key: str, default: Any = None) -> Any:
+        """A setting as logged, else as assumed by the user (--assume), else default."""
+        if self.settings.get(key) is not None:
+            return self.settings[key]
+        return self.assumptions.get(key, default)
+
+    @property
+    def reference_rank(self) -> Rank | None:
+        """The rank whose numbers speak for the startup: TP0 if logged, else the first."""
+        for r in self.ranks:
+            if r.rank.endswith("TP0") or r.rank in ("TP0", "rank=0", "(single)"):
+                return r
+        return self.ranks[0] if self.ranks else None
+
+    def has_content(self) -> bool:
+        return bool(self.ranks or self.failure or self.capacity.kv_tokens or self.settings)

@@ -1,0 +1,112 @@
+"""``--format json``: exactly the contract in ../shared/docs/json-contract.md, plus additive keys.
+
+Contract keys are built explicitly (not dumped from the dataclasses) so an internal rename can
+never change the public interface.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from kvscope import __version__
+from kvscope.api import Analysis
+from kvscope.ledger.model import CAPACITY_FIELDS, RANK_FIELDS, KvPool, Rank, Startup
+
+SCHEMA = "kvscope.explain/1"
+SETTING_KEYS = ("mem_fraction_static", "tp_size", "kv_cache_dtype", "gpu_memory_utilization", "max_model_len")
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe: no NaN/inf (invalid JSON), no arbitrary objects."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    return str(value)
+
+
+def _pool(p: KvPool) -> dict[str, Any]:
+    return {"name": p.name, "tokens": p.tokens, "gib": p.size_gib() if p.gib is None and p.k_gib is not None else p.gib,
+            "k_gib": p.k_gib, "v_gib": p.v_gib, "dtype": p.dtype}
+
+
+def _rank(r: Rank) -> dict[str, Any]:
+    out: dict[str, Any] = {"rank": r.rank}
+    for key in RANK_FIELDS:
+        if key == "avail_after_pool_gib":
+            out["kv_pools"] = [_pool(p) for p in r.kv_pools]
+        out[key] = getattr(r, key)
+    out["derived"] = list(r.derived)
+    out["ledger"] = [{"item": row.item, "gib": row.gib, "how": row.how, "note": row.note} for row in r.ledger]
+    out["extras"] = r.extras
+    return out
+
+
+def _settings(s: Startup) -> dict[str, Any]:
+    out = {key: s.settings.get(key) for key in SETTING_KEYS}
+    if out["tp_size"] is None and s.settings.get("tensor_parallel_size") is not None:
+        out["tp_size"] = s.settings["tensor_parallel_size"]
+    out.update({k: v for k, v in s.settings.items() if k not in out})
+    return out
+
+
+def startup_dict(s: Startup) -> dict[str, Any]:
+    cap = {key: getattr(s.capacity, key) for key in CAPACITY_FIELDS}
+    cap["extras"] = s.capacity.extras
+    rec = None
+    if s.reconciliation is not None:
+        r = s.reconciliation
+        rec = {"bytes_per_token": r.bytes_per_token, "kv_tokens_low": r.kv_tokens_low, "kv_tokens_high": r.kv_tokens_high,
+               "consistent": r.consistent, "method": r.method, "detail": r.detail, "architecture": r.architecture}
+    findings = []
+    for f in s.findings:
+        sug = None
+        if f.suggestion is not None:
+            sug = {"flag": f.suggestion.flag, "from": f.suggestion.from_value, "to": f.suggestion.to_value,
+                   "kv_tokens_after": f.suggestion.kv_tokens_after, "note": f.suggestion.note}
+        findings.append({"code": f.code, "severity": f.severity, "title": f.title, "detail": f.detail, "suggestion": sug})
+    failure = None
+    if s.failure is not None:
+        failure = {"kind": s.failure.kind, "message": s.failure.message,
+                   "line": s.failure.source.line_no if s.failure.source else None, **s.failure.data}
+    out = {
+        "engine": s.engine,
+        "engine_version": s.engine_version,
+        "era": s.era,
+        "source": {"file": s.file, "first_line": s.first_line, "last_line": s.last_line},
+        "model": s.model,
+        "settings": _settings(s),
+        "assumptions": {k: v for k, v in s.assumptions.items() if not k.startswith("_")},
+        "ranks": [_rank(r) for r in s.ranks],
+        "capacity": cap,
+        "reconciliation": rec,
+        "findings": findings,
+        "failure": failure,
+        "warnings": s.warnings,
+    }
+    if s.runtime is not None:
+        out["runtime"] = s.runtime if isinstance(s.runtime, dict) else getattr(s.runtime, "as_dict", lambda: None)()
+    return out
+
+
+def to_dict(analysis: Analysis, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "kvscope_version": __version__,
+        "startups": [startup_dict(s) for s in analysis.startups],
+        "input": {"files": analysis.stats.files, "bytes": analysis.stats.bytes_read, "lines": analysis.stats.lines,
+                  "overlong_lines_skipped": analysis.stats.overlong_lines, "warnings": analysis.stats.warnings},
+    }
+    if extra:
+        doc.update(extra)
+    return _clean(doc)
+
+
+def render(analysis: Analysis, extra: dict[str, Any] | None = None) -> str:
+    return json.dumps(to_dict(analysis, extra), indent=2, ensure_ascii=False)

@@ -1,0 +1,164 @@
+"""Terminal report with rich: per-rank ledger table, a memory bar per rank, reconciliation, findings."""
+
+from __future__ import annotations
+
+from io import StringIO
+from typing import Any
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from kvscope.ledger.model import Rank, Startup
+
+SEGMENTS = (  # (label, colour)
+    ("weights", "magenta"),
+    ("KV pool", "green"),
+    ("draft", "cyan"),
+    ("graphs", "yellow"),
+    ("other", "red"),
+    ("free", "bright_black"),
+)
+BAR_WIDTH = 48
+
+
+def _g(x: float | None) -> str:
+    return "—" if x is None else f"{x:.2f}"
+
+
+def _segments(r: Rank) -> list[tuple[str, float]]:
+    """Split the rank's pre-load free memory into bar segments (only figures the ledger has)."""
+    if r.pre_load_free_gib is None:
+        return []
+    kv = sum((p.size_gib() or 0) for p in r.kv_pools if p.name not in ("draft", "host"))
+    draft = (r.pool("draft").size_gib() or 0) if r.pool("draft") else 0
+    draft += r.extras.get("draft_weights_gib") or 0
+    graphs = sum(g.get("graph_gib") or 0 for g in r.extras.get("graphs", []))
+    weights = r.weights_gib or 0
+    free = r.avail_at_ready_gib if r.avail_at_ready_gib is not None else r.avail_after_pool_gib
+    if free is None:
+        return [("weights", weights), ("KV pool", kv)]
+    other = max(0.0, r.pre_load_free_gib - weights - kv - draft - graphs - free)
+    return [("weights", weights), ("KV pool", kv), ("draft", draft), ("graphs", graphs), ("other", other), ("free", free)]
+
+
+def _bar(r: Rank) -> Text:
+    segs = _segments(r)
+    total = sum(v for _, v in segs)
+    text = Text()
+    if total <= 0:
+        return text
+    colours = dict(SEGMENTS)
+    for label, value in segs:
+        n = round(BAR_WIDTH * value / total)
+        if n:
+            text.append("█" * n, style=colours[label])
+    return text
+
+
+def _legend() -> Text:
+    t = Text("  ")
+    for label, colour in SEGMENTS:
+        t.append("■ ", style=colour)
+        t.append(f"{label}  ")
+    return t
+
+
+def _rank_table(s: Startup) -> Table:
+    t = Table(title="Per-rank memory (GiB = 2^30 B)", show_lines=False, header_style="bold")
+    for col in ("rank", "free before weights", "weights", "free after weights", "KV pools", "free after pool",
+                "CUDA graphs", "free at ready", "bar"):
+        t.add_column(col, justify="right" if col not in ("rank", "KV pools", "bar") else "left")
+    for r in s.ranks[:64]:
+        pools = ", ".join(f"{p.name} {_g(p.size_gib())}" + (f" ({p.tokens:,} tok)" if p.tokens else "") for p in r.kv_pools)
+        mark = lambda key, v: _g(v) + ("*" if key in r.derived else "")  # noqa: E731
+        t.add_row(r.rank, mark("pre_load_free_gib", r.pre_load_free_gib), mark("weights_gib", r.weights_gib),
+                  mark("avail_after_weights_gib", r.avail_after_weights_gib), pools or "—", _g(r.avail_after_pool_gib),
+                  _g(r.cuda_graph_gib), _g(r.avail_at_ready_gib), _bar(r))
+    if len(s.ranks) > 64:
+        t.caption = f"… {len(s.ranks) - 64} more ranks in --format json"
+    elif any(r.derived for r in s.ranks):
+        t.caption = "* derived by kvscope, not printed in the log"
+    return t
+
+
+def _ledger(s: Startup) -> Table | None:
+    ref = s.reference_rank
+    if ref is None or not ref.ledger:
+        return None
+    t = Table(title=f"Ledger of {ref.rank}", header_style="bold")
+    t.add_column("item")
+    t.add_column("GiB", justify="right")
+    t.add_column("how")
+    for row in ref.ledger:
+        t.add_row(row.item, f"{row.gib:.2f}", row.how)
+    return t
+
+
+def _header(s: Startup, index: int) -> Text:
+    t = Text()
+    t.append(f"Startup {index}: {s.engine}", style="bold")
+    if s.engine_version:
+        t.append(f" {s.engine_version}")
+    if s.era:
+        t.append(f"  era {s.era}", style="dim")
+    t.append(f"\n{s.file}:{s.first_line}-{s.last_line}", style="dim")
+    if s.model:
+        t.append(f"\nmodel: {s.model}")
+    cap = s.capacity
+    facts = []
+    if cap.kv_tokens is not None:
+        facts.append(f"KV capacity {cap.kv_tokens:,} tokens")
+    if cap.max_running_requests:
+        facts.append(f"max running requests {cap.max_running_requests}")
+    if cap.context_len:
+        facts.append(f"context {cap.context_len:,}")
+    if cap.max_concurrency:
+        facts.append(f"max concurrency {cap.max_concurrency}×")
+    if facts:
+        t.append("\n" + " · ".join(facts))
+    if s.failure:
+        t.append(f"\nFAILED: {s.failure.kind}", style="bold red")
+    return t
+
+
+def _findings(s: Startup) -> list[Any]:
+    out: list[Any] = []
+    style = {"error": "red", "warning": "yellow", "info": "blue"}
+    for f in s.findings:
+        body = Text(f.detail)
+        if f.suggestion is not None:
+            sg = f.suggestion
+            body.append(f"\n→ {sg.flag} {sg.from_value} → {sg.to_value}", style="bold")
+            if sg.kv_tokens_after:
+                body.append(f"  ({sg.kv_tokens_after:,} KV tokens)")
+            if sg.note:
+                body.append(f"  [{sg.note}]", style="dim")
+        out.append(Panel(body, title=f"[{style.get(f.severity, 'white')}]{f.severity}[/]: {f.title}", title_align="left"))
+    return out
+
+
+def render_startup(s: Startup, index: int) -> Group:
+    parts: list[Any] = [_header(s, index)]
+    if s.ranks:
+        parts += [_rank_table(s), _legend()]
+    ledger = _ledger(s)
+    if ledger is not None:
+        parts.append(ledger)
+    parts += _findings(s)
+    return Group(*parts)
+
+
+def render(analysis: Any, extra: dict[str, Any] | None = None) -> str:
+    buf = StringIO()
+    console = Console(file=buf, width=150, force_terminal=False, color_system=None, record=False)
+    if not analysis.startups:
+        console.print("No engine startup found in the input.")
+    for i, s in enumerate(analysis.startups, 1):
+        console.print(render_startup(s, i))
+        console.print()
+    st = analysis.stats
+    if st.overlong_lines or st.warnings or st.truncated_gzip:
+        console.print(f"[dim]input: {st.overlong_lines} over-long lines skipped; {'; '.join(st.warnings)}[/]")
+    return buf.getvalue().rstrip()
