@@ -17,18 +17,27 @@ from kvscope.engines.sglang.lines import SGLangLines
 from kvscope.reading import Line, clean_line
 
 
+def _optional(module: str, cls: str) -> EngineLines | None:
+    try:
+        mod = __import__(module, fromlist=[cls])
+    except ImportError:
+        return None
+    return getattr(mod, cls)()
+
+
 def _registry() -> list[EngineLines]:
-    engines: list[EngineLines] = [SGLangLines()]
+    # Serving-time lines (Decode batch, vLLM stats) are the bulk of a journal: try them first.
+    runtime = _optional("kvscope.runtime.lines", "RuntimeLines")
+    engines: list[EngineLines] = [runtime] if runtime else []
+    engines.append(SGLangLines())
     for module, cls in (
         ("kvscope.engines.vllm.lines", "VLLMLines"),
         ("kvscope.engines.llamacpp.lines", "LlamaCppLines"),
         ("kvscope.engines.trtllm.lines", "TRTLLMLines"),
     ):
-        try:
-            mod = __import__(module, fromlist=[cls])
-        except ImportError:
-            continue
-        engines.append(getattr(mod, cls)())
+        engine = _optional(module, cls)
+        if engine is not None:
+            engines.append(engine)
     engines.append(CommonLines())
     return engines
 

@@ -14,6 +14,11 @@ from typing import Any
 from kvscope import events as ev
 from kvscope.ledger.model import CAPACITY_FIELDS, RANK_FIELDS, Failure, KvPool, Rank, SourceRef, Startup
 
+try:  # serving-time samples are folded by the runtime package when it is present
+    from kvscope.runtime.accumulate import add_event as _runtime_add
+except ImportError:
+    _runtime_add = None
+
 DEFAULT_RANK = "TP0"
 MAX_EVIDENCE = 400  # source lines kept per startup for reports; bounded so huge journals stay small
 
@@ -63,9 +68,7 @@ def _is_restart(b: _Builder, s: Startup, e: ev.Event) -> bool:
         return s.has_content()
     if (e.engine != s.engine or e.file != s.file) and s.has_content() and e.engine != "common":
         return True
-    if e.kind == ev.PHASE and e.data.get("phase") in ("weights_begin", "engine_init") and b.ready:
-        return True
-    return False
+    return bool(e.kind == ev.PHASE and e.data.get("phase") in ("weights_begin", "engine_init") and b.ready)
 
 
 def _apply_phase(b: _Builder, s: Startup, e: ev.Event) -> None:
@@ -176,6 +179,8 @@ def _apply(b: _Builder, s: Startup, e: ev.Event) -> None:
             s.failure = Failure(e.data.get("kind", "unknown"), e.data.get("message", ""), _source(e), extra)
     elif kind == ev.WARNING:
         s.warnings.append({**e.data, "rank": e.rank, "line": e.line_no})
+    elif kind == ev.RUNTIME and _runtime_add is not None:
+        _runtime_add(s, e)
 
 
 def assemble(events: Iterable[ev.Event]) -> Iterator[Startup]:

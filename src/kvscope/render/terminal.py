@@ -65,6 +65,10 @@ def _legend() -> Text:
     return t
 
 
+def _mark(r: Rank, key: str) -> str:
+    return _g(getattr(r, key)) + ("*" if key in r.derived else "")
+
+
 def _rank_table(s: Startup) -> Table:
     t = Table(title="Per-rank memory (GiB = 2^30 B)", show_lines=False, header_style="bold")
     for col in ("rank", "free before weights", "weights", "free after weights", "KV pools", "free after pool",
@@ -72,9 +76,8 @@ def _rank_table(s: Startup) -> Table:
         t.add_column(col, justify="right" if col not in ("rank", "KV pools", "bar") else "left")
     for r in s.ranks[:64]:
         pools = ", ".join(f"{p.name} {_g(p.size_gib())}" + (f" ({p.tokens:,} tok)" if p.tokens else "") for p in r.kv_pools)
-        mark = lambda key, v: _g(v) + ("*" if key in r.derived else "")  # noqa: E731
-        t.add_row(r.rank, mark("pre_load_free_gib", r.pre_load_free_gib), mark("weights_gib", r.weights_gib),
-                  mark("avail_after_weights_gib", r.avail_after_weights_gib), pools or "—", _g(r.avail_after_pool_gib),
+        t.add_row(r.rank, _mark(r, "pre_load_free_gib"), _mark(r, "weights_gib"),
+                  _mark(r, "avail_after_weights_gib"), pools or "—", _g(r.avail_after_pool_gib),
                   _g(r.cuda_graph_gib), _g(r.avail_at_ready_gib), _bar(r))
     if len(s.ranks) > 64:
         t.caption = f"… {len(s.ranks) - 64} more ranks in --format json"

@@ -175,10 +175,7 @@ class SGLangLines:
     anchors = ANCHORS
 
     def wants_join(self, text: str) -> bool:
-        for head, pattern in _JOINABLE:
-            if head in text and not pattern.search(text):
-                return True
-        return False
+        return any(head in text and not pattern.search(text) for head, pattern in _JOINABLE)
 
     def parse(self, text: str, ctx: LineContext) -> list[Parsed]:
         rank, ts, msg = split_prefix(text)

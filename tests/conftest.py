@@ -1,0 +1,31 @@
+"""Shared fixtures: the real logs under tests/fixtures/logs (verbatim copies of ../shared/logs)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+LOGS = FIXTURES / "logs"
+
+
+def case_dir(engine: str, prefix: str) -> Path:
+    matches = sorted((LOGS / engine).glob(f"{prefix}*"))
+    assert matches, f"no fixture {engine}/{prefix}*"
+    return matches[0]
+
+
+def case_files(case: Path) -> list[str]:
+    meta = json.loads((case / "meta.json").read_text())
+    return [str(case / f) for f in meta.get("files") or ["log.txt"]]
+
+
+def all_cases() -> list[Path]:
+    return sorted(p.parent for p in LOGS.glob("*/*/meta.json"))
+
+
+@pytest.fixture
+def logs_dir() -> Path:
+    return LOGS
