@@ -30,6 +30,8 @@ EXAMPLES: dict[str, Example] = {
             "tp_size": 8,
             "speculative_algorithm": "EAGLE3",
             "host_ram_gb": 396,
+            # stated by the operator in the same thread (seen after CUDA-graph capture), not in the excerpt
+            "avail_at_ready_gib": 7.9,
         },
     ),
 }

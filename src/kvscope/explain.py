@@ -11,7 +11,7 @@ from typing import Any
 
 from kvscope.capacity.catalog import find_gpu
 from kvscope.findings import run_findings
-from kvscope.ledger.model import Startup
+from kvscope.ledger.model import RANK_FIELDS, Startup
 
 # --assume keys that are engine settings (merged under the logged ones) vs facts about the box.
 FACT_KEYS = {"gpu", "model", "host_ram_gb", "gpu_total_gib"}
@@ -25,8 +25,20 @@ def apply_assumptions(s: Startup, assumptions: dict[str, Any]) -> None:
         s.assumptions.setdefault("gpu_name", gpu["name"])
 
 
+def _assume_rank_figures(s: Startup) -> None:
+    """--assume avail_at_ready_gib=7.9 etc.: figures seen elsewhere (nvidia-smi) for the reference rank."""
+    ref = s.reference_rank
+    if ref is None:
+        return
+    for key, value in s.assumptions.items():
+        if key in RANK_FIELDS and isinstance(value, (int, float)) and getattr(ref, key) is None:
+            ref.set_derived(key, float(value))
+            ref.extras.setdefault("assumed", []).append(key)
+
+
 def finish_startup(s: Startup, assumptions: dict[str, Any]) -> None:
     apply_assumptions(s, assumptions)
+    _assume_rank_figures(s)
     try:
         module = importlib.import_module(f"kvscope.engines.{s.engine}.finish")
     except ModuleNotFoundError:

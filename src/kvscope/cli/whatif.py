@@ -1,0 +1,158 @@
+"""``kvscope whatif``: predict the KV pool for changed settings, calibrated on the run you already have."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from kvscope.api import analyze
+from kvscope.capacity.predict import (
+    PredictionError,
+    Scenario,
+    calibrate,
+    mfs_curve,
+    normalise_changes,
+    predict,
+    standard_scenarios,
+    tokens_per_step,
+)
+from kvscope.cli.common import FORMATS, parse_assignments, write_output
+from kvscope.errors import InputError
+from kvscope.examples import example_path
+
+
+def build_prediction(startup, changes: dict[str, Any], context: int | None, host_ram_gb: float | None) -> dict[str, Any]:
+    cal = calibrate(startup)
+    baseline = predict(cal, {}, context, host_ram_gb, label="as logged")
+    requested = predict(cal, changes, context, host_ram_gb) if changes else None
+    table = [predict(cal, ch, context, host_ram_gb) for ch in standard_scenarios(cal)]
+    return {
+        "engine": startup.engine,
+        "calibration": cal.as_dict(),
+        "tokens_per_0_01_mfs": tokens_per_step(cal),
+        "baseline": baseline.as_dict(),
+        "requested": requested.as_dict() if requested else None,
+        "table": [sc.as_dict() for sc in table],
+        "mfs_curve": mfs_curve(cal),
+    }
+
+
+def _row(sc: dict[str, Any]) -> list[str]:
+    tokens = f"{sc['kv_tokens_low']:,}" if sc["kv_tokens_low"] == sc["kv_tokens_high"] else \
+        f"{sc['kv_tokens_low']:,} – {sc['kv_tokens_high']:,}"
+    node = "" if sc["node_kv_tokens_low"] == sc["kv_tokens_low"] else f" (node {sc['node_kv_tokens_low']:,})"
+    conc = "—" if sc["concurrency_at_context"] is None else f"{sc['concurrency_at_context']:.2f} @ {sc['context_tokens']:,}"
+    reserve = "—" if sc["reserve_left_gib"] is None else f"{sc['reserve_left_gib']:.2f}"
+    flags = " ".join(sc["flags"]) or "(as logged)"
+    return [flags, tokens + node, conc, reserve, sc["risk"] + ("*" if sc["approximate"] else "")]
+
+
+def render_terminal(pred: dict[str, Any]) -> str:
+    from io import StringIO
+
+    from rich.console import Console
+    from rich.table import Table
+
+    buf = StringIO()
+    console = Console(file=buf, width=150, color_system=None)
+    cal = pred["calibration"]
+    console.print(f"Calibrated on the logged run: {cal['kv_tokens']:,} tokens × {cal['bytes_per_token']:,} B, "
+                  f"mem_fraction_static {cal['mem_fraction_static']}, free before weights "
+                  f"{cal['pre_load_free_gib_low']:.3f} – {cal['pre_load_free_gib_high']:.3f} GiB; "
+                  f"+0.01 mfs = +{pred['tokens_per_0_01_mfs']:,} tokens")
+    for note in cal["notes"]:
+        console.print(f"  · {note}")
+    t = Table(title="flag → KV tokens per GPU → concurrent requests → reserve left (GiB) → OOM risk", header_style="bold")
+    for col in ("flags", "KV tokens", "requests at context", "reserve left", "risk"):
+        t.add_column(col)
+    rows = [pred["baseline"]] + ([pred["requested"]] if pred["requested"] else []) + pred["table"]
+    for sc in rows:
+        t.add_row(*_row(sc), style="bold" if sc is pred["requested"] else None)
+    console.print(t)
+    console.print("* approximate: the change moves memory the log does not show")
+    req = pred["requested"]
+    if req:
+        console.print(f"\nRequested: {' '.join(req['flags'])}")
+        console.print(f"  KV tokens: {req['kv_tokens_low']:,} – {req['kv_tokens_high']:,} per GPU"
+                      + (f" ({req['node_kv_tokens_low']:,} across the node)" if req["node_kv_tokens_low"] != req["kv_tokens_low"] else ""))
+        console.print(f"  OOM risk: {req['risk']} — {req['risk_words']}")
+        for note in req["notes"]:
+            console.print(f"  · {note}")
+        if req["host"]:
+            h = req["host"]
+            line = (f"  host tier: {h['host_tokens_per_rank']:,} tokens per rank = {h['per_rank_gb']} GB pinned × "
+                    f"{h['ranks_on_host']} ranks = {h['total_gb']} GB")
+            if "fits" in h:
+                line += f"; host RAM {h['host_ram_gb']} GB → {'fits' if h['fits'] else 'DOES NOT fit'}, margin {h['margin_gb']} GB"
+            console.print(line)
+            if h.get("note"):
+                console.print(f"  · {h['note']}")
+    return buf.getvalue().rstrip()
+
+
+@click.command("whatif")
+@click.argument("logs", nargs=-1)
+@click.option("--example", metavar="NAME", help="Calibrate on a bundled example.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="A changed setting (repeatable, combined).")
+@click.option("--assume", multiple=True, metavar="KEY=VALUE", help="A fact the log lacks (see explain).")
+@click.option("--model", metavar="PATH|ID", help="HF config.json or model id.")
+@click.option("--host-ram", "host_ram", type=float, metavar="GB", help="Free host RAM (decimal GB) for the host KV tier.")
+@click.option("--context", type=int, metavar="TOKENS", help="Context length per request for the concurrency column.")
+@click.option("--format", "fmt", type=FORMATS, default="terminal", show_default=True)
+@click.option("-o", "--output", metavar="FILE")
+@click.option("--no-redact", is_flag=True)
+@click.option("--debug", is_flag=True)
+def command(logs, example, sets, assume, model, host_ram, context, fmt, output, no_redact, debug) -> None:
+    """Predict KV tokens, concurrency and OOM risk for changed settings, calibrated on a logged startup."""
+    assumptions: dict[str, Any] = {}
+    paths = list(logs)
+    if example:
+        ex, path = example_path(example)
+        assumptions.update(ex.assumptions)
+        paths.append(path)
+    assumptions.update(parse_assignments(assume))
+    if host_ram is None and isinstance(assumptions.get("host_ram_gb"), (int, float)) and any(
+            k.startswith("hicache") for k in parse_assignments(sets, "--set")):
+        host_ram = float(assumptions["host_ram_gb"])
+    if not paths:
+        raise InputError("give a log file (or --example NAME) to calibrate on")
+    try:
+        changes = normalise_changes(parse_assignments(sets, "--set"))
+    except PredictionError as exc:
+        raise InputError(str(exc)) from None
+    analysis = analyze(paths, assumptions, model)
+    candidates = [s for s in analysis.startups if s.reconciliation is not None]
+    if not candidates:
+        raise InputError("no startup with a KV pool line to calibrate on" if analysis.startups else "no engine startup found")
+    startup = candidates[-1]
+    try:
+        pred = build_prediction(startup, changes, context, host_ram)
+    except PredictionError as exc:
+        raise InputError(str(exc)) from None
+    pred["startup_index"] = analysis.startups.index(startup)
+    if fmt == "json":
+        from kvscope.render.json_out import to_dict
+
+        text = json.dumps(to_dict(analysis, {"prediction": pred}), indent=2)
+        if not no_redact:
+            from kvscope.render import render_analysis  # noqa: F401 - redaction lives with the renderers
+            try:
+                from kvscope.render.redact import redact_text
+                text = redact_text(text, "json")
+            except ModuleNotFoundError:
+                pass
+    elif fmt == "terminal":
+        text = render_terminal(pred)
+    else:
+        from kvscope.render import render_analysis
+
+        text = render_analysis(analysis, fmt, redact=not no_redact, extra={"prediction": pred})
+    write_output(text, output)
+    if not analysis.startups:
+        sys.exit(2)
+
+
+__all__ = ["Scenario", "build_prediction", "command"]

@@ -1,0 +1,69 @@
+"""Calibrated what-if on the founding case (issue #3 done-means)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from kvscope.api import analyze
+from kvscope.capacity.predict import PredictionError, calibrate, predict
+from kvscope.examples import example_path
+
+
+@pytest.fixture(scope="module")
+def cal():
+    ex, path = example_path("kimi-k2.5-tp8")
+    return calibrate(analyze([path], ex.assumptions).startups[0])
+
+
+def test_mfs_092_about_216700(cal):
+    sc = predict(cal, {"mem_fraction_static": 0.92})
+    assert sc.kv_tokens_high - sc.kv_tokens_low <= 300  # ±150
+    assert abs(sc.kv_tokens - 216_700) <= 150
+    assert sc.risk in ("tight", "low", "high")  # priced against the 7.9 GiB the operator saw at ready
+    assert sc.flags == ["--mem-fraction-static 0.92"]
+
+
+def test_fp8_doubles(cal):
+    sc = predict(cal, {"kv_cache_dtype": "fp8_e4m3"})
+    assert sc.kv_tokens_low in (2 * 159_277, 2 * 159_277 + 1)  # 70,272 → 35,136 B/token
+
+
+def test_hicache_ratio_4_against_host_ram(cal):
+    sc = predict(cal, {"hicache_ratio": 4}, host_ram_gb=396)
+    h = sc.host
+    # ≈ 8 ranks × 4 × 10.42 GiB (MLA: every TP rank mirrors the latent cache)
+    assert abs(h["total_gb"] - 8 * 4 * 10.42 * 2**30 / 1e9) < 2
+    assert h["replicated"] is True
+    assert h["fits"] is True and 30 < h["margin_gb"] < 45
+    assert sc.flags[0] == "--enable-hierarchical-cache"
+
+
+def test_dp_attention_node_capacity(cal):
+    sc = predict(cal, {"enable_dp_attention": True})
+    assert sc.node_kv_tokens_low == 8 * sc.kv_tokens_low
+    assert sc.approximate
+    assert "--dp-size 8" in sc.flags
+
+
+def test_unknown_setting_is_a_usage_error(cal):
+    with pytest.raises(PredictionError):
+        predict(cal, {"warp_drive": 9})
+
+
+def test_cli_json_prediction():
+    out = subprocess.run([sys.executable, "-m", "kvscope", "whatif", "--example", "kimi-k2.5-tp8",
+                          "--set", "mem_fraction_static=0.92", "--format", "json"], capture_output=True, text=True, check=True)
+    doc = json.loads(out.stdout)
+    assert doc["schema"] == "kvscope.explain/1"
+    req = doc["prediction"]["requested"]
+    assert abs(req["kv_tokens"] - 216_700) <= 150
+
+
+def test_cli_bad_set_exit_2():
+    out = subprocess.run([sys.executable, "-m", "kvscope", "whatif", "--example", "kimi-k2.5-tp8", "--set", "nope=1"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
