@@ -71,7 +71,9 @@ def load_architecture(model: str | None) -> tuple[Architecture | None, str]:
                 return arch, f"config.json at {cfg_path}"
     entry = catalog_entry(model)
     if entry:
-        arch = architecture_from_config(entry["config"], name=entry["hf_id"])
+        merged = {k: v for k, v in (entry.get("config_extra") or {}).items() if not k.endswith("_note")}
+        merged.update({k: v for k, v in entry["config"].items() if v is not None})
+        arch = architecture_from_config(merged, name=entry["hf_id"])
         if arch:
             return arch, f"built-in catalog ({entry['hf_id']})"
     return None, ""

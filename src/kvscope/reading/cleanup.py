@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|(?<![\w\]])\[(?:\d{1,3}(?:;\d{1,3})*)?m")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\[\d{1,3}(?:;\d{1,3})*m")
 _JOURNALD = re.compile(
     r"^(?:[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)?|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[\d.,:+\-]*)"
     r" [\w.\-]+ [\w.@/\-]+(?:\[\d+\])?: "

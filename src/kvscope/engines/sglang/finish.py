@@ -66,8 +66,21 @@ def tp_size(s: Startup) -> int:
     logged = _int_setting(s, "tp_size") or _int_setting(s, "tp")
     if logged:
         return logged
-    tps = {lbl.split("TP")[-1].split()[0] for r in s.ranks for lbl in [r.rank] if "TP" in lbl}
+    tps = {p for r in s.ranks for p in r.rank.split() if p.startswith("TP") and p[2:].isdigit()}
     return max(1, len(tps))
+
+
+def dp_attention_from_ranks(s: Startup) -> int | None:
+    """DP size when rank labels show DP attention ('DP1 TP1': global TP index inside a DP group), else None."""
+    pairs = set()
+    for r in s.ranks:
+        parts = dict((p[:2], p[2:]) for p in r.rank.split() if p[:2] in ("DP", "TP") and p[2:].isdigit())
+        if "DP" in parts and "TP" in parts:
+            pairs.add((int(parts["DP"]), int(parts["TP"])))
+    dps = {d for d, _ in pairs}
+    if len(dps) > 1 and any(d > 0 and t > 0 for d, t in pairs) and len({t for _, t in pairs}) == len(pairs):
+        return len(dps)
+    return None
 
 
 def attn_tp_size(s: Startup) -> int:
@@ -75,11 +88,13 @@ def attn_tp_size(s: Startup) -> int:
     if s.setting("enable_dp_attention") in (True, "true", "True", 1):
         dp = _int_setting(s, "dp_size", 1) or 1
         return max(1, tp // dp)
-    return tp
+    dp = dp_attention_from_ranks(s)
+    return max(1, tp // dp) if dp else tp
 
 
 def page_size(s: Startup) -> int:
-    return _int_setting(s, "page_size", 1) or 1
+    """--page-size as logged; DSA models get 64 on CUDA when unset (SGLang forces it)."""
+    return _int_setting(s, "page_size") or s.assumptions.get("_page_size_default") or 1
 
 
 def kv_dtype_name(s: Startup) -> str | None:
@@ -120,6 +135,40 @@ def _arch_context(s: Startup):
     return arch, where
 
 
+def _candidate_cells(s: Startup, arch, era, ref: Rank) -> list[tuple[rules.CellSize, str]]:
+    """Bytes-per-token candidates under the era's rules; several when the log leaves a choice open."""
+    dtype = kv_dtype_name(s)
+    weights_dtype = ref.extras.get("weights_dtype") or "bfloat16"
+    if dtype:
+        choices = [(dtype_bytes(dtype, weights_dtype), f"KV dtype {dtype}")]
+    else:
+        choices = [(dtype_bytes(None, weights_dtype), "KV dtype not in the log, assumed the weights' dtype"),
+                   (1, "KV dtype not in the log; the pool size implies fp8")]
+    out: list[tuple[rules.CellSize, str]] = []
+    for kv_bytes, note in choices:
+        if arch.attention == "mla" and arch.index_head_dim:
+            out += [(c, note) for c in rules.dsa_cells(arch, kv_bytes, arch.num_layers)]
+        else:
+            out.append((rules.cell_size(arch, kv_bytes, attn_tp_size(s), era), note))
+    return out
+
+
+def _pool_matches(target, page: int, cell: rules.CellSize) -> tuple[bool, str]:
+    """Does the printed pool line equal (tokens + page) × cell? K and V are checked one by one when split."""
+    rows = target.tokens + max(1, page)
+    total = rows * cell.bytes_per_token / GIB
+    if target.k_gib is not None and target.v_gib is not None and cell.tensors_per_layer == 2:
+        k = total * cell.k_fraction
+        v = total - k
+        ok = abs(k - target.k_gib) <= rules.HALF_CENT + 1e-9 and abs(v - target.v_gib) <= rules.HALF_CENT + 1e-9
+        return ok, (f"pool size: ({target.tokens:,} + {page}) × {cell.bytes_per_token:,} B → K {k:.4f} + V {v:.4f} GiB, "
+                    f"log prints K {target.k_gib:.2f}, V {target.v_gib:.2f} → {'matches' if ok else 'DOES NOT match'}")
+    printed = target.size_gib() or 0.0
+    ok = abs(total - printed) <= rules.HALF_CENT + 1e-9
+    return ok, (f"pool size: ({target.tokens:,} + {page}) × {cell.bytes_per_token:,} B = {total:.4f} GiB, "
+                f"log prints {printed:.2f} → {'matches' if ok else 'DOES NOT match'}")
+
+
 def _reconcile(s: Startup, era) -> rules.CellSize | None:
     ref = s.reference_rank
     target = ref.pool("target") if ref else None
@@ -128,34 +177,32 @@ def _reconcile(s: Startup, era) -> rules.CellSize | None:
     tokens, page = target.tokens, page_size(s)
     printed = target.size_gib()
     arch, where = _arch_context(s)
-    weights_dtype = (ref.extras.get("weights_dtype") or "bfloat16") if ref else "bfloat16"
-    kv_bytes = dtype_bytes(kv_dtype_name(s), weights_dtype)
+    if arch is not None and arch.attention == "mla" and target.k_gib is not None and target.gib is None:
+        arch = None  # an MHA-shaped pool line under an MLA config: the config is not this model
+    if arch is not None and arch.index_head_dim and _int_setting(s, "page_size") is None:
+        s.assumptions["_page_size_default"] = 64  # "Setting page size to 64 for DeepSeek DSA."
+        page = 64
+    checks: list[str] = []
+    consistent: list[bool] = []
     cell = None
     if arch is not None:
-        cell = rules.cell_size(arch, kv_bytes, attn_tp_size(s), era)
-        if arch.attention == "mla" and target.k_gib is not None and target.gib is None:
-            cell = None  # an MHA-shaped pool line under an MLA config: the config is not this model
-    obs = rules.observed_cell_interval(tokens, page, printed) if printed else None
-    if cell is None and obs is None:
-        return None
-    if cell is not None:
-        bpt, method = cell.bytes_per_token, f"architecture from {where}: {cell.formula}"
+        candidates = _candidate_cells(s, arch, era, ref)
+        results = [(c, note, *_pool_matches(target, page, c)) for c, note in candidates] if printed is not None else []
+        match = next((r for r in results if r[2]), None)
+        cell, note = (match[0], match[1]) if match else candidates[0]
+        if results:
+            chosen = match or results[0]
+            consistent.append(chosen[2])
+            checks.append(chosen[3])
+        bpt, method = cell.bytes_per_token, f"architecture from {where}: {cell.formula}; {note}"
+    elif printed is not None:
+        obs = rules.observed_cell_interval(tokens, page, printed)
+        bpt, method = round(obs.mid), "bytes per token implied by the pool line (architecture unknown; pass --model)"
     else:
-        assert obs is not None
-        bpt, method = round(obs.mid), "bytes per token implied by the pool line (architecture unknown)"
+        return None
     rec = Reconciliation(bytes_per_token=bpt, method=method)
     if arch is not None:
         rec.architecture = arch.as_dict()
-    checks: list[str] = []
-    consistent: list[bool] = []
-    if cell is not None and printed is not None:
-        predicted = rules.predicted_pool_gib(tokens, page, cell.bytes_per_token)
-        ok = abs(predicted - printed) <= rules.HALF_CENT + 1e-9
-        consistent.append(ok)
-        checks.append(
-            f"pool size: ({tokens:,} + {page}) × {cell.bytes_per_token:,} B = {predicted:.4f} GiB, "
-            f"log prints {printed:.2f} → {'matches' if ok else 'DOES NOT match'}"
-        )
     _budget_check(s, ref, tokens, bpt, page, rec, checks, consistent, era)
     rec.consistent = all(consistent) if consistent else None
     rec.detail = "; ".join(checks)

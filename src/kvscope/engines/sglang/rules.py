@@ -56,6 +56,7 @@ class CellSize:
     row_bytes: int  # bytes per token per layer (K+V, or the MLA latent row)
     tensors_per_layer: int  # 2 for K and V buffers, 1 for an MLA buffer
     formula: str
+    k_fraction: float = 0.5  # share of the row in the K buffer (head_dim / (head_dim + v_head_dim))
 
 
 def cell_size(arch: Architecture, kv_bytes: int, attn_tp: int, era: Era, layers: int | None = None) -> CellSize:
@@ -78,7 +79,28 @@ def cell_size(arch: Architecture, kv_bytes: int, attn_tp: int, era: Era, layers:
     if (arch.num_kv_heads or 1) < attn_tp:
         split += " (fewer heads than ranks: one head replicated per rank)"
     formula = f"{heads} heads × ({head_dim} + {v_dim or head_dim}) × {n_layers} layers × {kv_bytes} B [{split}]"
-    return CellSize(row * n_layers, n_layers, row, 2, formula)
+    return CellSize(row * n_layers, n_layers, row, 2, formula, head_dim / (head_dim + (v_dim or head_dim)))
+
+
+def dsa_cells(arch: Architecture, kv_bytes: int, layers: int) -> list[CellSize]:
+    """DeepSeek DSA (V3.2, GLM-5) pool widths SGLang has used (doc §2.2 NSA/DSA).
+
+    The profile budgets the 576-wide latent (+ indexer); fp8 non-trtllm backends store a 656-B row;
+    some releases print the KV size without the indexer buffers. All are candidates; the printed
+    pool size says which one this run used.
+    """
+    idx = (arch.index_head_dim or 0) + (arch.index_head_dim or 0) // 128 * 4
+    latent = mla_row_bytes(arch, kv_bytes)
+    rows = [(latent, f"latent ({arch.kv_lora_rank} + {arch.qk_rope_head_dim}) × {kv_bytes} B")]
+    if kv_bytes == 1:
+        real = (arch.kv_lora_rank or 0) + (arch.kv_lora_rank or 0) // 128 * 4 + (arch.qk_rope_head_dim or 0) * 2
+        rows.append((real, f"fp8 row {arch.kv_lora_rank} + scales {(arch.kv_lora_rank or 0) // 128 * 4} + rope "
+                           f"{arch.qk_rope_head_dim} × 2 B"))
+    out = []
+    for row, what in rows:
+        out.append(CellSize((row + idx) * layers, layers, row + idx, 1, f"{what} + indexer {idx} B, × {layers} layers (DSA)"))
+        out.append(CellSize(row * layers, layers, row, 1, f"{what} × {layers} layers (DSA, indexer not in the printed size)"))
+    return out
 
 
 def pool_bytes_interval(printed_gib: float) -> Interval:
