@@ -7,6 +7,7 @@ package, not a branch here.
 from __future__ import annotations
 
 import importlib
+import re
 from typing import Any
 
 from kvscope.capacity.catalog import find_gpu
@@ -36,7 +37,17 @@ def _assume_rank_figures(s: Startup) -> None:
             ref.extras.setdefault("assumed", []).append(key)
 
 
+def _rank_key(label: str) -> list[tuple[str, int]]:
+    """'DP1 TP10 EP1' sorts after 'DP1 TP2 EP1': compare the numbers, not the text."""
+    key = []
+    for part in re.split(r"[\s=]+", label):
+        m = re.match(r"([A-Za-z_]*)(\d+)$", part)
+        key.append((m.group(1), int(m.group(2))) if m else (part, -1))
+    return key
+
+
 def finish_startup(s: Startup, assumptions: dict[str, Any]) -> None:
+    s.ranks.sort(key=lambda r: _rank_key(r.rank))
     apply_assumptions(s, assumptions)
     _assume_rank_figures(s)
     try:
