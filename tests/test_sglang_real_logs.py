@@ -77,3 +77,11 @@ def test_glued_progress_bar_line_is_read():
     s = _one("042")
     dp1 = next(r for r in s.ranks if r.rank == "DP1 TP1 EP1")
     assert dp1.avail_after_weights_gib == 121.90
+
+
+@pytest.mark.parametrize(("prefix", "stage"), [("017", "while capturing CUDA graphs"), ("022", "while loading weights")])
+def test_exception_stage_named(prefix, stage):
+    s = _one(prefix)
+    assert s.failure is not None and s.failure.kind == "exception"
+    f = next(f for f in s.findings if f.code == "startup-exception")
+    assert stage in f.title

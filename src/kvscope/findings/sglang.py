@@ -135,8 +135,28 @@ def _failure(s: Startup, mfs: float | None, pre: float | None) -> Finding | None
         return Finding("host-memory", "error", "Startup failed: not enough host RAM for the hierarchical cache",
                        f"Asked for {req} GB of pinned host memory per rank with {free} GB free. Lower --hicache-ratio or set "
                        f"--hicache-size below {free} GB ÷ ranks per host (each TP rank allocates its own host pool).")
-    return Finding("startup-exception", "error", "Startup failed with an exception",
-                   f"{f.message[:300]} — the traceback after this line in the log names the cause.")
+    stage, hint = _stage(s)
+    return Finding("startup-exception", "error", f"Startup failed with an exception {stage}",
+                   f"{f.message[:300]} — the traceback after this line in the log names the cause. {hint}".strip())
+
+
+def _stage(s: Startup) -> tuple[str, str]:
+    """Where in SGLang's startup sequence a crash happened, from the last lifecycle line of the reference rank."""
+    ref = s.reference_rank
+    if ref is None:
+        return "", ""
+    if ref.extras.get("avail_before_graphs_gib") is not None and not ref.extras.get("graphs"):
+        free = ref.extras["avail_before_graphs_gib"]
+        return ("while capturing CUDA graphs",
+                f"Only {free:.2f} GiB was free when capture began; an out-of-memory here is the usual cause: lower "
+                "--mem-fraction-static or --cuda-graph-max-bs, or --disable-cuda-graph to confirm.")
+    if ref.pre_load_free_gib is not None and ref.weights_gib is None and ref.avail_after_weights_gib is None:
+        return ("while loading weights",
+                f"{ref.pre_load_free_gib:.2f} GiB was free before loading: check that the checkpoint's weights per GPU "
+                "fit (quantization, --tp) and that the quantization method is supported on this GPU.")
+    if ref.avail_after_weights_gib is not None and not ref.kv_pools:
+        return "while allocating the KV pool", ""
+    return "during startup", ""
 
 
 def _oom(s: Startup, f, mfs: float | None, pre: float | None) -> Finding:
