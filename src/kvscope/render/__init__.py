@@ -1,6 +1,8 @@
 """Renderers: the same analysis as terminal text, JSON, markdown or self-contained HTML.
 
-Redaction happens here, once, on the finished text/document, so every format is covered.
+Redaction happens here, once, for every format: on the *document* before rendering (so JSON
+stays valid and HTML escaping is never undone), then on the finished text of the plain-text
+formats as a second net. See render/redact.py for what is hidden and why.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Any
 from kvscope.errors import InputError
 
 MODULES = {"terminal": "terminal", "json": "json_out", "markdown": "markdown", "html": "html"}
+TEXT_PASS = ("terminal", "markdown")  # formats whose finished text holds no code or escaping to protect
 
 
 def render_analysis(analysis: Any, fmt: str, redact: bool = True, extra: dict[str, Any] | None = None) -> str:
@@ -18,11 +21,13 @@ def render_analysis(analysis: Any, fmt: str, redact: bool = True, extra: dict[st
         module = importlib.import_module(f"kvscope.render.{MODULES[fmt]}")
     except (KeyError, ModuleNotFoundError):
         raise InputError(f"output format {fmt!r} is not available in this build") from None
-    text = module.render(analysis, extra) if extra is not None else module.render(analysis)
+    redact_text = None
     if redact:
-        try:
-            from kvscope.render.redact import redact_text
-        except ModuleNotFoundError:
-            return text
+        from kvscope.render.redact import redact_text, redact_value
+
+        analysis = redact_value(analysis)
+        extra = redact_value(extra) if extra is not None else None
+    text = module.render(analysis, extra) if extra is not None else module.render(analysis)
+    if redact_text is not None and fmt in TEXT_PASS:
         text = redact_text(text, fmt)
     return text

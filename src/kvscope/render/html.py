@@ -1,0 +1,554 @@
+"""``--format html``: one self-contained report file that opens offline and is safe to share.
+
+Design, and why:
+
+* **jinja2 with autoescape on** renders the page: every string that came from a log (model
+  path, server_args values, failure messages, rank labels, source lines) is HTML-escaped by the
+  template engine, and jinja never evaluates ``{{ }}``/``{% %}`` found inside *data*.
+* **Chart.js** (MIT, vendored minified UMD build in ``templates/``, ~210 kB) draws the charts in
+  the browser. It is maintained, has stacked bars, dual axes, filled areas and tooltips, needs no
+  other package, and draws on ``<canvas>``: labels and tooltips are painted text, never parsed as
+  HTML, so a hostile rank label cannot inject markup. Server-side SVG (matplotlib, pygal) would add
+  a heavy or network-loading dependency for less interactivity.
+* Chart data travels as JSON in ``<script type="application/json">`` through jinja's ``tojson``
+  (``<``, ``>``, ``&``, ``'`` become ``\\u003c``…), so ``</script>`` inside data cannot close the tag.
+* A Content-Security-Policy ``<meta>`` allows only the two inline scripts and the style block by
+  hash and forbids every fetch (``default-src 'none'``): the report makes no network request, and
+  a script smuggled in by some future escaping bug would be refused by the browser.
+* Every number is also in a table, so the report reads without JavaScript (mail previews, print).
+
+The figure helpers (``memory_segments``, ``whatif_curve``, ``runtime_series``) are shared with
+the markdown renderer and with ``whatif``/``plan`` through ``render(analysis, extra)``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import math
+from datetime import datetime
+from functools import cache, lru_cache
+from importlib import resources
+from typing import Any
+
+from jinja2 import Environment, select_autoescape
+from markupsafe import Markup
+
+from kvscope import __version__
+from kvscope.ledger.model import CAPACITY_FIELDS, GIB, KvPool, Rank, SourceRef, Startup
+
+CHARTJS_FILE = "chart.umd.min.js"
+CHARTJS_VERSION = "4.6.1"
+SAFETY_MARGIN_GIB = 2.0  # same reserve margin as findings/sglang.py: max(2 GiB, 5 % of the basis)
+SAFETY_MARGIN_FRACTION = 0.05
+MAX_CHART_RANKS = 128
+MAX_RUNTIME_POINTS = 1500
+MAX_RUNTIME_SERIES = 8
+
+# key, label, colour, what the part is (tooltip and legend text)
+SEGMENTS = (
+    ("context", "CUDA context & others", "#95a5a6", "taken before the weights loaded: CUDA context, NCCL, other processes"),
+    ("weights", "weights", "#8e44ad", "model weights (this rank's shard)"),
+    ("kv", "KV pool", "#27ae60", "KV cache pool of the served model"),
+    ("draft", "draft", "#17a2b8", "speculative draft model: its KV pool and weights"),
+    ("graphs", "CUDA graphs", "#f39c12", "memory held by captured CUDA graphs"),
+    ("other", "other", "#e74c3c", "not itemized by the log: activations, request tables, allocator slack"),
+    ("free", "free", "#d0d7de", "still free at the last figure the log printed: the reserve"),
+    ("unlogged", "not logged for this rank", "#eceff1", "this rank's log lines do not itemize this memory"),
+)
+FIELD_LABELS = {
+    "total_gib": "device total",
+    "pre_load_free_gib": "free before weights",
+    "weights_gib": "weights",
+    "avail_after_weights_gib": "free after weights",
+    "activation_peak_gib": "activation peak",
+    "non_torch_gib": "non-torch memory",
+    "usable_gib": "usable budget",
+    "avail_after_pool_gib": "free after KV pool",
+    "cuda_graph_gib": "CUDA graphs",
+    "avail_at_ready_gib": "free at ready",
+}
+RANK_COLUMNS = ("pre_load_free_gib", "weights_gib", "avail_after_weights_gib", "avail_after_pool_gib",
+                "cuda_graph_gib", "avail_at_ready_gib")
+
+
+# ---------------------------------------------------------------- figures shared with markdown
+
+
+def fmt_gib(x: float | None) -> str:
+    return "—" if x is None else f"{x:.2f}"
+
+
+def fmt_int(x: Any) -> str:
+    return f"{x:,}" if isinstance(x, int) and not isinstance(x, bool) else ("—" if x is None else str(x))
+
+
+def _num(x: Any) -> float | None:
+    """A finite float, or None: settings arrive as logged (strings, ints) or assumed."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def device_total(s: Startup, r: Rank) -> float | None:
+    return r.total_gib if r.total_gib is not None else _num(s.assumptions.get("gpu_total_gib"))
+
+
+def _pool_sum(r: Rank, draft: bool) -> float:
+    return sum((p.size_gib() or 0.0) for p in r.kv_pools if (p.name == "draft") == draft and p.name != "host")
+
+
+def _free_last(r: Rank) -> float | None:
+    for value in (r.avail_at_ready_gib, r.extras.get("avail_after_graphs_gib"), r.avail_after_pool_gib):
+        if _num(value) is not None:
+            return float(value)
+    return None
+
+
+def _graphs(r: Rank) -> float:
+    if r.cuda_graph_gib is not None:
+        return r.cuda_graph_gib
+    return sum(_num(g.get("graph_gib")) or 0.0 for g in r.extras.get("graphs", []) if isinstance(g, dict))
+
+
+def memory_segments(s: Startup, r: Rank) -> list[dict[str, Any]]:
+    """The parts of one GPU's memory, in GiB, from what the log shows for this rank.
+
+    Where the rank's own lines stop short (other ranks often print only their pool), the rest of
+    the device is one "not logged" part instead of a guess copied from another rank.
+    """
+    parts = {"weights": r.weights_gib or 0.0, "kv": _pool_sum(r, draft=False),
+             "draft": _pool_sum(r, draft=True) + (_num(r.extras.get("draft_weights_gib")) or 0.0),
+             "graphs": _graphs(r), "free": _free_last(r) or 0.0}
+    total, pre = device_total(s, r), r.pre_load_free_gib
+    if pre is not None:
+        parts["other"] = max(0.0, pre - sum(parts.values())) if _free_last(r) is not None else 0.0
+        if total is not None and total > pre:
+            parts["context"] = total - pre
+    else:
+        ref = s.reference_rank
+        basis = total if total is not None else (ref.pre_load_free_gib if ref is not None else None)
+        if basis is not None and sum(parts.values()) > 0:
+            parts["unlogged"] = max(0.0, basis - sum(parts.values()))
+    notes = _segment_notes(r)
+    return [{"key": key, "label": label, "gib": round(parts[key], 4), "colour": colour, "what": what,
+             "note": notes.get(key, "")}
+            for key, label, colour, what in SEGMENTS if parts.get(key)]
+
+
+def _segment_notes(r: Rank) -> dict[str, str]:
+    """Per-rank detail for tooltips: token counts of the pools, which free figure was used."""
+    notes: dict[str, str] = {}
+    kv = [f"{p.name} {p.tokens:,} tokens" for p in r.kv_pools if p.tokens and p.name not in ("draft", "host")]
+    if kv:
+        notes["kv"] = ", ".join(kv)
+    draft = r.pool("draft")
+    if draft is not None and draft.tokens:
+        notes["draft"] = f"draft pool {draft.tokens:,} tokens"
+    if r.avail_at_ready_gib is not None:
+        notes["free"] = "free at ready"
+    elif r.extras.get("avail_after_graphs_gib") is not None:
+        notes["free"] = "free after CUDA graph capture"
+    elif r.avail_after_pool_gib is not None:
+        notes["free"] = "free after the KV pool (the log ends before graphs)"
+    return notes
+
+
+def _knob(s: Startup) -> tuple[str, float | None, str]:
+    """The memory fraction setting of the engine: its name, current value, and where the value came from."""
+    if s.engine == "vllm":
+        value = _num(s.setting("gpu_memory_utilization"))
+        return "gpu_memory_utilization", value if value is not None else 0.9, "logged" if value is not None else "default"
+    return "mem_fraction_static", _num(s.setting("mem_fraction_static")), "logged"
+
+
+def bytes_per_token(s: Startup) -> tuple[int | None, str]:
+    """Bytes of KV per token per GPU: the reconciled engine rule, else the logged pool ÷ tokens."""
+    if s.reconciliation is not None and s.reconciliation.bytes_per_token:
+        return s.reconciliation.bytes_per_token, "see the reconciliation below"
+    ref = s.reference_rank
+    target = _target_pool(ref) if ref is not None else None
+    if target is not None and target.tokens and target.size_gib():
+        return int(target.size_gib() * GIB / target.tokens), "logged pool ÷ tokens"
+    cap = s.capacity
+    if cap.available_kv_gib and cap.kv_tokens:
+        return int(cap.available_kv_gib * GIB / cap.kv_tokens), "logged KV memory ÷ tokens"
+    return None, ""
+
+
+def _target_pool(r: Rank) -> KvPool | None:
+    return r.pool("target") or r.pool("kv") or next((p for p in r.kv_pools if p.name not in ("draft", "host")), None)
+
+
+def _curve_basis(s: Startup) -> dict[str, Any] | None:
+    """The numbers the what-if line needs: basis GiB per 1.0 of the knob, tokens and free GiB now."""
+    ref = s.reference_rank
+    if ref is None:
+        return None
+    knob, current, origin = _knob(s)
+    if s.engine == "vllm":
+        basis = device_total(s, ref)
+        tokens = s.capacity.kv_tokens
+        free_now = basis * (1 - current) - _graphs(ref) if basis is not None and current is not None else None
+        spent_after = 0.0
+    else:
+        basis = ref.pre_load_free_gib
+        target = _target_pool(ref)
+        tokens = target.tokens if target is not None else None
+        free_now = ref.avail_after_pool_gib
+        last = _free_last(ref)
+        spent_after = (free_now - last) if free_now is not None and last is not None else 0.0
+    if basis is None or current is None or free_now is None:
+        return None
+    ready_known = s.engine == "vllm" or ref.avail_at_ready_gib is not None or "avail_after_graphs_gib" in ref.extras
+    return {"knob": knob, "current": current, "origin": origin, "basis": basis, "tokens": tokens,
+            "free_now": free_now, "spent_after": max(0.0, spent_after), "ready_known": ready_known}
+
+
+def whatif_curve(s: Startup) -> dict[str, Any] | None:
+    """KV tokens and reserve left against mem_fraction_static (SGLang) or gpu_memory_utilization (vLLM).
+
+    Each +0.01 of the knob moves 0.01 × basis GiB from the reserve into the KV pool, where the basis
+    is the free memory before weights (SGLang) or the device total (vLLM): tokens per step =
+    0.01 × basis × 2^30 / bytes per token. The OOM-risk region starts where the memory left after
+    the pool, less what CUDA graphs / the draft model took after it, falls under a safety margin.
+    """
+    b = _curve_basis(s)
+    bpt, bpt_how = bytes_per_token(s)
+    if b is None or not bpt:
+        return None
+    m, basis = b["current"], b["basis"]
+    step = int(0.01 * basis * GIB // bpt)
+    margin = max(SAFETY_MARGIN_GIB, SAFETY_MARGIN_FRACTION * basis)
+    need = margin + b["spent_after"]
+    risk_from = round(m + (b["free_now"] - need) / basis, 4)
+    tokens_now = b["tokens"]
+    if tokens_now is None:
+        return None
+    lo = max(0.05, round(m - 0.10, 2))
+    hi = min(0.99, round(max(m + 0.06, risk_from + 0.03), 2))
+    points = []
+    for i in range(round((hi - lo) * 100) + 1):
+        x = round(lo + i / 100, 2)
+        k = round((x - m) * 100)
+        free = b["free_now"] - (x - m) * basis - b["spent_after"]
+        points.append({"x": x, "tokens": max(0, tokens_now + k * step), "reserve_gib": round(free, 3),
+                       "risk": free < margin})
+    return {"knob": b["knob"], "current": m, "origin": b["origin"], "basis_gib": basis, "bytes_per_token": bpt,
+            "bytes_per_token_how": bpt_how, "tokens_now": tokens_now, "tokens_per_step": step, "margin_gib": margin,
+            "spent_after_gib": b["spent_after"], "risk_from": risk_from, "ready_known": b["ready_known"],
+            "basis_name": "device total" if s.engine == "vllm" else "free memory before weights", "points": points}
+
+
+def whatif_rows(curve: dict[str, Any]) -> list[dict[str, Any]]:
+    """A short table of the curve: a few steps around the current value and the edge of the risk region."""
+    m = curve["current"]
+    wanted = {round(m + d, 2) for d in (-0.04, -0.02, 0.0, 0.01, 0.02, 0.04, 0.06)}
+    edge = math.floor(curve["risk_from"] * 100) / 100
+    wanted |= {round(edge, 2), round(edge + 0.01, 2)}
+    return [p | {"current": abs(p["x"] - m) < 1e-9, "delta": p["tokens"] - curve["tokens_now"]}
+            for p in curve["points"] if round(p["x"], 2) in wanted]
+
+
+# ------------------------------------------------------------------------------ runtime series
+
+TIME_KEYS = ("t", "t_s", "time_s", "elapsed_s", "seconds", "time", "ts", "timestamp")
+SERIES_KEYS = ("samples", "series", "timeline", "points", "data")
+
+
+def _as_dict(runtime: Any) -> Any:
+    if runtime is None or isinstance(runtime, (dict, list)):
+        return runtime
+    as_dict = getattr(runtime, "as_dict", None)
+    return as_dict() if callable(as_dict) else None
+
+
+def _rows(rt: Any) -> list[dict[str, Any]]:
+    """Samples as a list of dicts, from a list of dicts, a dict holding one, or columns of equal length."""
+    if isinstance(rt, list):
+        return [r for r in rt if isinstance(r, dict)]
+    if not isinstance(rt, dict):
+        return []
+    for key in SERIES_KEYS + tuple(rt):
+        value = rt.get(key)
+        if isinstance(value, list) and value and isinstance(value[0], dict):
+            return [r for r in value if isinstance(r, dict)]
+    columns = {k: v for k, v in rt.items() if isinstance(v, list) and v}
+    lengths = {len(v) for v in columns.values()}
+    if len(columns) >= 2 and len(lengths) == 1:
+        n = lengths.pop()
+        return [{k: v[i] for k, v in columns.items()} for i in range(n)]
+    return []
+
+
+def _seconds(value: Any) -> float | None:
+    n = _num(value)
+    if n is not None:
+        return n
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value.strip().replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
+def runtime_series(runtime: Any) -> dict[str, Any] | None:
+    """A startup's serving-time samples as chart series: x in seconds from the first sample."""
+    rows = _rows(_as_dict(runtime))
+    if len(rows) < 2:
+        return None
+    if len(rows) > MAX_RUNTIME_POINTS:
+        stride = math.ceil(len(rows) / MAX_RUNTIME_POINTS)
+        rows = rows[::stride]
+    tkey = next((k for k in TIME_KEYS if k in rows[0]), None)
+    xs = [_seconds(r.get(tkey)) for r in rows] if tkey else [float(i) for i in range(len(rows))]
+    if any(x is None for x in xs):
+        xs, tkey = [float(i) for i in range(len(rows))], None
+    x0 = xs[0]
+    names = [k for k in rows[0] if k != tkey and k not in ("line", "line_no", "rank")
+             and any(isinstance(r.get(k), (int, float)) and not isinstance(r.get(k), bool) for r in rows)]
+    series = []
+    for name in names[:MAX_RUNTIME_SERIES]:
+        values = [_num(r.get(name)) for r in rows]
+        finite = [v for v in values if v is not None]
+        fraction = bool(finite) and all(0.0 <= v <= 1.0 for v in finite) and any(v % 1 for v in finite)
+        series.append({"name": str(name), "values": values, "axis": "y2" if fraction else "y",
+                       "min": min(finite, default=None), "max": max(finite, default=None),
+                       "last": finite[-1] if finite else None})
+    if not series:
+        return None
+    return {"x": [round(x - x0, 3) for x in xs], "x_label": "seconds since first sample" if tkey else "sample",
+            "series": series, "samples": len(rows)}
+
+
+def runtime_facts(runtime: Any) -> list[tuple[str, str]]:
+    """Scalar facts next to the series (peaks, counts), as (name, value) text pairs."""
+    rt = _as_dict(runtime)
+    if not isinstance(rt, dict):
+        return []
+    return [(str(k), str(v)) for k, v in rt.items() if isinstance(v, (str, int, float, bool)) and v is not None][:20]
+
+
+# ---------------------------------------------------------------------- generic extra sections
+
+
+def generic_table(obj: Any) -> dict[str, Any]:
+    """Any JSON-like value as a table: a list of dicts becomes rows × columns, a dict key → value."""
+    if isinstance(obj, list) and obj and all(isinstance(r, dict) for r in obj):
+        cols: list[str] = []
+        for r in obj:
+            cols += [str(k) for k in r if str(k) not in cols]
+        return {"columns": cols, "rows": [[_cell(r.get(c)) for c in cols] for r in obj[:500]]}
+    if isinstance(obj, dict):
+        return {"columns": ["key", "value"], "rows": [[k, _cell(v)] for k, v in _flatten(obj)]}
+    return {"columns": ["value"], "rows": [[_cell(obj)]]}
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for k, v in d.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out += _flatten(v, name + ".")
+        else:
+            out.append((name, v))
+    return out[:500]
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:,.4g}" if abs(v) < 1e6 else f"{v:,.0f}"
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v:,}"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(_cell(x) for x in v[:50])
+    return "—" if v is None else str(v)
+
+
+# ------------------------------------------------------------------------------- view building
+
+
+def evidence_lines(s: Startup) -> list[dict[str, Any]]:
+    """The log lines behind the figures, each with the figures it supports, in file/line order."""
+    uses: dict[tuple[str, int], list[str]] = {}
+
+    def use(ref: SourceRef | None, what: str) -> None:
+        if ref is not None:
+            uses.setdefault((ref.file, ref.line_no), []).append(what)
+
+    for r in s.ranks:
+        for key, ref in r.sources.items():
+            use(ref, f"{r.rank} {FIELD_LABELS.get(key, key)}")
+        for p in r.kv_pools:
+            use(p.source, f"{r.rank} KV pool {p.name}")
+    if s.failure is not None:
+        use(s.failure.source, "failure")
+    seen: dict[tuple[str, int], dict[str, Any]] = {}
+    refs = list(s.evidence) + ([s.failure.source] if s.failure and s.failure.source else [])
+    for ref in refs:
+        key = (ref.file, ref.line_no)
+        if key not in seen:
+            seen[key] = {"file": ref.file, "line": ref.line_no, "text": ref.text, "uses": uses.get(key, [])}
+    return sorted(seen.values(), key=lambda e: (e["file"], e["line"]))
+
+
+def _rank_row(r: Rank) -> dict[str, Any]:
+    cells = [{"value": fmt_gib(getattr(r, key)), "derived": key in r.derived} for key in RANK_COLUMNS]
+    pools = [{"name": p.name, "gib": fmt_gib(p.size_gib()), "tokens": fmt_int(p.tokens) if p.tokens else "",
+              "dtype": p.dtype or ""} for p in r.kv_pools]
+    return {"rank": r.rank, "cells": cells, "pools": pools}
+
+
+def capacity_rows(s: Startup) -> list[tuple[str, str]]:
+    out = []
+    for key in CAPACITY_FIELDS:
+        value = getattr(s.capacity, key)
+        if value is not None:
+            out.append((key, _cell(value)))
+    out += [(str(k), _cell(v)) for k, v in s.capacity.extras.items() if v is not None]
+    return out
+
+
+def settings_rows(s: Startup) -> list[tuple[str, str, str]]:
+    rows = [(str(k), _cell(v), "logged") for k, v in s.settings.items() if v is not None]
+    rows += [(str(k), _cell(v), "assumed") for k, v in s.assumptions.items()
+             if not str(k).startswith("_") and k not in s.settings and v is not None]
+    return rows
+
+
+def finding_views(s: Startup) -> list[dict[str, Any]]:
+    out = []
+    for f in s.findings:
+        sug = None
+        if f.suggestion is not None:
+            g = f.suggestion
+            sug = {"flag": g.flag, "from": _cell(g.from_value), "to": _cell(g.to_value),
+                   "command": f"{g.flag} {g.to_value}" if not isinstance(g.to_value, bool) else
+                   (g.flag if g.to_value else f"(remove {g.flag})"),
+                   "tokens_after": fmt_int(g.kv_tokens_after) if g.kv_tokens_after else "", "note": g.note}
+        out.append({"code": f.code, "severity": f.severity, "title": f.title, "detail": f.detail, "suggestion": sug})
+    return out
+
+
+def _chart_memory(s: Startup) -> dict[str, Any]:
+    ranks = s.ranks[:MAX_CHART_RANKS]
+    per_rank = [{seg["key"]: seg for seg in memory_segments(s, r)} for r in ranks]
+    datasets = []
+    for key, label, colour, what in SEGMENTS:
+        values = [pr[key]["gib"] if key in pr else None for pr in per_rank]
+        if any(v for v in values):
+            datasets.append({"key": key, "label": label, "colour": colour, "what": what, "values": values,
+                             "notes": [pr[key]["note"] if key in pr else "" for pr in per_rank]})
+    return {"labels": [r.rank for r in ranks], "datasets": datasets}
+
+
+def kv_view(s: Startup, curve: dict[str, Any] | None) -> dict[str, Any]:
+    ref = s.reference_rank
+    rec = s.reconciliation
+    bpt, bpt_how = bytes_per_token(s)
+    view: dict[str, Any] = {"tokens": fmt_int(s.capacity.kv_tokens), "bytes_per_token": fmt_int(bpt),
+                            "bytes_per_token_how": bpt_how, "pools": [], "architecture": [], "rank": ref.rank if ref else ""}
+    if ref is not None:
+        view["pools"] = [{"name": p.name, "tokens": fmt_int(p.tokens), "gib": fmt_gib(p.size_gib()),
+                          "k": fmt_gib(p.k_gib) if p.k_gib is not None else "", "v": fmt_gib(p.v_gib) if p.v_gib is not None else "",
+                          "dtype": p.dtype or ""} for p in ref.kv_pools]
+    if rec is not None:
+        view["reconciliation"] = {
+            "verdict": {True: "reconciles", False: "does not reconcile", None: "not checked"}[rec.consistent],
+            "ok": rec.consistent, "method": rec.method, "detail": rec.detail,
+            "range": f"{fmt_int(rec.kv_tokens_low)} – {fmt_int(rec.kv_tokens_high)}" if rec.kv_tokens_low is not None else ""}
+        view["architecture"] = [(str(k), _cell(v)) for k, v in rec.architecture.items()]
+    if curve is not None:
+        view["per_step"] = fmt_int(curve["tokens_per_step"])
+        view["basis"] = f"{curve['basis_gib']:.2f}"
+        view["basis_name"] = curve["basis_name"]
+        view["knob"] = curve["knob"]
+    return view
+
+
+def startup_view(s: Startup, index: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(what the template shows, what the charts draw) for one startup."""
+    curve = whatif_curve(s)
+    runtime = runtime_series(s.runtime)
+    ref = s.reference_rank
+    view = {
+        "index": index, "engine": s.engine, "version": s.engine_version or "", "era": s.era or "",
+        "file": s.file, "first_line": s.first_line, "last_line": s.last_line, "model": s.model or "",
+        "capacity": capacity_rows(s), "settings": settings_rows(s), "ranks": [_rank_row(r) for r in s.ranks],
+        "derived_any": any(r.derived for r in s.ranks),
+        "ledger": ([{"item": row.item, "gib": fmt_gib(row.gib), "how": row.how, "note": row.note} for row in ref.ledger]
+                   if ref is not None else []),
+        "ledger_rank": ref.rank if ref is not None else "",
+        "derivation": str(ref.extras.get("derivation", "")) if ref is not None else "",
+        "failure": ({"kind": s.failure.kind, "message": s.failure.message,
+                     "line": s.failure.source.line_no if s.failure.source else None} if s.failure else None),
+        "kv": kv_view(s, curve), "curve": curve, "whatif": whatif_rows(curve) if curve else [],
+        "runtime": runtime, "runtime_facts": runtime_facts(s.runtime) if s.runtime is not None else [],
+        "findings": finding_views(s), "evidence": evidence_lines(s),
+        "warnings": [_cell(w.get("message") or w) for w in s.warnings],
+    }
+    chart = {"memory": _chart_memory(s), "whatif": curve, "runtime": runtime}
+    view["segments"] = [seg for seg in SEGMENTS if any(d["key"] == seg[0] for d in chart["memory"]["datasets"])]
+    return view, chart
+
+
+# ------------------------------------------------------------------------------------- output
+
+
+@cache
+def _asset(name: str) -> str:
+    return resources.files("kvscope.render").joinpath("templates", name).read_text(encoding="utf-8")
+
+
+def _inline(name: str, closing: str) -> Markup:
+    """A packaged script/style for inlining; refuses one that could close its own tag early."""
+    text = _asset(name)
+    if closing in text.lower():
+        raise ValueError(f"{name} contains {closing!r} and cannot be inlined")
+    return Markup(text)
+
+
+def _css() -> Markup:
+    """The stylesheet plus one swatch rule per ledger part (colours live in SEGMENTS only)."""
+    swatches = "".join(f".sw-{key}{{background:{colour}}}" for key, _, colour, _ in SEGMENTS)
+    return Markup(_inline("report.css", "</style") + swatches + "\n")
+
+
+def _sha256(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode() + "'"
+
+
+@lru_cache(maxsize=1)
+def _environment() -> Environment:
+    env = Environment(autoescape=select_autoescape(default=True, default_for_string=True), trim_blocks=True,
+                      lstrip_blocks=True, keep_trailing_newline=False)
+    env.filters["gib"] = fmt_gib
+    env.filters["int"] = fmt_int
+    return env
+
+
+def render(analysis: Any, extra: dict[str, Any] | None = None) -> str:
+    views, charts = [], []
+    for i, s in enumerate(analysis.startups, 1):
+        view, chart = startup_view(s, i)
+        views.append(view)
+        charts.append(chart)
+    extra = dict(extra or {})
+    prediction = extra.pop("prediction", None)
+    css, chartjs, appjs = _css(), _inline(CHARTJS_FILE, "</script"), _inline("report.js", "</script")
+    csp = ("default-src 'none'; "
+           f"script-src {_sha256(chartjs)} {_sha256(appjs)}; style-src {_sha256(css)}; "
+           "img-src data:; font-src data:; base-uri 'none'; form-action 'none'")
+    st = analysis.stats
+    template = _environment().from_string(_asset("report.html.j2"))
+    return template.render(
+        startups=views, data={"startups": charts}, css=css, chartjs=chartjs, appjs=appjs, csp=csp,
+        version=__version__, chartjs_version=CHARTJS_VERSION, chartjs_license=_asset("chart.js.LICENSE.md"),
+        prediction=generic_table(prediction) if prediction is not None else None,
+        extras=[(str(k), generic_table(v)) for k, v in extra.items()],
+        stats={"files": st.files, "bytes": st.bytes_read, "lines": st.lines, "overlong": st.overlong_lines,
+               "warnings": list(st.warnings)},
+    )

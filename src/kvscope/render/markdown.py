@@ -1,0 +1,250 @@
+"""``--format markdown``: a report to paste into a GitHub issue or discussion.
+
+GitHub renders tables, so every figure is a table row; the log lines go in a collapsed
+``<details>`` block inside a fenced code block. Text from a log is never trusted as markdown:
+
+* literals (model paths, failure messages, setting values) go in code spans whose backtick run
+  is longer than any run inside them, so nothing in them is parsed as markup;
+* prose that embeds log values (finding titles and details) is escaped: ``& < >`` become
+  entities (no raw HTML) and markdown punctuation gets a backslash;
+* the fence around the log lines is one backtick longer than the longest run in any line, so
+  no line can close it early (and ``</details>`` inside it is just text).
+
+Table cells escape ``|`` (GitHub honours ``\\|`` even inside code spans) and fold newlines.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from kvscope import __version__
+from kvscope.ledger.model import Startup
+from kvscope.render.html import (
+    RANK_COLUMNS,
+    capacity_rows,
+    evidence_lines,
+    finding_views,
+    fmt_gib,
+    generic_table,
+    kv_view,
+    runtime_facts,
+    runtime_series,
+    settings_rows,
+    whatif_curve,
+    whatif_rows,
+)
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]{}#!|~])")
+
+
+def _clean(text: Any) -> str:
+    """One line of text: control characters out, newlines folded."""
+    return _CONTROL.sub("?", str(text)).replace("\r", " ").replace("\n", " ")
+
+
+def md_escape(text: Any) -> str:
+    """Text shown as text: no raw HTML, no emphasis, links, tables or code spans from the data."""
+    t = _clean(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MD_SPECIAL.sub(r"\\\1", t)
+
+
+def longest_backtick_run(text: str) -> int:
+    return max((len(m) for m in re.findall(r"`+", text)), default=0)
+
+
+def md_code(text: Any) -> str:
+    """An inline code span that ``text`` cannot close; ``|`` escaped for table cells."""
+    t = _clean(text)
+    if not t:
+        return ""
+    fence = "`" * (longest_backtick_run(t) + 1)
+    pad = " " if t[0] in "` " or t[-1] in "` " else ""
+    return f"{fence}{pad}{t.replace('|', chr(92) + '|')}{pad}{fence}"
+
+
+def code_block(lines: list[str], info: str = "text") -> str:
+    """A fenced block no line can break out of: the fence outruns every backtick run in the content."""
+    body = "\n".join(_CONTROL.sub("?", line).replace("\r", "") for line in lines)
+    fence = "`" * max(3, longest_backtick_run(body) + 1)
+    return f"{fence}{info}\n{body}\n{fence}"
+
+
+def _table(header: list[str], rows: list[list[str]], right: set[int] | None = None) -> list[str]:
+    """A GitHub table; cells must already be escaped or code spans."""
+    right = right or set()
+    out = ["| " + " | ".join(header) + " |",
+           "|" + "|".join("---:" if i in right else "---" for i in range(len(header))) + "|"]
+    out += ["| " + " | ".join(c if c else " " for c in row) + " |" for row in rows]
+    return out + [""]
+
+
+def _header(s: Startup, index: int) -> list[str]:
+    title = f"## Startup {index}: {md_escape(s.engine)}"
+    if s.engine_version:
+        title += f" {md_escape(s.engine_version)}"
+    if s.model:
+        title += f" · {md_code(s.model)}"
+    where = f"{md_code(f'{s.file}:{s.first_line}-{s.last_line}')}"
+    if s.era:
+        where += f" · era {md_escape(s.era)}"
+    out = [title, "", where, ""]
+    if s.failure is not None:
+        line = f" (line {s.failure.source.line_no})" if s.failure.source else ""
+        out += [f"> **Startup failed: {md_escape(s.failure.kind)}**{line}: {md_code(s.failure.message[:500])}", ""]
+    facts = [f"**{md_escape(k)}** {md_escape(v)}" for k, v in capacity_rows(s)]
+    if facts:
+        out += [" · ".join(facts), ""]
+    return out
+
+
+def _ranks(s: Startup) -> list[str]:
+    if not s.ranks:
+        return []
+    rows = []
+    for r in s.ranks:
+        cells = [fmt_gib(getattr(r, k)) + ("\\*" if k in r.derived else "") for k in RANK_COLUMNS]
+        pools = ", ".join(f"{md_escape(p.name)} {fmt_gib(p.size_gib())}" + (f" ({p.tokens:,} tok)" if p.tokens else "")
+                          for p in r.kv_pools) or "—"
+        rows.append([md_code(r.rank)] + cells[:3] + [pools] + cells[3:])
+    header = ["rank", "free before weights", "weights", "free after weights", "KV pools", "free after pool",
+              "CUDA graphs", "free at ready"]
+    out = ["### Memory per GPU (GiB)", ""] + _table(header, rows, right={1, 2, 3, 5, 6, 7})
+    if any(r.derived for r in s.ranks):
+        out += ["\\* derived by kvscope, not printed in the log", ""]
+    return out
+
+
+def _ledger(s: Startup) -> list[str]:
+    ref = s.reference_rank
+    if ref is None or not ref.ledger:
+        return []
+    rows = [[md_escape(row.item), fmt_gib(row.gib), md_escape(row.how), md_escape(row.note)] for row in ref.ledger]
+    out = [f"### Ledger of {md_code(ref.rank)}", ""] + _table(["item", "GiB", "how", "note"], rows, right={1})
+    if ref.extras.get("derivation"):
+        out += [md_code(ref.extras["derivation"]), ""]
+    return out
+
+
+def _kv(s: Startup) -> list[str]:
+    kv = kv_view(s, None)
+    line = f"- **{kv['tokens']}** tokens of KV cache"
+    if kv["rank"]:
+        line += f" on {md_code(kv['rank'])}"
+    if kv["bytes_per_token"] != "—":
+        line += f", **{kv['bytes_per_token']}** bytes per token per GPU ({md_escape(kv['bytes_per_token_how'])})"
+    out = ["### KV pool", "", line]
+    rec = kv.get("reconciliation")
+    if rec:
+        out.append(f"- Reconciliation: **{rec['verdict']}**" + (f" (engine rule: {rec['range']} tokens)" if rec["range"] else ""))
+        out.append(f"- Why this many bytes per token: {md_escape(rec['method'])}")
+        out.append(f"- {md_escape(rec['detail'])}")
+    else:
+        out.append("- Not reconciled with the engine's sizing rule: pass `--model` (config.json or model id).")
+    return out + [""]
+
+
+def _whatif(s: Startup) -> list[str]:
+    curve = whatif_curve(s)
+    if curve is None:
+        return []
+    knob = curve["knob"]
+    out = [f"### What if: `{knob}`", "",
+           f"Each +0.01 of `{knob}` moves {0.01 * curve['basis_gib']:.2f} GiB ({curve['basis_name']} "
+           f"{curve['basis_gib']:.2f} GiB × 0.01) between the reserve and the KV pool: **{curve['tokens_per_step']:,}** "
+           f"tokens. OOM risk (under {curve['margin_gib']:.1f} GiB left) from about **{curve['risk_from']:.2f}**."]
+    if not curve["ready_known"]:
+        out[-1] += " The log ends before CUDA graphs / the draft model took their share, so the real risk starts earlier."
+    out.append("")
+    rows = [[f"**{p['x']:.2f}**" if p["current"] else f"{p['x']:.2f}", f"{p['tokens']:,}",
+             f"{p['delta']:+,}" if p["delta"] else "", f"{p['reserve_gib']:.2f}",
+             " ".join(x for x in ("current" if p["current"] else "", "⚠ OOM risk" if p["risk"] else "") if x)]
+            for p in whatif_rows(curve)]
+    return out + _table([f"`{knob}`", "KV tokens", "change", "GiB left", ""], rows, right={1, 2, 3})
+
+
+def _runtime(s: Startup) -> list[str]:
+    if s.runtime is None:
+        return []
+    series = runtime_series(s.runtime)
+    facts = runtime_facts(s.runtime)
+    if series is None and not facts:
+        return []
+    out = ["### Runtime", ""]
+    if series is not None:
+        rows = [[md_code(x["name"]), str(x["min"]), str(x["max"]), str(x["last"])] for x in series["series"]]
+        out += [f"{series['samples']} samples.", ""] + _table(["series", "min", "max", "last"], rows, right={1, 2, 3})
+    if facts:
+        out += _table(["fact", "value"], [[md_code(k), md_code(v)] for k, v in facts])
+    return out
+
+
+def _findings_md(s: Startup) -> list[str]:
+    items = finding_views(s)
+    if not items:
+        return []
+    out = ["### Findings", ""]
+    for f in items:
+        out.append(f"- **{md_escape(f['severity'])}** · {md_escape(f['title'])}  ")
+        out.append(f"  {md_escape(f['detail'])}")
+        sug = f["suggestion"]
+        if sug:
+            tail = f"{md_escape(sug['flag'])}: {md_escape(sug['from'])} → {md_escape(sug['to'])}"
+            if sug["tokens_after"]:
+                tail += f"; {sug['tokens_after']} KV tokens"
+            if sug["note"]:
+                tail += f"; {md_escape(sug['note'])}"
+            out[-1] += "  "
+            out.append(f"  Suggested: {md_code(sug['command'])} ({tail})")
+    return out + [""]
+
+
+def _settings_md(s: Startup) -> list[str]:
+    rows = settings_rows(s)
+    if not rows:
+        return []
+    body = _table(["setting", "value", "from"], [[md_code(k), md_code(v), how] for k, v, how in rows])
+    return [f"<details><summary>Settings ({len(rows)})</summary>", ""] + body + ["</details>", ""]
+
+
+def _evidence(s: Startup) -> list[str]:
+    lines = evidence_lines(s)
+    if not lines:
+        return []
+    width = max(len(str(e["line"])) for e in lines)
+    files = sorted({e["file"] for e in lines})
+    text = []
+    for e in lines:
+        where = (f"{e['file']}:" if len(files) > 1 else "") + str(e["line"]).rjust(width)
+        text.append(f"{where}  {e['text']}")
+    head = f"Log lines ({len(lines)})" + (f" from {files[0].rsplit('/', 1)[-1]}" if len(files) == 1 else "")
+    return ["<details><summary>" + md_escape(head) + "</summary>", "", code_block(text), "", "</details>", ""]
+
+
+def render_startup(s: Startup, index: int) -> str:
+    parts = (_header(s, index) + _ranks(s) + _ledger(s) + _kv(s) + _whatif(s) + _runtime(s) + _findings_md(s)
+             + _settings_md(s) + _evidence(s))
+    return "\n".join(parts)
+
+
+def _extra(extra: dict[str, Any] | None) -> list[str]:
+    out: list[str] = []
+    for key, value in (extra or {}).items():
+        table = generic_table(value)
+        title = "What-if prediction" if key == "prediction" else md_escape(key)
+        rows = [[md_code(c) if c else "" for c in row] for row in table["rows"]]
+        out += [f"## {title}", ""] + _table([md_escape(c) for c in table["columns"]], rows)
+    return out
+
+
+def render(analysis: Any, extra: dict[str, Any] | None = None) -> str:
+    parts = ["# kvscope report", "",
+             "GPU memory at startup, read from the server log. GiB = 2^30 bytes.", ""]
+    parts += _extra(extra)
+    if not analysis.startups:
+        parts += ["No engine startup found in the input.", ""]
+    for i, s in enumerate(analysis.startups, 1):
+        parts.append(render_startup(s, i))
+    parts.append(f"<sub>kvscope {__version__}</sub>")
+    return "\n".join(parts).rstrip() + "\n"

@@ -1,0 +1,177 @@
+"""Redaction: secrets and user names never leave kvscope unless ``--no-redact`` is given.
+
+Reports are made to be pasted into GitHub issues, so by default every format hides what a
+server log often holds next to the memory figures: API keys in ``server_args``, ``--api-key X``
+in launch commands, Hugging Face / OpenAI / GitHub tokens, bearer headers, passwords in URLs,
+``password=`` / ``token=`` / ``secret=`` values, and the user name in ``/home/alice/...``.
+
+Why the document is redacted *before* rendering (``redact_value``) and not only the finished
+text: escaping gets in the way afterwards. HTML turns ``api_key='x'`` into ``api_key=&#39;x&#39;``
+and JSON turns quotes into ``\\"``, so patterns would miss secrets or, worse, break the syntax.
+Redacting every string of the analysis first keeps JSON valid and HTML escaping intact, and lets
+secret *keys* of dictionaries (``settings["api_key"]``) be blanked whatever their value looks like.
+``redact_text`` is the second, text-level pass for plain-text formats (and for callers holding
+finished text); it never touches ``<script>``/``<style>`` blocks of HTML.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import re
+from typing import Any
+
+MARK = "[REDACTED]"
+
+# Keys whose value is a secret. "token" alone is common in these logs ("#token: 512",
+# "max_total_num_tokens"), so only named token kinds or a bare ``token`` key count.
+_STRONG = r"[A-Za-z0-9_.-]*?(?:api[_-]?keys?|apikey|secret|passw(?:or)?d|credentials?|private[_-]?key|access[_-]?key)[A-Za-z0-9_-]*"
+_TOKEN = (r"(?:[A-Za-z0-9_.-]*?[_-])?(?:hf|hugging[_-]?face|hub|access|auth|api|bearer|refresh|session|github|gh|gitlab"
+          r"|wandb|openai|slack|bot|id|oauth|jwt|secret)[_-]?token")
+_KEY = rf"(?:{_STRONG}|{_TOKEN}|token)"
+_KEY_NAMED = rf"(?:{_STRONG}|{_TOKEN})"  # without bare "token": "per token: 70,272 B" is prose
+_KEY_NAME = re.compile(rf"-*{_KEY}", re.IGNORECASE)
+
+_NOT_SECRET = {"", "none", "null", "nil", "false", "true", "undefined", "<none>", "[]", "{}"}
+_NOT_MARK = r"(?!\[REDACTED\])"
+
+# key = 'quoted value'  /  'key': 'value'  /  "key": "value"
+_KV_QUOTED = re.compile(
+    rf"(?<![#/\w.-])(?P<k>{_KEY})(?P<q1>['\"]?)(?P<sep>\s*[:=]\s*)(?P<q>['\"])(?P<v>[^'\"\n]*)(?P=q)", re.IGNORECASE)
+# key=value (also in URLs: ?token=…&)  /  key: value (named keys only)
+_KV_BARE = re.compile(
+    rf"(?<![#/\w.-])(?P<k>{_KEY}(?=['\"]?\s*=)|{_KEY_NAMED})(?P<q1>['\"]?)(?P<sep>\s*=\s*|:[ \t]*){_NOT_MARK}(?P<v>(?:\[REDACTED\]|[^\s'\",;)}}\]&<>]|\](?=[^\s'\",;)}}\]&<>]))+)", re.IGNORECASE)
+# --api-key "x y"  /  ['--api-key', 'x']
+_FLAG_QUOTED = re.compile(
+    rf"(?<![\w-])(?P<k>--?{_KEY})(?P<sep>\s+|['\"]\s*,\s*)(?P<q>['\"])(?P<v>[^'\"\n]*)(?P=q)", re.IGNORECASE)
+# --api-key x
+_FLAG_BARE = re.compile(rf"(?<![\w-])(?P<k>--?{_KEY})(?P<sep>\s+){_NOT_MARK}(?P<v>(?!-)[^\s'\"<>]+)", re.IGNORECASE)
+
+_AUTH_HEADER = re.compile(
+    r"(?P<k>authorization['\"]?\s*[:=]\s*['\"]?(?:(?:bearer|basic|token|digest)\s+|(?!(?:bearer|basic|token|digest)\b)))" + _NOT_MARK + r"(?P<v>[^\s'\",;<>]+)",
+    re.IGNORECASE)
+_BEARER = re.compile(r"\b(?P<k>bearer\s+)" + _NOT_MARK + r"(?P<v>(?=[A-Za-z0-9._~+/=-]*\d)[A-Za-z0-9._~+/=-]{8,})",
+                     re.IGNORECASE)
+# Token shapes that are secrets wherever they appear: (pattern, kept prefix).
+_SHAPES = [
+    (re.compile(r"\bhf_[A-Za-z0-9]{20,}\b"), "hf_"),
+    (re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"), "sk-"),
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}\b"), "gh_"),
+    (re.compile(r"\bgithub_pat_[A-Za-z0-9_]{30,}"), "github_pat_"),
+    (re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}"), "glpat-"),
+    (re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"), "xox-"),
+    (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), "AKIA"),
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), ""),
+]
+# scheme://user:password@host and scheme://token@host
+_URL_CREDS = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)(?!\[REDACTED\])(?P<creds>[^\s/@'\"<>]+)@", re.IGNORECASE)
+# /home/alice/… and /Users/bob/… → ~/… ; C:\Users\bob\… → ~\… . /root names no person and stays.
+_HOME = re.compile(r"(?<![\w.~-])/(?:home|Users)/(?!\.\.?/)[^/\s'\"<>:;,|()\[\]{}*?]+")
+_WIN_HOME = re.compile(r"\b[A-Za-z]:(?P<sep>\\{1,2})Users(?P=sep)[^\\\s'\"<>:;,|*?]+", re.IGNORECASE)
+
+
+def _keep(value: str, numeric_ok: bool = False) -> bool:
+    """Values that are not secrets: None-likes, an earlier mark, and (after ``key:``) plain numbers."""
+    v = value.strip()
+    if v.lower() in _NOT_SECRET or MARK in v:
+        return True
+    return numeric_ok and re.fullmatch(r"[-+]?\d+(?:\.\d+)?%?", v) is not None
+
+
+def _kv(m: re.Match[str], numeric_ok: bool = False) -> str:
+    if _keep(m.group("v"), numeric_ok):
+        return m.group(0)
+    q = m.groupdict().get("q") or ""
+    return m.group(0)[: m.start("v") - m.start(0)] + MARK + q
+
+
+def _kv_bare(m: re.Match[str]) -> str:
+    # "key: 123" and "key = 123" are counts in prose ("#token: 512", "per token = 10.42 GiB");
+    # "key=123" (no spaces, as in argv, URLs and server_args) may be a numeric password.
+    sep = m.group("sep")
+    return _kv(m, numeric_ok=":" in sep or sep != sep.strip())
+
+
+def _url(m: re.Match[str]) -> str:
+    return m.group("scheme") + MARK + "@"
+
+
+def _plain(text: str) -> str:
+    """Apply every text pattern; idempotent (a redacted text comes back unchanged)."""
+    text = _URL_CREDS.sub(_url, text)
+    for shape, prefix in _SHAPES:
+        text = shape.sub(prefix + MARK, text)
+    text = _AUTH_HEADER.sub(_kv, text)
+    text = _BEARER.sub(_kv, text)
+    text = _FLAG_QUOTED.sub(_kv, text)
+    text = _FLAG_BARE.sub(_kv, text)
+    text = _KV_QUOTED.sub(_kv, text)
+    text = _KV_BARE.sub(_kv_bare, text)
+    text = _HOME.sub("~", text)
+    return _WIN_HOME.sub("~", text)
+
+
+def is_secret_key(key: str) -> bool:
+    """True for dictionary keys such as ``api_key``, ``hf_token``, ``--api-key``, ``DB_PASSWORD``."""
+    return _KEY_NAME.fullmatch(key.strip()) is not None
+
+
+def redact_value(value: Any, key: str | None = None) -> Any:
+    """A redacted copy of any document: dataclasses, dicts, lists and strings, walked recursively.
+
+    Strings go through the text patterns; the value of a secret key is replaced whatever it is
+    (a string or a number; ``None``/booleans stay, so ``api_key: null`` still says "not set").
+    """
+    if key is not None and is_secret_key(key) and not isinstance(value, bool) and isinstance(value, (str, int, float)):
+        return value if isinstance(value, str) and _keep(value) else MARK
+    if isinstance(value, str):
+        return _plain(value)
+    if isinstance(value, dict):
+        return {(_plain(k) if isinstance(k, str) else k): redact_value(v, k if isinstance(k, str) else None)
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        items = [redact_value(v, key) for v in value]
+        return items if isinstance(value, list) else tuple(items)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _redact_dataclass(value)
+    if hasattr(value, "as_dict") and callable(value.as_dict):
+        return redact_value(value.as_dict(), key)
+    return value
+
+
+def _redact_dataclass(obj: Any) -> Any:
+    """Copy a dataclass instance with every field redacted (slots dataclasses included)."""
+    out = copy.copy(obj)
+    for f in dataclasses.fields(obj):
+        try:
+            object.__setattr__(out, f.name, redact_value(getattr(obj, f.name), f.name))
+        except (AttributeError, TypeError):  # a read-only field: keep the copy's value
+            continue
+    return out
+
+
+def _redact_html(text: str) -> str:
+    """Text pass over HTML outside ``<script>``/``<style>``: the patterns never emit markup characters."""
+    parts = re.split(r"(<(script|style)\b.*?</\2\s*>)", text, flags=re.IGNORECASE | re.DOTALL)
+    out = []
+    i = 0
+    while i < len(parts):
+        out.append(_plain(parts[i]))
+        if i + 1 < len(parts):
+            out.append(parts[i + 1])  # the whole script/style block, untouched
+        i += 3
+    return "".join(out)
+
+
+def redact_text(text: str, fmt: str = "terminal") -> str:
+    """Redact finished output. JSON is parsed, redacted as data and dumped again, so it stays valid."""
+    if fmt == "json":
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            return _plain(text)
+        return json.dumps(redact_value(doc), indent=2, ensure_ascii=False)
+    if fmt == "html":
+        return _redact_html(text)
+    return _plain(text)
