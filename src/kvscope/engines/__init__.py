@@ -34,6 +34,7 @@ def _registry() -> list[EngineLines]:
         ("kvscope.engines.vllm.lines", "VLLMLines"),
         ("kvscope.engines.llamacpp.lines", "LlamaCppLines"),
         ("kvscope.engines.trtllm.lines", "TRTLLMLines"),
+        ("kvscope.watch.lines", "WatchLines"),  # kvscope watch --record files
     ):
         engine = _optional(module, cls)
         if engine is not None:

@@ -1,0 +1,86 @@
+"""``kvscope watch URL``: a running vLLM / SGLang server's KV capacity, then its usage, live.
+
+Exit codes: 0 watched until --duration or Ctrl-C; 2 could not start (bad URL, refused key, not an
+engine, nothing listening, no usage metrics); 3 the server went away or refused us mid-watch
+(the summary of what was seen is still printed); 130 interrupted before the first sample.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from rich.console import Console
+
+from kvscope.errors import InputError
+from kvscope.watch.loop import EXIT_OK, Options, Watch
+from kvscope.watch.recorder import Recorder
+from kvscope.watch.view import LiveView, PlainView, QuietView, render_summary
+
+
+def _positive(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    if value is not None and value <= 0:
+        raise click.BadParameter("must be greater than 0")
+    return value
+
+
+def _non_negative(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    if value < 0:
+        raise click.BadParameter("must be 0 or more")
+    return value
+
+
+@click.command("watch")
+@click.argument("url")
+@click.option("--interval", type=float, default=2.0, show_default=True, callback=_positive, metavar="S",
+              help="Seconds between samples.")
+@click.option("--duration", type=float, default=None, callback=_positive, metavar="S",
+              help="Stop after S seconds (default: until Ctrl-C).")
+@click.option("--api-key", envvar="KVSCOPE_API_KEY", metavar="KEY",
+              help="Bearer token for servers started with --api-key (or set KVSCOPE_API_KEY).")
+@click.option("--format", "fmt", type=click.Choice(["terminal", "jsonl"]), default="terminal", show_default=True,
+              help="jsonl: one JSON object per line on stdout (capacity, samples, events, summary).")
+@click.option("--record", metavar="FILE", help="Also append the JSON lines to FILE (kvscope explain FILE reads it).")
+@click.option("--wait", type=float, default=0.0, show_default=True, callback=_non_negative, metavar="S",
+              help="Keep retrying a server that is not up yet for S seconds.")
+@click.option("--give-up", type=float, default=30.0, show_default=True, callback=_positive, metavar="S",
+              help="Stop when the server has not answered for S seconds mid-watch.")
+@click.option("--timeout", type=float, default=10.0, show_default=True, callback=_positive, metavar="S",
+              help="Seconds to wait for one answer.")
+@click.option("--insecure", is_flag=True, help="Do not verify the server's TLS certificate.")
+@click.option("--gpus/--no-gpus", default=None,
+              help="Per-GPU memory from NVML (default: when the server is on this machine and nvidia-ml-py is installed).")
+@click.option("--debug", is_flag=True, help="Show tracebacks of internal errors.")
+def command(url, interval, duration, api_key, fmt, record, wait, give_up, timeout, insecure, gpus, debug) -> None:
+    """Watch a running vLLM or SGLang server: KV capacity once, then usage, queueing and preemptions."""
+    opts = Options(url=url, interval=interval, duration=duration, api_key=api_key or None, timeout=timeout,
+                   wait=wait, give_up=give_up, insecure=insecure, gpus=gpus)
+    out = Console(highlight=False)
+    err = Console(stderr=True, highlight=False)
+    recorder = Recorder()
+    if record:
+        recorder.open_file(record)
+    if fmt == "jsonl":
+        recorder.add_stream(sys.stdout)
+        view = QuietView(out, err)
+    elif out.is_terminal:
+        view = LiveView(out, interval)
+    else:
+        view = PlainView(out, err)
+    try:
+        watch = Watch(opts, view, recorder)
+        result = watch.run()
+    except InputError:
+        recorder.close()
+        raise
+    recorder.close()
+    if result.summary.samples:
+        if fmt == "jsonl":
+            code, sentence = result.summary.verdict()
+            err.print(f"kvscope: {sentence}", markup=False)
+        else:
+            render_summary(out, result.capacity, result.summary, result.ended)
+    if result.error and isinstance(view, LiveView):
+        err.print(f"kvscope: {result.error}", markup=False)
+    if result.exit_code != EXIT_OK:
+        sys.exit(result.exit_code)
