@@ -19,9 +19,9 @@ import pytest
 from kvscope.api import analyze
 from kvscope.ledger.model import GIB, Reconciliation
 from kvscope.render import render_analysis
-from kvscope.render.html import CHARTJS_FILE, CHARTJS_VERSION, _asset, whatif_curve
+from kvscope.render.html import CHARTJS_FILE, CHARTJS_VERSION, _asset, memory_segments, whatif_curve
 
-from .conftest import case_dir
+from .conftest import LOGS, case_dir
 from .test_render_logs import example_analysis, hostile_analysis
 
 SCRIPT = re.compile(r"<script\b([^>]*)>(.*?)</script>", re.DOTALL | re.IGNORECASE)
@@ -150,3 +150,33 @@ def test_no_startup_still_renders(tmp_path):
     log.write_text("nothing to see here\n")
     html = render_analysis(analyze([str(log)]), "html")
     assert "No engine startup found" in html and _data(html) == {"startups": []}
+
+
+def test_failed_startup_bar_shows_weights_and_what_was_left():
+    """063: the weights left no room for KV; the bar shows weights and the free memory after them."""
+    s = analyze([str(case_dir("sglang", "063") / "log.txt")]).startups[0]
+    parts = {p["key"]: p for p in memory_segments(s, s.reference_rank)}
+    assert parts["weights"]["gib"] == 125.65 and parts["free"]["gib"] == 12.25
+    assert "free after weights" in parts["free"]["note"] and "kv" not in parts
+
+
+def test_vllm_budget_bar():
+    """vLLM: the budget (total × utilization) holds weights, KV cache and 'other'; the rest is free."""
+    pytest.importorskip("kvscope.engines.vllm.lines", reason="the vLLM line patterns are not in this build")
+    s = analyze([str(case_dir("vllm", "046") / "log.txt")]).startups[0]
+    r = s.reference_rank
+    if r.usable_gib is None or r.total_gib is None:
+        pytest.skip("this build's vLLM parser does not read the budget lines")
+    parts = {p["key"]: p["gib"] for p in memory_segments(s, r)}
+    assert abs(sum(parts.values()) - r.total_gib) < 0.01
+    assert abs(parts["free"] - (r.total_gib - r.usable_gib - (r.cuda_graph_gib or 0))) < 0.01
+
+
+def test_every_fixture_renders(tmp_path):
+    """Every real log renders to HTML and markdown (no crash on any shape of startup)."""
+    for meta in sorted(LOGS.glob("*/*/meta.json")):
+        files = [str(meta.parent / f) for f in json.loads(meta.read_text()).get("files") or ["log.txt"]]
+        analysis = analyze(files)
+        html = render_analysis(analysis, "html")
+        assert html.count("<section class=\"startup\"") == len(analysis.startups), meta.parent.name
+        assert render_analysis(analysis, "markdown").startswith("# kvscope report")

@@ -101,7 +101,8 @@ def _pool_sum(r: Rank, draft: bool) -> float:
 
 
 def _free_last(r: Rank) -> float | None:
-    for value in (r.avail_at_ready_gib, r.extras.get("avail_after_graphs_gib"), r.avail_after_pool_gib):
+    for value in (r.avail_at_ready_gib, r.extras.get("avail_after_graphs_gib"), r.avail_after_pool_gib,
+                  r.avail_after_weights_gib):
         if _num(value) is not None:
             return float(value)
     return None
@@ -123,19 +124,33 @@ def memory_segments(s: Startup, r: Rank) -> list[dict[str, Any]]:
              "draft": _pool_sum(r, draft=True) + (_num(r.extras.get("draft_weights_gib")) or 0.0),
              "graphs": _graphs(r), "free": _free_last(r) or 0.0}
     total, pre = device_total(s, r), r.pre_load_free_gib
+    notes = _segment_notes(r)
     if pre is not None:
         parts["other"] = max(0.0, pre - sum(parts.values())) if _free_last(r) is not None else 0.0
         if total is not None and total > pre:
             parts["context"] = total - pre
+    elif r.usable_gib is not None and total is not None:
+        _budget_parts(r, total, parts, notes)
     else:
         ref = s.reference_rank
         basis = total if total is not None else (ref.pre_load_free_gib if ref is not None else None)
         if basis is not None and sum(parts.values()) > 0:
             parts["unlogged"] = max(0.0, basis - sum(parts.values()))
-    notes = _segment_notes(r)
     return [{"key": key, "label": label, "gib": round(parts[key], 4), "colour": colour, "what": what,
              "note": notes.get(key, "")}
             for key, label, colour, what in SEGMENTS if parts.get(key)]
+
+
+def _budget_parts(r: Rank, total: float, parts: dict[str, float], notes: dict[str, str]) -> None:
+    """vLLM-style budget (usable = total × utilization): what the budget holds besides weights and
+    KV is "other" (activation peak, non-torch memory); what lies outside it, less graphs, is free."""
+    usable = r.usable_gib or 0.0
+    parts["other"] = max(0.0, usable - parts["weights"] - parts["kv"] - parts["draft"])
+    parts["free"] = max(0.0, total - usable - parts["graphs"])
+    known = [f"{label} {value:.2f} GiB" for label, value in (("activation peak", r.activation_peak_gib),
+                                                              ("non-torch", r.non_torch_gib)) if value is not None]
+    notes["other"] = "inside the budget: " + ", ".join(known) if known else "inside the budget, not itemized"
+    notes["free"] = f"outside the {usable:.2f} GiB budget (device total × utilization)"
 
 
 def _segment_notes(r: Rank) -> dict[str, str]:
@@ -153,6 +168,8 @@ def _segment_notes(r: Rank) -> dict[str, str]:
         notes["free"] = "free after CUDA graph capture"
     elif r.avail_after_pool_gib is not None:
         notes["free"] = "free after the KV pool (the log ends before graphs)"
+    elif r.avail_after_weights_gib is not None:
+        notes["free"] = "free after weights (the log shows no KV pool)"
     return notes
 
 

@@ -130,6 +130,8 @@ def _ledger(s: Startup) -> list[str]:
 def _kv(s: Startup) -> list[str]:
     kv = kv_view(s, None)
     line = f"- **{kv['tokens']}** tokens of KV cache"
+    if kv["tokens"] == "—":
+        line = "- The log gives the KV pool in GiB but no token count" if kv["pools"] else "- The log shows no KV pool"
     if kv["rank"]:
         line += f" on {md_code(kv['rank'])}"
     if kv["bytes_per_token"] != "—":
