@@ -77,10 +77,10 @@ def command(url, interval, duration, api_key, fmt, record, wait, give_up, timeou
     if result.summary.samples:
         if fmt == "jsonl":
             code, sentence = result.summary.verdict()
-            err.print(f"kvscope: {sentence}", markup=False)
+            err.print(f"kvscope: {sentence}", markup=False, soft_wrap=True)
         else:
             render_summary(out, result.capacity, result.summary, result.ended)
     if result.error and isinstance(view, LiveView):
-        err.print(f"kvscope: {result.error}", markup=False)
+        err.print(f"kvscope: {result.error}", markup=False, soft_wrap=True)
     if result.exit_code != EXIT_OK:
         sys.exit(result.exit_code)

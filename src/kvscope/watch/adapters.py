@@ -256,6 +256,8 @@ class SGLangAdapter:
         running = _schedulers(metrics.get("sglang:max_running_requests"))
         if cap.max_running_requests is None and running:
             cap.max_running_requests = _int(sum(s.value for s in running))
+        if cap.kv_tokens is None:
+            _estimate_pool(cap, metrics)
         context = _max(metrics.get("sglang:context_len"))
         if cap.max_model_len is None and context is not None:
             cap.max_model_len = _int(context)
@@ -291,6 +293,25 @@ class SGLangAdapter:
         if gen is not None:
             r.extras["gen_throughput"] = gen
         return r
+
+
+def _estimate_pool(cap: Capacity, metrics: prom.Metrics) -> None:
+    """No server info and no capacity gauge: pool ≈ num_used_tokens / token_usage, per scheduler.
+
+    Only from a scheduler at least 5 % full: SGLang rounds token_usage to two decimals, so below
+    that the quotient is noise. Marked as an estimate wherever it is shown.
+    """
+    used = {(s.labels.get("dp_rank", ""), s.labels.get("pp_rank", "0")): s.value
+            for s in _schedulers(metrics.get("sglang:num_used_tokens"))}
+    total, n = 0.0, 0
+    for s in _schedulers(metrics.get("sglang:token_usage")):
+        u = used.get((s.labels.get("dp_rank", ""), s.labels.get("pp_rank", "0")))
+        if u is not None and s.value >= 0.05:
+            total += u / s.value
+            n += 1
+    if n:
+        cap.kv_tokens = int(round(total))
+        cap.extras["kv_tokens_estimated_from"] = "num_used_tokens / token_usage"
 
 
 def _schedulers(series: list[prom.Series]) -> list[prom.Series]:

@@ -88,7 +88,10 @@ def capacity_lines(cap: Capacity) -> list[str]:
         lines.append(f"model {cap.model}")
     parts = []
     if cap.kv_tokens is not None:
-        text = f"KV capacity {cap.kv_tokens:,} tokens"
+        estimated = cap.extras.get("kv_tokens_estimated_from")
+        text = f"KV capacity {'≈' if estimated else ''}{cap.kv_tokens:,} tokens"
+        if estimated:
+            text += f" (estimated: {estimated})"
         if cap.num_gpu_blocks is not None and cap.block_size:
             text += f" ({cap.num_gpu_blocks:,} blocks × {cap.block_size})"
         if cap.engines > 1:
@@ -210,9 +213,9 @@ class PlainView:
         pass
 
     def capacity(self, cap: Capacity) -> None:
-        self.console.print(title(cap), markup=False, highlight=False)
+        self.console.print(title(cap), markup=False, highlight=False, soft_wrap=True)
         for line in capacity_lines(cap):
-            self.console.print("  " + line, markup=False, highlight=False)
+            self.console.print("  " + line, markup=False, highlight=False, soft_wrap=True)
 
     def sample(self, s: Sample) -> None:
         stamp = time.strftime("%H:%M:%S", time.localtime(s.t))
@@ -228,10 +231,10 @@ class PlainView:
             parts.append("(server restarted)")
         for g in s.gpus:
             parts.append(f"gpu{g['index']} {_bytes(g['used_bytes'])}")
-        self.console.print("  ".join(parts), markup=False, highlight=False)
+        self.console.print("  ".join(parts), markup=False, highlight=False, soft_wrap=True)
 
     def message(self, text: str) -> None:
-        self.err.print(f"kvscope: {text}", markup=False, highlight=False)
+        self.err.print(f"kvscope: {text}", markup=False, highlight=False, soft_wrap=True)
 
     def stop(self) -> None:
         pass
