@@ -145,3 +145,35 @@ def test_hostile_log_renders_inert(browser, tmp_path, redact):
     failure = browser.find_element("css selector", ".failure").text
     assert "<img src=x onerror=alert(1)>" in failure and "{{ config }}" in failure
     assert browser.execute_script("return window.kvscopeCharts.length") >= 2  # still a working report
+
+
+def test_prediction_and_runtime_charts_draw(browser, tmp_path):
+    """A whatif report (calibrated curve) and a report with a runtime timeline draw every chart cleanly."""
+    from kvscope.api import analyze
+
+    from .conftest import case_dir
+
+    reports = []
+    whatif = pytest.importorskip("kvscope.cli.whatif")
+    analysis = example_analysis()
+    pred = whatif.build_prediction(analysis.startups[0], {"mem_fraction_static": 0.93}, None, None)
+    pred["startup_index"] = 0
+    reports.append(render_analysis(analysis, "html", extra={"prediction": pred}))
+    try:
+        import kvscope.engines.vllm.lines  # noqa: F401
+        import kvscope.runtime.summary  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        reports.append(render_analysis(analyze([str(case_dir("vllm", "902") / "log.txt")]), "html"))
+    for i, html in enumerate(reports):
+        path = tmp_path / f"report-{i}.html"
+        path.write_text(html, encoding="utf-8")
+        page = _open(browser, path)
+        assert page["requests"] == [page["url"]]
+        assert [m for m in page["console"] if m["level"] in ("SEVERE", "WARNING")] == []
+        inked = browser.execute_script(INKED_PIXELS)
+        assert inked and all(n > 2000 for _, _, _, n in inked), inked
+        assert browser.execute_script("return window.kvscopeCharts.length") == len(inked)
+    if len(reports) > 1:
+        assert "runtime" in [kind for kind, _, _, _ in inked]

@@ -41,6 +41,7 @@ CHARTJS_FILE = "chart.umd.min.js"
 CHARTJS_VERSION = "4.6.1"
 SAFETY_MARGIN_GIB = 2.0  # same reserve margin as findings/sglang.py: max(2 GiB, 5 % of the basis)
 SAFETY_MARGIN_FRACTION = 0.05
+VLLM_HEADROOM_GIB = 2.0  # same as findings/vllm.py: context, CUDA graphs and sampler outside the budget
 MAX_CHART_RANKS = 128
 MAX_RUNTIME_POINTS = 1500
 MAX_RUNTIME_SERIES = 8
@@ -208,7 +209,7 @@ def _curve_basis(s: Startup) -> dict[str, Any] | None:
     if s.engine == "vllm":
         basis = device_total(s, ref)
         tokens = s.capacity.kv_tokens
-        free_now = basis * (1 - current) - _graphs(ref) if basis is not None and current is not None else None
+        free_now = basis * (1 - current) if basis is not None and current is not None else None
         spent_after = 0.0
     else:
         basis = ref.pre_load_free_gib
@@ -224,21 +225,38 @@ def _curve_basis(s: Startup) -> dict[str, Any] | None:
             "free_now": free_now, "spent_after": max(0.0, spent_after), "ready_known": ready_known}
 
 
+PINNING = {  # settings that fix the KV size whatever the memory fraction
+    "max_total_tokens": "--max-total-tokens", "kv_cache_memory_bytes": "--kv-cache-memory",
+    "kv_cache_memory": "--kv-cache-memory", "num_gpu_blocks_override": "--num-gpu-blocks-override",
+}
+
+
+def pinned_kv(s: Startup) -> str | None:
+    """Why the memory-fraction knob does not size this KV cache (a flag that pins it), or None."""
+    for key, flag in PINNING.items():
+        if s.setting(key) not in (None, 0, False, ""):
+            return f"{flag} {s.setting(key)} fixes the KV cache size; {_knob(s)[0]} does not change it"
+    return None
+
+
 def whatif_curve(s: Startup) -> dict[str, Any] | None:
     """KV tokens and reserve left against mem_fraction_static (SGLang) or gpu_memory_utilization (vLLM).
 
     Each +0.01 of the knob moves 0.01 × basis GiB from the reserve into the KV pool, where the basis
     is the free memory before weights (SGLang) or the device total (vLLM): tokens per step =
     0.01 × basis × 2^30 / bytes per token. The OOM-risk region starts where the memory left after
-    the pool, less what CUDA graphs / the draft model took after it, falls under a safety margin.
+    the pool, less what CUDA graphs / the draft model took after it, falls under a safety margin:
+    SGLang max(2 GiB, 5 % of the basis), as in its findings; vLLM 2 GiB outside the budget for the
+    CUDA context, graphs and sampler (its graphs take 1–3 GiB), as in the vLLM findings.
+    No curve when a setting pins the KV size (see ``pinned_kv``): the knob would not move it.
     """
     b = _curve_basis(s)
     bpt, bpt_how = bytes_per_token(s)
-    if b is None or not bpt:
+    if b is None or not bpt or pinned_kv(s):
         return None
     m, basis = b["current"], b["basis"]
     step = int(0.01 * basis * GIB // bpt)
-    margin = max(SAFETY_MARGIN_GIB, SAFETY_MARGIN_FRACTION * basis)
+    margin = VLLM_HEADROOM_GIB if s.engine == "vllm" else max(SAFETY_MARGIN_GIB, SAFETY_MARGIN_FRACTION * basis)
     need = margin + b["spent_after"]
     risk_from = round(m + (b["free_now"] - need) / basis, 4)
     tokens_now = b["tokens"]
@@ -256,7 +274,14 @@ def whatif_curve(s: Startup) -> dict[str, Any] | None:
     return {"knob": b["knob"], "current": m, "origin": b["origin"], "basis_gib": basis, "bytes_per_token": bpt,
             "bytes_per_token_how": bpt_how, "tokens_now": tokens_now, "tokens_per_step": step, "margin_gib": margin,
             "spent_after_gib": b["spent_after"], "risk_from": risk_from, "ready_known": b["ready_known"],
-            "basis_name": "device total" if s.engine == "vllm" else "free memory before weights", "points": points}
+            "basis_name": "device total" if s.engine == "vllm" else "free memory before weights", "points": points,
+            "reserve_label": _reserve_label(s.engine, b["spent_after"])}
+
+
+def _reserve_label(engine: str, spent_after: float) -> str:
+    if engine == "vllm":
+        return "outside the budget (GiB)"
+    return "free at ready, after graphs and draft (GiB)" if spent_after else "free after the KV pool (GiB)"
 
 
 def whatif_rows(curve: dict[str, Any]) -> list[dict[str, Any]]:
@@ -271,8 +296,9 @@ def whatif_rows(curve: dict[str, Any]) -> list[dict[str, Any]]:
 
 # ------------------------------------------------------------------------------ runtime series
 
-TIME_KEYS = ("t", "t_s", "time_s", "elapsed_s", "seconds", "time", "ts", "timestamp")
-SERIES_KEYS = ("samples", "series", "timeline", "points", "data")
+TIME_KEYS = ("offset", "t", "t_s", "time_s", "elapsed_s", "seconds", "time", "ts", "timestamp")
+SERIES_KEYS = ("timeline", "samples", "series", "points", "data")
+NOT_SERIES = ("line", "line_no", "rank", "samples")  # bookkeeping columns, not quantities
 
 
 def _as_dict(runtime: Any) -> Any:
@@ -282,22 +308,45 @@ def _as_dict(runtime: Any) -> Any:
     return as_dict() if callable(as_dict) else None
 
 
+def _column_rows(rt: dict[str, Any]) -> list[dict[str, Any]]:
+    """``{"columns": [...], "points": [[...], ...]}`` (the runtime summary's timeline) as dicts."""
+    cols = rt.get("columns")
+    body = next((rt[k] for k in ("points", "rows", "data") if isinstance(rt.get(k), list)), None)
+    if not isinstance(cols, list) or not body:
+        return []
+    return [dict(zip(map(str, cols), row, strict=False)) for row in body if isinstance(row, (list, tuple))]
+
+
 def _rows(rt: Any) -> list[dict[str, Any]]:
-    """Samples as a list of dicts, from a list of dicts, a dict holding one, or columns of equal length."""
+    """Samples as a list of dicts: from a list of dicts, a columns + points table, a dict holding
+    either under a series key, or columns of equal length."""
     if isinstance(rt, list):
         return [r for r in rt if isinstance(r, dict)]
     if not isinstance(rt, dict):
         return []
-    for key in SERIES_KEYS + tuple(rt):
+    rows = _column_rows(rt)
+    if rows:
+        return rows
+    for key in SERIES_KEYS:
         value = rt.get(key)
-        if isinstance(value, list) and value and isinstance(value[0], dict):
+        if isinstance(value, dict):
+            rows = _rows(value)
+            if rows:
+                return rows
+        elif isinstance(value, list) and value and isinstance(value[0], dict):
             return [r for r in value if isinstance(r, dict)]
-    columns = {k: v for k, v in rt.items() if isinstance(v, list) and v}
+    columns = {k: v for k, v in rt.items() if isinstance(v, list) and v and not isinstance(v[0], (dict, list))}
     lengths = {len(v) for v in columns.values()}
     if len(columns) >= 2 and len(lengths) == 1:
         n = lengths.pop()
         return [{k: v[i] for k, v in columns.items()} for i in range(n)]
     return []
+
+
+def _clock(rt: Any) -> str:
+    """"samples" when the runtime summary says its offsets count samples, not seconds."""
+    timeline = rt.get("timeline") if isinstance(rt, dict) else None
+    return str(timeline.get("clock", "")) if isinstance(timeline, dict) else ""
 
 
 def _seconds(value: Any) -> float | None:
@@ -314,7 +363,8 @@ def _seconds(value: Any) -> float | None:
 
 def runtime_series(runtime: Any) -> dict[str, Any] | None:
     """A startup's serving-time samples as chart series: x in seconds from the first sample."""
-    rows = _rows(_as_dict(runtime))
+    rt = _as_dict(runtime)
+    rows = _rows(rt)
     if len(rows) < 2:
         return None
     if len(rows) > MAX_RUNTIME_POINTS:
@@ -325,7 +375,7 @@ def runtime_series(runtime: Any) -> dict[str, Any] | None:
     if any(x is None for x in xs):
         xs, tkey = [float(i) for i in range(len(rows))], None
     x0 = xs[0]
-    names = [k for k in rows[0] if k != tkey and k not in ("line", "line_no", "rank")
+    names = [k for k in rows[0] if k != tkey and k not in NOT_SERIES
              and any(isinstance(r.get(k), (int, float)) and not isinstance(r.get(k), bool) for r in rows)]
     series = []
     for name in names[:MAX_RUNTIME_SERIES]:
@@ -337,7 +387,8 @@ def runtime_series(runtime: Any) -> dict[str, Any] | None:
                        "last": finite[-1] if finite else None})
     if not series:
         return None
-    return {"x": [round(x - x0, 3) for x in xs], "x_label": "seconds since first sample" if tkey else "sample",
+    timed = tkey is not None and _clock(rt) != "samples"
+    return {"x": [round(x - x0, 3) for x in xs], "x_label": "seconds since first sample" if timed else "sample",
             "series": series, "samples": len(rows)}
 
 
@@ -346,7 +397,77 @@ def runtime_facts(runtime: Any) -> list[tuple[str, str]]:
     rt = _as_dict(runtime)
     if not isinstance(rt, dict):
         return []
-    return [(str(k), str(v)) for k, v in rt.items() if isinstance(v, (str, int, float, bool)) and v is not None][:20]
+    flat = _flatten({k: v for k, v in rt.items() if k != "timeline"})
+    return [(k, _cell(v)) for k, v in flat if isinstance(v, (str, int, float, bool)) and v is not None][:40]
+
+
+# ------------------------------------------------------------------ what-if predictions (extra)
+
+
+def _tokens_range(low: Any, high: Any) -> str:
+    if low is None:
+        return "—"
+    return fmt_int(low) if high in (None, low) else f"{fmt_int(low)} – {fmt_int(high)}"
+
+
+def _scenario_row(sc: dict[str, Any], requested: bool) -> dict[str, Any]:
+    conc, ctx = sc.get("concurrency_at_context"), sc.get("context_tokens")
+    node = sc.get("node_kv_tokens_low")
+    return {"flags": " ".join(map(str, sc.get("flags") or [])) or str(sc.get("label") or "(as logged)"),
+            "tokens": _tokens_range(sc.get("kv_tokens_low", sc.get("kv_tokens")), sc.get("kv_tokens_high")),
+            "node": _tokens_range(node, sc.get("node_kv_tokens_high")) if node not in (None, sc.get("kv_tokens_low")) else "",
+            "concurrency": f"{conc:.2f} @ {fmt_int(ctx)}" if isinstance(conc, (int, float)) and ctx else "—",
+            "reserve": fmt_gib(_num(sc.get("reserve_left_gib"))), "risk": str(sc.get("risk") or "—"),
+            "risk_words": str(sc.get("risk_words") or ""), "approximate": bool(sc.get("approximate")),
+            "notes": [str(n) for n in sc.get("notes") or []], "requested": requested}
+
+
+def prediction_view(pred: Any) -> dict[str, Any] | None:
+    """The ``whatif`` prediction as a scenario table, or None when it has another shape."""
+    if not isinstance(pred, dict) or not isinstance(pred.get("baseline"), dict):
+        return None
+    cal = pred.get("calibration") if isinstance(pred.get("calibration"), dict) else {}
+    rows = [_scenario_row(pred["baseline"], False)]
+    if isinstance(pred.get("requested"), dict):
+        rows.append(_scenario_row(pred["requested"], True))
+    rows += [_scenario_row(sc, False) for sc in pred.get("table") or [] if isinstance(sc, dict)]
+    summary = []
+    if cal.get("kv_tokens") is not None and cal.get("bytes_per_token"):
+        summary.append(f"calibrated on {fmt_int(cal['kv_tokens'])} tokens × {fmt_int(cal['bytes_per_token'])} B per token")
+    if cal.get("mem_fraction_static") is not None:
+        summary.append(f"mem_fraction_static {cal['mem_fraction_static']}")
+    if pred.get("tokens_per_0_01_mfs") is not None:
+        summary.append(f"+0.01 mem_fraction_static = +{fmt_int(pred['tokens_per_0_01_mfs'])} tokens")
+    return {"summary": "; ".join(summary), "notes": [str(n) for n in cal.get("notes") or []], "rows": rows,
+            "startup": pred.get("startup_index")}
+
+
+def curve_from_prediction(pred: Any) -> dict[str, Any] | None:
+    """The calibrated ``mfs_curve`` of a whatif prediction, in the shape ``whatif_curve`` returns."""
+    if not isinstance(pred, dict) or not isinstance(pred.get("mfs_curve"), list):
+        return None
+    cal = pred.get("calibration") if isinstance(pred.get("calibration"), dict) else {}
+    current, pre = _num(cal.get("mem_fraction_static")), _num(cal.get("pre_load_free_gib"))
+    points = []
+    for p in pred["mfs_curve"]:
+        x = _num(p.get("mem_fraction_static")) if isinstance(p, dict) else None
+        left = _num(p.get("reserve_left_gib")) if x is not None else None
+        left = left if left is not None else _num(p.get("free_after_pool_gib")) if x is not None else None
+        if x is None or left is None or p.get("kv_tokens") is None:
+            continue
+        points.append({"x": round(x, 3), "tokens": int(p["kv_tokens"]), "reserve_gib": left,
+                       "risk": p.get("risk") not in ("low", "unknown")})
+    if len(points) < 2 or current is None or pre is None:
+        return None
+    risky = [p["x"] for p in points if p["risk"]]
+    known = all(_num(p.get("reserve_left_gib")) is not None for p in pred["mfs_curve"] if isinstance(p, dict))
+    return {"knob": "mem_fraction_static", "current": current, "origin": "calibrated by kvscope whatif",
+            "basis_gib": pre, "bytes_per_token": cal.get("bytes_per_token"), "bytes_per_token_how": "calibration",
+            "tokens_now": cal.get("kv_tokens"), "tokens_per_step": pred.get("tokens_per_0_01_mfs") or 0,
+            "margin_gib": max(SAFETY_MARGIN_GIB, SAFETY_MARGIN_FRACTION * pre), "spent_after_gib": 0.0,
+            "risk_from": min(risky) if risky else points[-1]["x"] + 0.01, "ready_known": known,
+            "basis_name": "free memory before weights", "points": points,
+            "reserve_label": "reserve left at ready (GiB)" if known else "free after the KV pool (GiB)"}
 
 
 # ---------------------------------------------------------------------- generic extra sections
@@ -502,7 +623,7 @@ def startup_view(s: Startup, index: int) -> tuple[dict[str, Any], dict[str, Any]
         "derivation": str(ref.extras.get("derivation", "")) if ref is not None else "",
         "failure": ({"kind": s.failure.kind, "message": s.failure.message,
                      "line": s.failure.source.line_no if s.failure.source else None} if s.failure else None),
-        "kv": kv_view(s, curve), "curve": curve, "whatif": whatif_rows(curve) if curve else [],
+        "kv": kv_view(s, curve), "curve": curve, "whatif": whatif_rows(curve) if curve else [], "pinned": pinned_kv(s),
         "runtime": runtime, "runtime_facts": runtime_facts(s.runtime) if s.runtime is not None else [],
         "findings": finding_views(s), "evidence": evidence_lines(s),
         "warnings": [_cell(w.get("message") or w) for w in s.warnings],
@@ -547,6 +668,19 @@ def _environment() -> Environment:
     return env
 
 
+def _use_calibrated_curve(pred: Any, predicted: dict[str, Any] | None, views: list[dict[str, Any]],
+                          charts: list[dict[str, Any]]) -> None:
+    """A whatif prediction's calibrated curve replaces the estimate of the startup it was made for."""
+    curve = curve_from_prediction(pred)
+    index = predicted.get("startup") if predicted else None
+    if curve is None or not isinstance(index, int) or not 0 <= index < len(views):
+        return
+    views[index]["curve"], views[index]["whatif"] = curve, whatif_rows(curve)
+    views[index]["kv"].update(per_step=fmt_int(curve["tokens_per_step"]), basis=f"{curve['basis_gib']:.2f}",
+                              basis_name=curve["basis_name"], knob=curve["knob"])
+    charts[index]["whatif"] = curve
+
+
 def render(analysis: Any, extra: dict[str, Any] | None = None) -> str:
     views, charts = [], []
     for i, s in enumerate(analysis.startups, 1):
@@ -555,6 +689,8 @@ def render(analysis: Any, extra: dict[str, Any] | None = None) -> str:
         charts.append(chart)
     extra = dict(extra or {})
     prediction = extra.pop("prediction", None)
+    predicted = prediction_view(prediction)
+    _use_calibrated_curve(prediction, predicted, views, charts)
     css, chartjs, appjs = _css(), _inline(CHARTJS_FILE, "</script"), _inline("report.js", "</script")
     csp = ("default-src 'none'; "
            f"script-src {_sha256(chartjs)} {_sha256(appjs)}; style-src {_sha256(css)}; "
@@ -564,7 +700,7 @@ def render(analysis: Any, extra: dict[str, Any] | None = None) -> str:
     return template.render(
         startups=views, data={"startups": charts}, css=css, chartjs=chartjs, appjs=appjs, csp=csp,
         version=__version__, chartjs_version=CHARTJS_VERSION, chartjs_license=_asset("chart.js.LICENSE.md"),
-        prediction=generic_table(prediction) if prediction is not None else None,
+        prediction=predicted, prediction_table=generic_table(prediction) if prediction and not predicted else None,
         extras=[(str(k), generic_table(v)) for k, v in extra.items()],
         stats={"files": st.files, "bytes": st.bytes_read, "lines": st.lines, "overlong": st.overlong_lines,
                "warnings": list(st.warnings)},

@@ -23,11 +23,14 @@ from kvscope.ledger.model import Startup
 from kvscope.render.html import (
     RANK_COLUMNS,
     capacity_rows,
+    curve_from_prediction,
     evidence_lines,
     finding_views,
     fmt_gib,
     generic_table,
     kv_view,
+    pinned_kv,
+    prediction_view,
     runtime_facts,
     runtime_series,
     settings_rows,
@@ -147,10 +150,10 @@ def _kv(s: Startup) -> list[str]:
     return out + [""]
 
 
-def _whatif(s: Startup) -> list[str]:
-    curve = whatif_curve(s)
+def _whatif(s: Startup, curve: dict[str, Any] | None) -> list[str]:
     if curve is None:
-        return []
+        pinned = pinned_kv(s)
+        return ["### What if", "", md_escape(pinned) + ".", ""] if pinned else []
     knob = curve["knob"]
     out = [f"### What if: `{knob}`", "",
            f"Each +0.01 of `{knob}` moves {0.01 * curve['basis_gib']:.2f} GiB ({curve['basis_name']} "
@@ -163,7 +166,7 @@ def _whatif(s: Startup) -> list[str]:
              f"{p['delta']:+,}" if p["delta"] else "", f"{p['reserve_gib']:.2f}",
              " ".join(x for x in ("current" if p["current"] else "", "⚠ OOM risk" if p["risk"] else "") if x)]
             for p in whatif_rows(curve)]
-    return out + _table([f"`{knob}`", "KV tokens", "change", "GiB left", ""], rows, right={1, 2, 3})
+    return out + _table([f"`{knob}`", "KV tokens", "change", md_escape(curve["reserve_label"]), ""], rows, right={1, 2, 3})
 
 
 def _runtime(s: Startup) -> list[str]:
@@ -224,15 +227,36 @@ def _evidence(s: Startup) -> list[str]:
     return ["<details><summary>" + md_escape(head) + "</summary>", "", code_block(text), "", "</details>", ""]
 
 
-def render_startup(s: Startup, index: int) -> str:
-    parts = (_header(s, index) + _ranks(s) + _ledger(s) + _kv(s) + _whatif(s) + _runtime(s) + _findings_md(s)
-             + _settings_md(s) + _evidence(s))
+def render_startup(s: Startup, index: int, curve: dict[str, Any] | None = None) -> str:
+    """One startup; ``curve`` replaces the estimated what-if curve (a whatif prediction's calibrated one)."""
+    parts = (_header(s, index) + _ranks(s) + _ledger(s) + _kv(s) + _whatif(s, curve or whatif_curve(s)) + _runtime(s)
+             + _findings_md(s) + _settings_md(s) + _evidence(s))
     return "\n".join(parts)
+
+
+def _prediction(view: dict[str, Any]) -> list[str]:
+    out = ["## What-if prediction", ""]
+    if view["summary"]:
+        out += [md_escape(view["summary"]) + ".", ""]
+    out += [f"- {md_escape(n)}" for n in view["notes"]] + ([""] if view["notes"] else [])
+    rows = []
+    for r in view["rows"]:
+        risk = md_escape(r["risk"]) + ("\\*" if r["approximate"] else "")
+        if r["risk_words"]:
+            risk += f" ({md_escape(r['risk_words'])})"
+        flags = md_code(r["flags"])
+        rows.append([f"**{flags}**" if r["requested"] else flags, r["tokens"], r["node"], r["concurrency"], r["reserve"], risk])
+    header = ["flags", "KV tokens per GPU", "across the node", "requests at context", "reserve left (GiB)", "OOM risk"]
+    return out + _table(header, rows, right={1, 2, 3, 4}) + ["\\* approximate: the change moves memory the log does not show", ""]
 
 
 def _extra(extra: dict[str, Any] | None) -> list[str]:
     out: list[str] = []
     for key, value in (extra or {}).items():
+        view = prediction_view(value) if key == "prediction" else None
+        if view is not None:
+            out += _prediction(view)
+            continue
         table = generic_table(value)
         title = "What-if prediction" if key == "prediction" else md_escape(key)
         rows = [[md_code(c) if c else "" for c in row] for row in table["rows"]]
@@ -246,7 +270,10 @@ def render(analysis: Any, extra: dict[str, Any] | None = None) -> str:
     parts += _extra(extra)
     if not analysis.startups:
         parts += ["No engine startup found in the input.", ""]
+    pred = (extra or {}).get("prediction")
+    view = prediction_view(pred)
+    target = view.get("startup") if view else None
     for i, s in enumerate(analysis.startups, 1):
-        parts.append(render_startup(s, i))
+        parts.append(render_startup(s, i, curve_from_prediction(pred) if target == i - 1 else None))
     parts.append(f"<sub>kvscope {__version__}</sub>")
     return "\n".join(parts).rstrip() + "\n"

@@ -46,7 +46,7 @@
     var datasets = [
       { label: "KV tokens", yAxisID: "y", data: pts.map(function (p) { return { x: p.x, y: p.tokens }; }),
         borderColor: "#27ae60", backgroundColor: "#27ae60", pointRadius: 2, tension: 0 },
-      { label: "free after pool" + (c.spent_after_gib ? " and graphs" : "") + " (GiB)", yAxisID: "y2",
+      { label: c.reserve_label, yAxisID: "y2",
         data: pts.map(function (p) { return { x: p.x, y: p.reserve_gib }; }),
         borderColor: "#8e44ad", backgroundColor: "#8e44ad", pointRadius: 2, borderDash: [5, 3], tension: 0 },
       { label: "OOM risk: under " + c.margin_gib.toFixed(1) + " GiB left", yAxisID: "band",
