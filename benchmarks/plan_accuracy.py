@@ -1,0 +1,251 @@
+"""How close is ``kvscope plan`` (no log) to what real servers logged?
+
+For every real log in tests/fixtures/logs whose model, GPU and parallelism are known from its
+meta.json, run ``plan`` with only launch facts — never a number the log printed — and compare the
+predicted KV tokens per GPU with the logged ones. Prints one row per case, the mean absolute %
+error, and the cases that could not be planned with the reason.
+
+    python benchmarks/plan_accuracy.py [--json] [--cases tests/fixtures/logs]
+
+Launch facts come from meta.json (``model``, ``gpu``, ``tp``/``num_gpus``, ``engine_version``,
+``launch_flags_known``, ``settings``, ``launch_command``) and, where meta.json states them only in
+its prose ``notes``, from CASE_FACTS below (each with the sentence it comes from). A release
+version missing from meta.json is taken as the newest release built before the log's own date
+(SGLang logs carry full dates); that is "the version that was current", not a number from the log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from kvscope.capacity.overheads import resolve_gpu  # noqa: E402
+from kvscope.capacity.plan import PlanRequest, plan  # noqa: E402
+from kvscope.capacity.weights import load_model_config  # noqa: E402
+from kvscope.engines.sglang import eras as sg_eras  # noqa: E402
+from kvscope.errors import InputError  # noqa: E402
+
+# Facts stated in a case's meta.json notes (prose), not in its structured fields.
+CASE_FACTS: dict[str, dict[str, Any]] = {
+    "sglang/026-deepseek-v32-exp-8xb200-dp8-with-indexer-fix": {
+        "engine_version": "0.5.4",
+        "why": "notes: the PR branch ('With this PR', indexer KV in the size estimate), a main-branch build of "
+               "2025-10-07 between 0.5.2 and 0.5.4; modelled with the 0.5.4 rules that shipped the PR",
+    },
+    "sglang/027-deepseek-v32-exp-8xb200-dp8-main-branch": {
+        "engine_version": "0.5.3", "settings": {"mem_fraction_static": 0.8},
+        "why": "notes: \"'With main (hardcoded mem-fraction-static=0.8)'\"; main before the indexer fix (0.5.3 rules)",
+    },
+    "vllm/002-llama31-8b-3090-v0-20k": {
+        "engine_version": "0.6.4", "settings": {"max_model_len": 20000},
+        "why": "notes: \"(--max-model-len 20000) … V0 'Memory profiling results:' single-line format (approx. v0.6.4)\"",
+    },
+    "vllm/003-llama31-8b-3090-v0-29k-too-long": {
+        "engine_version": "0.6.4", "settings": {"max_model_len": 29000},
+        "why": "notes: \"(--max-model-len 29000) … V0 single-line 'Memory profiling results:' format\"",
+    },
+    "vllm/025-llama31-8b-l40s-v1-085": {
+        "settings": {"max_model_len": 32768},
+        "why": "notes: \"max_model_len 32768 (user-set)\"",
+    },
+    "vllm/012-qwen3-235b-a22b-fp8-4xh100-lmcache": {
+        "settings": {"gpu_memory_utilization": 0.9},
+        "why": "notes: \"Default gpu_memory_utilization (0.9) and default max_model_len\"",
+    },
+    "vllm/006-club3090-qwen36-35b-a3b-nvfp4-5090": {
+        "settings": {"kv_cache_dtype": "fp8", "max_model_len": 131072, "max_num_seqs": 1},
+        "why": "notes: \"fp8 KV cache, prefix caching, max_num_seqs 1\"; 131,072 from the concurrency line's "
+               "context (a setting, not a memory figure)",
+    },
+}
+
+NOT_NVIDIA = re.compile(r"\b(MI\d{3}|AMD|ROCm|NPU|Ascend|MUSA|Moore|XPU|Arc|Tenstorrent|CPU)\b", re.I)
+BLOCK_SIZE = 16
+
+
+def _clean_model(text: str | None) -> str | None:
+    if not text:
+        return None
+    return text.split(" (")[0].strip() or None
+
+
+def _clean_gpu(text: str | None) -> str | None:
+    if not text:
+        return None
+    m = re.search(r"nvidia-smi total (\d+) MiB", text)
+    if m:
+        return f"{m.group(1)}MiB"
+    return re.split(r" \(|,", text)[0].strip() or None
+
+
+def _tp(meta: dict[str, Any]) -> int | None:
+    tp = meta.get("tp")
+    if isinstance(tp, int):
+        return tp
+    if isinstance(tp, str) and tp.strip().split(" ")[0].isdigit():
+        return int(tp.strip().split(" ")[0])
+    if meta.get("num_gpus") == 1:
+        return 1
+    return None
+
+
+def _truth(meta: dict[str, Any]) -> int | None:
+    gt = meta.get("ground_truth") or {}
+    for key in ("kv_tokens", "max_total_num_tokens"):
+        if isinstance(gt.get(key), int):
+            return gt[key]
+    if isinstance(gt.get("num_gpu_blocks"), int):
+        return gt["num_gpu_blocks"] * BLOCK_SIZE
+    return None
+
+
+def _flag_value(value: Any) -> Any:
+    if isinstance(value, str):
+        first = value.split(" (")[0].strip()
+        try:
+            return json.loads(first)
+        except ValueError:
+            return first
+    return value
+
+
+def _launch_settings(meta: dict[str, Any]) -> tuple[dict[str, Any], dict[str, int]]:
+    """(engine settings, parallelism) from launch_flags_known, settings and a launch command."""
+    settings: dict[str, Any] = {}
+    par: dict[str, int] = {}
+    for key, value in (meta.get("launch_flags_known") or {}).items():
+        k = key.lstrip("-").replace("-", "_")
+        if k in ("tp", "tp_size", "tensor_parallel_size"):
+            par["tp"] = int(value)
+        elif k in ("dp", "dp_size"):
+            par["dp"] = int(value)
+        elif k != "attention_backend":
+            settings[k] = _flag_value(value)
+    settings.update(meta.get("settings") or {})
+    cmd = meta.get("launch_command") or ""
+    for line in cmd.splitlines():
+        line = line.strip().lstrip("$").strip().rstrip("\\")
+        try:
+            words = shlex.split(line)
+        except ValueError:
+            continue
+        for i, w in enumerate(words):
+            if not w.startswith("--"):
+                continue
+            name = w[2:].replace("-", "_")
+            nxt = words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--") else None
+            if name in ("tp", "tp_size", "tensor_parallel_size"):
+                par["tp"] = int(nxt)
+            elif name in ("dp", "dp_size", "data_parallel_size"):
+                par["dp"] = int(nxt)
+            elif name in ("model", "model_path", "kv_transfer_config"):
+                continue
+            else:
+                settings[name] = True if nxt is None else _flag_value(nxt)
+        for m in re.finditer(r"(\w+)=([\w.\"']+)", line):
+            if m.group(1) in ("max_num_seqs", "max_model_len", "gpu_memory_utilization"):
+                settings[m.group(1)] = _flag_value(m.group(2).strip("\"'"))
+    return settings, par
+
+
+def _version(meta: dict[str, Any], log: Path) -> tuple[str | None, str]:
+    text = meta.get("engine_version")
+    if text:
+        m = re.search(r"v?(\d+\.\d+\.\d+)", str(text))
+        if m:
+            return m.group(1), "meta.json engine_version"
+    if meta.get("engine") == "sglang" and log.is_file():
+        m = re.search(r"\[(20\d\d-\d\d-\d\d)", log.read_text(errors="replace"))
+        if m:
+            newest = None
+            for date, version in sg_eras.BUILD_DATES:
+                if date <= m.group(1):
+                    newest = version
+            if newest:
+                return sg_eras.fmt(newest), f"newest release built before the log's date {m.group(1)}"
+    return None, "unknown (plan's default: newest documented release)"
+
+
+def _case(case_dir: Path) -> dict[str, Any]:
+    meta = json.loads((case_dir / "meta.json").read_text())
+    name = f"{case_dir.parent.name}/{case_dir.name}"
+    engine = meta.get("engine")
+    row: dict[str, Any] = {"case": name, "engine": engine}
+    if engine not in ("sglang", "vllm"):
+        return {**row, "skip": f"engine {engine} is not planned"}
+    truth = _truth(meta)
+    model, gpu, tp = _clean_model(meta.get("model")), _clean_gpu(meta.get("gpu")), _tp(meta)
+    why = [w for w, bad in (("no logged KV token count", truth is None), ("model not named", model is None),
+                            ("GPU not named", gpu is None)) if bad]
+    if gpu and NOT_NVIDIA.search(str(meta.get("gpu"))):
+        why.append("not an NVIDIA GPU")
+    if "ktransformers" in json.dumps(meta).lower():
+        why.append("ktransformers fork (experts on the CPU)")
+    if why:
+        return {**row, "skip": "; ".join(why)}
+    if load_model_config(model) is None:
+        return {**row, "skip": f"model {model!r} not in the catalog"}
+    try:
+        resolve_gpu(gpu)
+    except InputError:
+        return {**row, "skip": f"GPU {gpu!r} not in the catalog"}
+    settings, par = _launch_settings(meta)
+    tp = par.get("tp") or tp
+    if tp is None:
+        return {**row, "skip": "tensor-parallel size unknown"}
+    facts = CASE_FACTS.get(name, {})
+    settings.update(facts.get("settings") or {})
+    version, vhow = _version(meta, case_dir / "log.txt")
+    if facts.get("engine_version"):
+        version, vhow = facts["engine_version"], "CASE_FACTS (from meta notes)"
+    dp = par.get("dp", 1)
+    if settings.pop("enable_dp_attention", None):
+        settings["enable_dp_attention"] = True
+    req = PlanRequest(model=model, gpu=gpu, engine=engine, engine_version=version, tp=tp, dp=dp, settings=settings)
+    pred = plan(req)
+    got = pred["capacity"]["kv_tokens"]
+    err = (got - truth) / truth * 100
+    return {**row, "model": model, "gpu": pred["gpu"]["gpu"], "tp": tp, "dp": dp, "version": pred["engine_version"],
+            "version_from": vhow, "settings": settings, "facts": facts.get("why"), "logged": truth, "predicted": got,
+            "error_pct": err, "weights_gib": pred["weights"]["gib_per_rank"], "warnings": pred["warnings"]}
+
+
+def run(cases: Path) -> dict[str, Any]:
+    rows = [_case(d) for d in sorted(p for p in cases.glob("*/*") if (p / "meta.json").is_file())]
+    planned = [r for r in rows if "skip" not in r]
+    mae = sum(abs(r["error_pct"]) for r in planned) / len(planned) if planned else None
+    return {"mean_abs_error_pct": mae, "planned": planned, "skipped": [r for r in rows if "skip" in r]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cases", default=str(ROOT / "tests" / "fixtures" / "logs"))
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--skipped", action="store_true", help="also list the cases that could not be planned")
+    args = ap.parse_args()
+    result = run(Path(args.cases))
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+        return
+    print(f"{'case':58} {'version':>8} {'logged':>10} {'predicted':>10} {'error':>8}")
+    for r in sorted(result["planned"], key=lambda r: -abs(r["error_pct"])):
+        print(f"{r['case'][:58]:58} {r['version']:>8} {r['logged']:>10,} {r['predicted']:>10,} {r['error_pct']:>+7.1f}%")
+    n = len(result["planned"])
+    mae = result["mean_abs_error_pct"]
+    print(f"\n{n} cases planned; mean absolute error {mae:.1f}%" if n else "\nno case could be planned")
+    if args.skipped:
+        print("\nnot planned:")
+        for r in result["skipped"]:
+            print(f"  {r['case'][:58]:58} {r['skip']}")
+
+
+if __name__ == "__main__":
+    main()

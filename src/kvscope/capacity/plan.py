@@ -1,0 +1,666 @@
+"""``kvscope plan``: predict the KV pool of a deployment that has not run yet (no log).
+
+A plan rebuilds, from catalog facts alone, the numbers a startup log would print:
+
+    budget basis  F  = torch total − CUDA context − NCCL            (overheads.py; H200 measured)
+    weights       W  = config.json × quantization, sharded per rank (weights.py)
+    SGLang        rest = F × mem_fraction_static − W − load extras; tokens = rest // cell
+    vLLM          K = T × gpu_memory_utilization − W − activation − non-torch [− graphs]; blocks = K // page
+
+and applies the engine's automatic defaults the way the named release would (SGLang's auto
+mem_fraction_static, chunk and graph buckets, spec-decoding request cap; vLLM's default
+utilization and batch budget). Every figure carries how it was obtained, because a plan is only
+as trustworthy as its least-known input — usually the weights on quantized MoE models and the
+driver/context overheads on GPUs nobody measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kvscope.capacity.arch import Architecture, architecture_from_config, dtype_bytes
+from kvscope.capacity.overheads import BudgetBasis, budget_basis
+from kvscope.capacity.weights import (
+    GIB,
+    ModelConfig,
+    Parallel,
+    WeightEstimate,
+    estimate_weights,
+    load_model_config,
+)
+from kvscope.engines.sglang import defaults as sgd
+from kvscope.engines.sglang import eras as sg_eras
+from kvscope.engines.sglang import rules as sg_rules
+from kvscope.errors import InputError
+
+SGLANG_NEWEST = "0.5.23"
+VLLM_NEWEST = "0.33.0"
+ALIASES = {"mfs": "mem_fraction_static", "util": "gpu_memory_utilization", "kv_dtype": "kv_cache_dtype",
+           "context_len": "context_length", "tp": "tp_size", "spec": "speculative_algorithm",
+           "dp_attention": "enable_dp_attention", "max_model_len": "max_model_len"}
+SM_MAJOR = (("GB300", 10), ("B300", 10), ("GB200", 10), ("B200", 10), ("RTX PRO 6000", 12), ("RTX 5090", 12),
+            ("H200", 9), ("H100", 9), ("H20", 9), ("L40S", 8), ("L4", 8), ("A100", 8), ("A10", 8),
+            ("RTX 4090", 8), ("RTX 3090", 8), ("RTX 6000 Ada", 8))
+VLLM_GRAPH_GIB = 0.5  # typical CUDA-graph estimate vLLM ≥0.20 subtracts; assumed, not measured
+VLLM_SAMPLER_COPIES = 2  # logits + probabilities in fp32 during the dummy sampler run
+
+
+@dataclass
+class PlanRequest:
+    """What the operator tells ``plan``: model, GPU, parallelism, engine, flags."""
+
+    model: str
+    gpu: str
+    engine: str = "sglang"
+    engine_version: str | None = None
+    tp: int = 1
+    dp: int = 1
+    pp: int = 1
+    ep: int = 1
+    settings: dict[str, Any] = field(default_factory=dict)
+    context: int | None = None
+
+
+@dataclass
+class Context:
+    """Everything both engines share once the request is resolved."""
+
+    req: PlanRequest
+    mc: ModelConfig
+    arch: Architecture
+    basis: BudgetBasis
+    settings: dict[str, Any]
+    sm_major: int | None
+    notes: list[str] = field(default_factory=list)
+
+
+def normalise_settings(raw: dict[str, Any]) -> dict[str, Any]:
+    """Engine flag spellings (--mem-fraction-static, mem-fraction-static, mfs) → option names."""
+    out = {}
+    for key, value in raw.items():
+        k = key.strip().lstrip("-").replace("-", "_").lower()
+        out[ALIASES.get(k, k)] = value
+    return out
+
+
+def _sm_major(gpu_label: str) -> int | None:
+    upper = gpu_label.upper()
+    for name, sm in SM_MAJOR:
+        if name.upper() in upper:
+            return sm
+    return None
+
+
+def _truthy(v: Any) -> bool:
+    return v is True or str(v).lower() in ("1", "true", "yes", "on")
+
+
+def _int(v: Any) -> int | None:
+    try:
+        return None if v is None else int(v)
+    except (TypeError, ValueError):
+        raise InputError(f"expected an integer, got {v!r}") from None
+
+
+def _float(v: Any) -> float | None:
+    try:
+        return None if v is None else float(v)
+    except (TypeError, ValueError):
+        raise InputError(f"expected a number, got {v!r}") from None
+
+
+def resolve(req: PlanRequest) -> Context:
+    """Model config, architecture and GPU basis; InputError when any is unknown."""
+    if req.engine not in ("sglang", "vllm"):
+        raise InputError(f"--engine must be sglang or vllm (plan does not model {req.engine!r} yet)")
+    for name, value in (("--tp", req.tp), ("--dp", req.dp), ("--pp", req.pp), ("--ep", req.ep)):
+        if value < 1:
+            raise InputError(f"{name} must be at least 1")
+    mc = load_model_config(req.model)
+    if mc is None:
+        raise InputError(f"model {req.model!r}: no config.json there and not in the built-in catalog "
+                         "(give a local checkpoint directory or a catalog id; `kvscope plan --help`)")
+    arch = architecture_from_config(mc.cfg, name=mc.name)
+    if arch is None:
+        raise InputError(f"model {req.model!r}: its config lacks the attention fields KV sizing needs")
+    settings = normalise_settings(req.settings)
+    basis = budget_basis(req.gpu, req.tp * req.pp, settings)
+    return Context(req, mc, arch, basis, settings, _sm_major(basis.gpu))
+
+
+def _weights(ctx: Context, par: Parallel) -> WeightEstimate:
+    """The weight estimate, or the operator's own figure (--set weights_gib=…) plus extras."""
+    est = estimate_weights(ctx.mc, par, quantization=ctx.settings.get("quantization"), engine=ctx.req.engine)
+    given = _float(ctx.settings.get("weights_gib"))
+    if given is not None:
+        est = replace(est, bytes_per_rank=int(given * GIB), by_component={"given": int(given * GIB)},
+                      method="given (--set weights_gib)")
+    extra = _float(ctx.settings.get("extra_weights_gib"))
+    if extra:
+        est.bytes_per_rank += int(extra * GIB)
+        est.by_component["extra (given)"] = int(extra * GIB)
+    return est
+
+
+def rope_cache_bytes(cfg: dict[str, Any], element_bytes: int) -> int:
+    """The cos/sin table both engines build at load time: positions × rotary dim × element size.
+
+    SGLang keeps it in fp32 on CUDA, vLLM in the model dtype (vLLM's "Model loading took" for
+    Llama-3.1-8B is exactly weights + 131072 × 128 × 2 B).
+    """
+    positions = int(cfg.get("max_position_embeddings") or 0)
+    if cfg.get("kv_lora_rank"):
+        dim = int(cfg.get("qk_rope_head_dim") or 64)
+    else:
+        heads = int(cfg.get("num_attention_heads") or 1)
+        head_dim = int(cfg.get("head_dim") or int(cfg.get("hidden_size") or 0) // heads)
+        dim = int(head_dim * float(cfg.get("partial_rotary_factor") or 1.0))
+    return positions * dim * element_bytes
+
+
+# ------------------------------------------------------------------------------------------------
+# SGLang
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SglangKnobs:
+    """The server args a plan resolves (given or automatic)."""
+
+    version: sg_eras.Version
+    mfs: float
+    mfs_choice: sgd.MfsChoice | None
+    chunked_prefill_size: int
+    cuda_graph_max_bs: int
+    kv_cache_dtype: str
+    page_size: int
+    spec: str | None
+    spec_params: tuple[int, int, int] | None
+    max_running_requests: int | None
+    max_total_tokens: int | None
+    dp_attention: bool
+    context_len: int
+    origin: dict[str, str]
+
+
+def _sg_version(ctx: Context) -> tuple[sg_eras.Version, str]:
+    text = ctx.req.engine_version or SGLANG_NEWEST
+    v = sg_eras.parse_version(text)
+    if v is None:
+        raise InputError(f"--engine-version {text!r} is not a version number")
+    return v, ("given" if ctx.req.engine_version else f"assumed (newest documented, {SGLANG_NEWEST})")
+
+
+def _sg_knobs(ctx: Context) -> SglangKnobs:
+    s, arch, req = ctx.settings, ctx.arch, ctx.req
+    version, vhow = _sg_version(ctx)
+    origin = {"engine_version": vhow}
+    dp_attn = _truthy(s.get("enable_dp_attention")) and req.dp > 1
+    spec = s.get("speculative_algorithm")
+    spec = str(spec).upper() if spec and str(spec).lower() not in ("none", "null") else None
+    gpu_mib = ctx.basis.nvidia_smi_total_mib
+    chunk0, bs0 = sgd.gpu_bucket_defaults(version, gpu_mib, req.tp)
+    chunk = _int(s.get("chunked_prefill_size")) or chunk0
+    max_bs = _int(s.get("cuda_graph_max_bs")) or bs0
+    origin["chunked_prefill_size"] = "given" if s.get("chunked_prefill_size") else "auto (GPU-size bucket)"
+    origin["cuda_graph_max_bs"] = "given" if s.get("cuda_graph_max_bs") else "auto (GPU-size bucket)"
+    mfs_given = _float(s.get("mem_fraction_static"))
+    choice = None
+    if mfs_given is None:
+        piece = None
+        if s.get("disable_piecewise_cuda_graph") is not None:
+            piece = not _truthy(s["disable_piecewise_cuda_graph"])
+        if s.get("enable_piecewise_cuda_graph") is not None:
+            piece = _truthy(s["enable_piecewise_cuda_graph"])
+        choice = sgd.auto_mem_fraction_static(version, sgd.MemoryInputs(
+            gpu_mib, tp=req.tp, pp=req.pp, dp=req.dp, dp_attention=dp_attn, speculative_algorithm=spec,
+            chunked_prefill_size=_int(s.get("chunked_prefill_size")), cuda_graph_max_bs=_int(s.get("cuda_graph_max_bs")),
+            piecewise=piece, mla=arch.attention == "mla", deepep=str(s.get("moe_a2a_backend", "")).lower() == "deepep",
+            post_capture=_truthy(s.get("post_capture_kv_sizing"))))
+        mfs = choice.value
+        origin["mem_fraction_static"] = "auto"
+    else:
+        mfs = mfs_given
+        origin["mem_fraction_static"] = "given"
+    page = _int(s.get("page_size")) or 1
+    kv_dtype = str(s.get("kv_cache_dtype") or "auto")
+    origin["kv_cache_dtype"] = "given" if s.get("kv_cache_dtype") else "auto (model dtype)"
+    if arch.index_head_dim:
+        page, kv_dtype = sgd.dsa_defaults(version, ctx.sm_major, s.get("kv_cache_dtype"))
+        origin["page_size"] = "auto (DSA forces 64)"
+        if not s.get("kv_cache_dtype"):
+            origin["kv_cache_dtype"] = f"auto (DSA on SM{ctx.sm_major or '?'})"
+    spec_params = None
+    mrr = _int(s.get("max_running_requests"))
+    if spec:
+        spec_params = sgd.spec_params((ctx.mc.cfg.get("architectures") or [""])[0], _int(s.get("speculative_num_steps")),
+                                      _int(s.get("speculative_eagle_topk")), _int(s.get("speculative_num_draft_tokens")))
+        auto_mrr = sgd.spec_default_max_running_requests(version, spec, mrr)
+        if mrr is None and auto_mrr is not None:
+            origin["max_running_requests"] = "auto (48 with speculative decoding)"
+        mrr = auto_mrr
+    context = _int(s.get("context_length")) or req.context or arch.max_position_embeddings or 4096
+    return SglangKnobs(version, mfs, choice, chunk, max_bs, kv_dtype, page, spec, spec_params, mrr,
+                       _int(s.get("max_total_tokens")), dp_attn, context, origin)
+
+
+DSA_FP8_ROW_EXTRA = 80  # fp8 DSA stores 512 + 16 scale bytes + 2 × 64 rope = 656 B per layer, not 576
+
+
+def _sg_cell(ctx: Context, k: SglangKnobs, era: sg_eras.Era, attn_tp: int, kv_dtype: str
+             ) -> tuple[sg_rules.CellSize, int]:
+    """(the cell the profile divides by, the bytes per token the pool really allocates)."""
+    arch = ctx.arch
+    kvb = dtype_bytes(kv_dtype, arch.torch_dtype)
+    swa = arch.sliding_layers and arch.model_type not in sgd.HYBRID_SWA_DISABLED_TYPES
+    n_layers = (arch.full_attention_layers or 0) + arch.sliding_layers if swa else None
+    real = sg_rules.cell_size(arch, kvb, attn_tp, era, layers=n_layers)
+    profiled_arch = arch if sgd.dsa_indexer_in_profile(k.version) else replace(arch, index_head_dim=None)
+    cell = sg_rules.cell_size(profiled_arch, kvb, attn_tp, era, layers=n_layers)
+    alloc = real.bytes_per_token
+    if arch.index_head_dim and kvb == 1:
+        alloc += DSA_FP8_ROW_EXTRA * real.layers
+        if era.mla_real_row:
+            cell = replace(cell, bytes_per_token=cell.bytes_per_token + DSA_FP8_ROW_EXTRA * cell.layers,
+                           formula=cell.formula + " + fp8 row scales/rope (≥0.5.18)")
+    if era.draft_cell_inflation and k.spec:
+        draft_layers = _int(ctx.settings.get("draft_layers")) or arch.nextn_layers or 1
+        cell = replace(cell, bytes_per_token=cell.bytes_per_token + int(cell.bytes_per_token * draft_layers / cell.layers),
+                       formula=cell.formula + f" + draft share × {draft_layers}/{cell.layers} layers (≥0.5.14)")
+    return cell, alloc
+
+
+def _sg_tokens(rest_bytes: int, cell: int, k: SglangKnobs, arch: Architecture) -> tuple[int, int, list[str]]:
+    """(profiled, final full-layer tokens, steps) applying SGLang's clamps in code order (§2.3)."""
+    steps = []
+    profiled = max(0, rest_bytes) // cell
+    tokens = profiled
+    if k.max_total_tokens is not None and k.max_total_tokens < tokens:
+        tokens = k.max_total_tokens
+        steps.append(f"--max-total-tokens caps it at {tokens:,}")
+    if k.page_size > 1:
+        tokens = tokens // k.page_size * k.page_size
+        steps.append(f"page floor ({k.page_size})")
+    if arch.sliding_layers and arch.model_type not in sgd.HYBRID_SWA_DISABLED_TYPES and arch.full_attention_layers:
+        nf, ns = arch.full_attention_layers, arch.sliding_layers
+        tokens = int(tokens * (nf + ns) / (nf + sgd.SWA_FULL_TOKENS_RATIO * ns))
+        steps.append(f"sliding-window split: full-layer tokens = tokens × {nf + ns}/({nf} + 0.8 × {ns})")
+    return profiled, tokens, steps
+
+
+def _sg_scenario(ctx: Context, k: SglangKnobs, basis_free: float, weights_gib: float, load_extra_gib: float,
+                 attn_tp: int) -> dict[str, Any]:
+    """Tokens, concurrency and reserve for one set of knobs (the table varies mfs and the KV dtype)."""
+    era = sg_eras.era_for(k.version)
+    cell, alloc_bpt = _sg_cell(ctx, k, era, attn_tp, k.kv_cache_dtype)
+    rest_gib = basis_free * k.mfs - weights_gib - load_extra_gib
+    profiled, tokens, steps = _sg_tokens(int(rest_gib * GIB), cell.bytes_per_token, k, ctx.arch)
+    headroom = 0
+    pool = sgd.request_pool(k.version, profiled, tokens, k.context_len, k.max_running_requests, ctx.req.dp,
+                            k.dp_attention)
+    if k.spec and k.spec_params and era.eagle_token_headroom:
+        headroom = sgd.eagle_token_headroom(pool.rows, *k.spec_params, k.version)
+        tokens += headroom
+        steps.append(f"E0 EAGLE headroom +{headroom:,} tokens")
+    req_pool_gib = sgd.request_pool_bytes(pool.rows, k.context_len, (k.spec_params or (0, 0, 0))[2], k.version) / GIB
+    kv_gib = (tokens + max(1, k.page_size)) * alloc_bpt / GIB
+    reserve = basis_free * (1 - k.mfs) - req_pool_gib - max(0.0, kv_gib - max(0.0, rest_gib))
+    if alloc_bpt > cell.bytes_per_token:
+        steps.append(f"the pool allocates {alloc_bpt:,} B/token but the profile budgeted {cell.bytes_per_token:,}: "
+                     f"{kv_gib - tokens * cell.bytes_per_token / GIB:.2f} GiB comes out of the reserve")
+    per_request = tokens // k.context_len if k.context_len else None
+    concurrency = None if per_request is None else min(per_request, pool.max_running_requests)
+    dp_groups = ctx.req.dp if k.dp_attention else 1
+    return {"kv_tokens": tokens, "profiled_tokens": profiled, "rest_gib": rest_gib, "bytes_per_token": cell.bytes_per_token,
+            "cell_formula": cell.formula, "kv_pool_gib": kv_gib, "alloc_bytes_per_token": alloc_bpt, "steps": steps, "eagle_headroom_tokens": headroom,
+            "request_pool_rows": pool.rows, "request_pool_gib": req_pool_gib, "request_pool_rule": pool.rule,
+            "max_running_requests": pool.max_running_requests, "requests_at_context": per_request,
+            "concurrency": concurrency, "reserve_left_gib": reserve, "dp_groups": dp_groups,
+            "system_kv_tokens": tokens * dp_groups}
+
+
+def plan_sglang(ctx: Context) -> dict[str, Any]:
+    k = _sg_knobs(ctx)
+    era = sg_eras.era_for(k.version)
+    req = ctx.req
+    attn_tp = max(1, req.tp // req.dp) if k.dp_attention else req.tp
+    par = Parallel(tp=req.tp, ep=req.ep, pp=req.pp, attn_tp=attn_tp if k.dp_attention else None,
+                   replicate_embedding=k.dp_attention)
+    w = _weights(ctx, par)
+    rope = rope_cache_bytes(ctx.mc.cfg, 4) / GIB
+    draft = _float(ctx.settings.get("draft_weights_gib")) or 0.0
+    load_extra = rope + (draft if era.draft_in_static_budget else 0.0)
+    F = ctx.basis.free_before_weights_gib
+    base = _sg_scenario(ctx, k, F, w.gib, load_extra, attn_tp)
+    needed = None
+    if k.mfs_choice is None:
+        needed = sgd.auto_mem_fraction_static(k.version, sgd.MemoryInputs(
+            ctx.basis.nvidia_smi_total_mib, tp=req.tp, pp=req.pp, dp=req.dp, dp_attention=k.dp_attention,
+            speculative_algorithm=k.spec, chunked_prefill_size=k.chunked_prefill_size,
+            cuda_graph_max_bs=k.cuda_graph_max_bs, mla=ctx.arch.attention == "mla"))
+    else:
+        needed = k.mfs_choice
+    rows = _sg_table(ctx, k, F, w.gib, load_extra, attn_tp, needed)
+    warnings = list(ctx.notes) + w.notes + ctx.basis.notes
+    if k.spec and not era.draft_in_static_budget:
+        warnings.append("draft model weights, KV and graphs come out of the (1 − mem_fraction_static) reserve in "
+                        "this release (they are not in the KV budget)")
+    if k.spec and era.draft_in_static_budget and not draft:
+        warnings.append("≥0.5.14 charges the draft weights to the static budget: give --set draft_weights_gib=… "
+                        "(not counted here)")
+    if 0 < base["kv_tokens"] < k.context_len:
+        warnings.append(f"one request of the full context ({k.context_len:,} tokens) does not fit in "
+                        f"{base['kv_tokens']:,} KV tokens: SGLang caps requests at {base['kv_tokens'] - 1:,} tokens")
+    if base["kv_tokens"] <= 0:
+        warnings.append("no KV room: the weights do not fit under mem_fraction_static × free memory; the server "
+                        "would stop with 'Not enough memory' / 'leave no GPU memory for the KV cache'")
+    ledger = _sg_ledger(ctx, k, w, rope, draft if era.draft_in_static_budget else 0.0, base, needed)
+    return {
+        "engine": "sglang", "engine_version": sg_eras.fmt(k.version), "era": era.name,
+        "settings": _sg_settings(ctx, k), "auto_mem_fraction_static": k.mfs_choice.as_dict() if k.mfs_choice else None,
+        "sglang_reserve_estimate_gib": needed.reserved_gib if needed else None,
+        "weights": w.as_dict(), "ledger": ledger,
+        "kv": {"kv_cache_dtype": k.kv_cache_dtype, "page_size": k.page_size, "bytes_per_token": base["bytes_per_token"],
+               "formula": base["cell_formula"], "kv_tokens": base["kv_tokens"], "kv_pool_gib": base["kv_pool_gib"],
+               "profiled_tokens": base["profiled_tokens"], "steps": base["steps"],
+               "system_kv_tokens": base["system_kv_tokens"], "dp_groups": base["dp_groups"]},
+        "capacity": {"kv_tokens": base["kv_tokens"], "context_tokens": k.context_len,
+                     "requests_at_context": base["requests_at_context"],
+                     "max_running_requests": base["max_running_requests"], "max_concurrency": base["concurrency"],
+                     "system_max_concurrency": None if base["concurrency"] is None
+                     else base["concurrency"] * base["dp_groups"]},
+        "table": rows, "warnings": warnings,
+    }
+
+
+def _sg_settings(ctx: Context, k: SglangKnobs) -> dict[str, Any]:
+    kv = k.kv_cache_dtype
+    if kv == "auto":
+        kv = f"auto → {(ctx.arch.torch_dtype or 'bfloat16').replace('torch.', '')}"
+    values = {"engine_version": sg_eras.fmt(k.version), "mem_fraction_static": k.mfs,
+              "chunked_prefill_size": k.chunked_prefill_size, "cuda_graph_max_bs": k.cuda_graph_max_bs,
+              "kv_cache_dtype": kv, "page_size": k.page_size, "context_length": k.context_len,
+              "max_running_requests": k.max_running_requests, "speculative_algorithm": k.spec,
+              "enable_dp_attention": k.dp_attention}
+    if k.spec_params:
+        values["speculative (steps, topk, draft tokens)"] = list(k.spec_params)
+    origin = dict(k.origin)
+    for key in values:
+        if key in ctx.settings and key not in origin:
+            origin[key] = "given"
+    if "context_length" not in ctx.settings:
+        origin["context_length"] = "given (--context)" if ctx.req.context else "model config (max_position_embeddings)"
+    if k.spec_params:
+        origin.setdefault("speculative (steps, topk, draft tokens)", "auto (by architecture)")
+    return {key: {"value": v, "from": origin.get(key, "default")} for key, v in values.items()}
+
+
+def _sg_table(ctx: Context, k: SglangKnobs, F: float, w: float, extra: float, attn_tp: int,
+              needed: sgd.MfsChoice | None) -> list[dict[str, Any]]:
+    """flag → tokens → concurrency → reserve left, around the resolved mem_fraction_static."""
+    rows = []
+    fp8 = "fp8_e4m3"
+    variants: list[tuple[str, SglangKnobs]] = [("(as planned)", k)]
+    for delta in (-0.04, -0.02, 0.02, 0.04):
+        mfs = round(k.mfs + delta, 3)
+        if 0.3 < mfs < 0.99:
+            variants.append((f"--mem-fraction-static {mfs}", replace(k, mfs=mfs)))
+    if dtype_bytes(k.kv_cache_dtype, ctx.arch.torch_dtype) > 1:
+        variants.append((f"--kv-cache-dtype {fp8}", replace(k, kv_cache_dtype=fp8)))
+    need = needed.reserved_gib if needed and needed.reserved_gib else None
+    for flag, kk in variants:
+        sc = _sg_scenario(ctx, kk, F, w, extra, attn_tp)
+        risk = "—" if need is None else _risk(sc["reserve_left_gib"], need)
+        rows.append({"flag": flag, "mem_fraction_static": kk.mfs, "kv_tokens": sc["kv_tokens"],
+                     "concurrency_at_context": sc["concurrency"], "reserve_left_gib": sc["reserve_left_gib"],
+                     "oom_risk": risk})
+    return rows
+
+
+def _risk(reserve_gib: float, needed_gib: float) -> str:
+    """Reserve left vs SGLang's own estimate R of what graphs and activations need (its default leaves ≈ R)."""
+    if reserve_gib >= 0.9 * needed_gib:
+        return "low"
+    return "tight" if reserve_gib >= 0.6 * needed_gib else "high"
+
+
+def _sg_ledger(ctx: Context, k: SglangKnobs, w: WeightEstimate, rope: float, draft: float, base: dict[str, Any],
+               needed: sgd.MfsChoice | None) -> list[dict[str, Any]]:
+    b = ctx.basis
+    F = b.free_before_weights_gib
+    rows = [
+        ("nvidia-smi total", b.smi_total_gib, "catalog"),
+        ("driver-reserved slice", b.torch_total.gib - b.smi_total_gib, b.torch_total.how),
+        ("CUDA context", -b.cuda_context.gib, b.cuda_context.how),
+        ("NCCL communicators", -b.nccl.gib, b.nccl.how),
+        ("= free before weights (F)", F, "derived"),
+        ("weights per rank", -w.gib, w.method),
+        ("rope cos/sin cache (fp32)", -rope, "computed"),
+    ]
+    if draft:
+        rows.append(("draft weights (static budget ≥0.5.14)", -draft, "given"))
+    rows += [
+        (f"static budget F × mem_fraction_static {k.mfs}", F * k.mfs, k.origin.get("mem_fraction_static", "")),
+        ("KV budget (rest)", base["rest_gib"], "derived"),
+        (f"KV pool {base['kv_tokens']:,} tokens × {base['bytes_per_token']:,} B", base["kv_pool_gib"], "derived"),
+        (f"reserve F × (1 − {k.mfs})", F * (1 - k.mfs), "derived"),
+        ("request pool (req_to_token)", -base["request_pool_gib"], "derived"),
+        ("reserve left for graphs / activations / draft", base["reserve_left_gib"], "derived"),
+    ]
+    if needed and needed.reserved_gib:
+        rows.append(("SGLang's own reserve estimate R", needed.reserved_gib, "auto-default recipe"))
+    return [{"item": item, "gib": gib, "how": how} for item, gib, how in rows]
+
+
+# ------------------------------------------------------------------------------------------------
+# vLLM
+# ------------------------------------------------------------------------------------------------
+
+
+def _vllm_modules():
+    """The vLLM helper's sizing rules (shared with explain/whatif)."""
+    from kvscope.engines.vllm import eras as v_eras
+    from kvscope.engines.vllm import rules as v_rules
+
+    return v_eras, v_rules
+
+
+def vllm_non_torch_gib(version: tuple[int, int, int], engine: str, basis: BudgetBasis) -> tuple[float, str]:
+    """Non-torch memory vLLM charges to its budget, by where its snapshot sits (doc §1.2–1.3)."""
+    ctx, nccl, cublas = basis.cuda_context.gib, basis.nccl.gib, basis.cublas.gib
+    if engine == "V0":
+        if version == (0, 6, 4):
+            return ctx + nccl + cublas, "V0 0.6.4: all non-torch memory (context, NCCL, cuBLAS)"
+        return nccl + cublas, "V0: NCCL and cuBLAS (baseline taken before NCCL)"
+    if version <= (0, 9, 0):
+        return ctx + nccl + cublas, "V1 ≤0.9.0: all non-torch memory (context, NCCL, cuBLAS)"
+    if version < (0, 11, 0):
+        return nccl + cublas, "V1 0.9.1–0.10: NCCL and cuBLAS (snapshot before NCCL)"
+    return cublas, "V1 ≥0.11: cuBLAS only (NCCL is initialised before the snapshot)"
+
+
+def vllm_batch_defaults(version: tuple[int, int, int], engine: str, gpu_gib: float, gpu_label: str,
+                        max_model_len: int, offline: bool) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) the profile run uses when not given."""
+    if engine == "V0":
+        tokens = max(max_model_len, 2048) if max_model_len <= 32768 else 2048
+        return tokens, 256
+    big = gpu_gib >= 70 and "A100" not in gpu_label.upper()
+    if offline:
+        return (16384, 1024) if big else (8192, 256)
+    return (8192, 1024) if big else (2048, 256)
+
+
+def vllm_activation_gib(cfg: dict[str, Any], tp: int, tokens: int, seqs: int) -> float:
+    """Peak torch memory of the profile run beyond the weights (first principles, per rank).
+
+    Forward: the MLP holds gate_up (2I) and its activation (I) next to ~3 hidden-size buffers per
+    token (dense), or top-k × (3N + H) in the fused-MoE caches. Sampler: logits and probabilities
+    in fp32 for max_num_seqs rows. (On the V0 RTX 3090 Llama-3.1-8B log this gives 2.06 GiB at
+    20,000 tokens and 2.99 at 29,000 vs the logged 2.07 and 2.99.)
+    """
+    h = int(cfg["hidden_size"])
+    vocab = int(cfg.get("vocab_size") or 32000)
+    experts = cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts")
+    dense_i = int(cfg.get("intermediate_size") or 4 * h)
+    per_token = 3 * max(1, dense_i // tp)
+    if experts:
+        n = int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or h) // tp
+        topk = int(cfg.get("num_experts_per_tok") or 8)
+        per_token = max(per_token if cfg.get("first_k_dense_replace") else 0, topk * (3 * n + h))
+    forward = tokens * (per_token + 3 * h) * 2
+    sampler = seqs * vocab * 4 * VLLM_SAMPLER_COPIES + seqs * h * 2
+    return max(forward, sampler) / GIB
+
+
+def _vllm_version(ctx: Context) -> tuple[tuple[int, int, int], str]:
+    v_eras, _ = _vllm_modules()
+    text = ctx.req.engine_version or VLLM_NEWEST
+    v = v_eras.parse_version(text)
+    if v is None:
+        raise InputError(f"--engine-version {text!r} is not a version number")
+    return v, ("given" if ctx.req.engine_version else f"assumed (newest documented, {VLLM_NEWEST})")
+
+
+def plan_vllm(ctx: Context) -> dict[str, Any]:
+    v_eras, v_rules = _vllm_modules()
+    s, req, arch, b = ctx.settings, ctx.req, ctx.arch, ctx.basis
+    version, vhow = _vllm_version(ctx)
+    engine = str(s.get("engine") or ("V1" if version >= (0, 8, 0) else "V0")).upper()
+    era = v_eras.era_for(version, engine)
+    util = _float(s.get("gpu_memory_utilization")) or era.default_util
+    max_len = _int(s.get("max_model_len")) or req.context or arch.max_position_embeddings or 4096
+    tokens_b, seqs = vllm_batch_defaults(version, engine, b.smi_total_gib, b.gpu, max_len, _truthy(s.get("offline")))
+    tokens_b = _int(s.get("max_num_batched_tokens")) or tokens_b
+    seqs = _int(s.get("max_num_seqs")) or seqs
+    w = _weights(ctx, Parallel(tp=req.tp, ep=req.ep, pp=req.pp))
+    rope = rope_cache_bytes(ctx.mc.cfg, 2) / GIB
+    act = vllm_activation_gib(ctx.mc.cfg, req.tp, tokens_b, seqs)
+    non_torch, nt_how = vllm_non_torch_gib(version, engine, b)
+    graphs = _float(s.get("cuda_graph_gib"))
+    if graphs is None:
+        graphs = VLLM_GRAPH_GIB if (era.graphs_in_budget and not _truthy(s.get("enforce_eager"))) else 0.0
+    kv_dtype = str(s.get("kv_cache_dtype") or "auto")
+    kvb = dtype_bytes(kv_dtype, arch.torch_dtype)
+    block = _int(s.get("block_size")) or (64 if arch.attention == "mla" and (ctx.sm_major or 0) >= 9 else 16)
+    layers = max(v_rules.pp_layers(arch.full_attention_layers or arch.num_layers, req.pp))
+    kv_override = _int(s.get("kv_cache_memory_bytes"))
+
+    def scenario(u: float, kv_bytes: int) -> dict[str, Any]:
+        T = b.torch_total.gib
+        budget = u * T
+        K = kv_override / GIB if kv_override else budget - w.gib - rope - act - non_torch - graphs
+        page = v_rules.page_size(arch, kv_bytes, req.tp)
+        if arch.sliding_layers and arch.full_attention_layers and arch.sliding_window:
+            cap = v_rules.hybrid_capacity(K, page.bytes_per_token_per_layer, arch.full_attention_layers,
+                                          arch.sliding_layers, arch.sliding_window, block, max_len, tokens_b,
+                                          era.capacity_rule)
+        else:
+            blocks = v_rules.blocks_for(K, v_rules.bytes_per_block(page.bytes_per_token_per_layer, layers, block))
+            cap = v_rules.capacity(blocks, block, max_len, era.capacity_rule)
+        outside = T - budget - (b.cuda_context.gib + b.nccl.gib if version >= (0, 11, 0) else 0.0)
+        if not era.graphs_in_budget:
+            outside -= 0.5  # graphs are captured outside the budget
+        return {"K": K, "blocks": cap.blocks, "tokens": cap.tokens, "concurrency": cap.concurrency,
+                "page": page, "reserve_left_gib": outside}
+
+    base = scenario(util, kvb)
+    warnings = list(w.notes) + b.notes
+    if arch.full_attention_layers and not arch.sliding_layers and arch.full_attention_layers < arch.num_layers:
+        warnings.append("hybrid linear-attention (Mamba-style) model: vLLM's state pages and enlarged attention "
+                        "blocks are not modelled; the token figure counts full-attention layers only")
+    if base["K"] <= 0:
+        warnings.append("no KV memory: the engine would stop with 'No available memory for the cache blocks'")
+    elif base["tokens"] < max_len:
+        warnings.append(f"one request of max_model_len {max_len:,} does not fit ({base['tokens']:,} tokens): the "
+                        "engine would refuse to start; lower --max-model-len or raise --gpu-memory-utilization")
+    rows = []
+    for u in sorted({round(util + d, 2) for d in (-0.04, -0.02, 0.0, 0.02, 0.04) if 0.3 < util + d <= 0.99}):
+        sc = scenario(u, kvb)
+        rows.append({"flag": "(as planned)" if abs(u - util) < 1e-9 else f"--gpu-memory-utilization {u}",
+                     "gpu_memory_utilization": u, "kv_tokens": sc["tokens"], "concurrency_at_context": sc["concurrency"],
+                     "reserve_left_gib": sc["reserve_left_gib"]})
+    if kvb > 1:
+        sc = scenario(util, 1)
+        rows.append({"flag": "--kv-cache-dtype fp8", "gpu_memory_utilization": util, "kv_tokens": sc["tokens"],
+                     "concurrency_at_context": sc["concurrency"], "reserve_left_gib": sc["reserve_left_gib"]})
+    T = b.torch_total.gib
+    ledger = [
+        ("nvidia-smi total", b.smi_total_gib, "catalog"),
+        ("torch total (T)", T, b.torch_total.how),
+        (f"budget T × gpu_memory_utilization {util}", util * T, "given" if s.get("gpu_memory_utilization")
+         else f"default for {era.name}"),
+        ("weights per rank", -w.gib, w.method),
+        ("rope cos/sin cache (model dtype)", -rope, "computed"),
+        (f"activation peak ({tokens_b:,} batched tokens, {seqs} seqs)", -act, "estimated"),
+        ("non-torch memory charged", -non_torch, nt_how),
+        ("CUDA graphs (in budget)", -graphs, "assumed typical" if graphs and not s.get("cuda_graph_gib") else "given"),
+        ("= KV cache memory (K)", base["K"], "derived"),
+        ("left outside the budget", base["reserve_left_gib"], "derived"),
+    ]
+    return {
+        "engine": "vllm", "engine_version": v_eras.fmt(version), "era": era.name,
+        "settings": {"engine_version": {"value": v_eras.fmt(version), "from": vhow},
+                     "gpu_memory_utilization": {"value": util, "from": "given" if s.get("gpu_memory_utilization")
+                                                else "default"},
+                     "max_model_len": {"value": max_len, "from": "given" if (s.get("max_model_len") or req.context)
+                                       else "model config"},
+                     "max_num_batched_tokens": {"value": tokens_b, "from": "given" if s.get("max_num_batched_tokens")
+                                                else "default"},
+                     "max_num_seqs": {"value": seqs, "from": "given" if s.get("max_num_seqs") else "default"},
+                     "kv_cache_dtype": {"value": kv_dtype, "from": "given" if s.get("kv_cache_dtype") else "default"},
+                     "block_size": {"value": block, "from": "given" if s.get("block_size") else "platform default"}},
+        "weights": w.as_dict(), "ledger": [{"item": i, "gib": g, "how": h} for i, g, h in ledger],
+        "kv": {"kv_cache_dtype": kv_dtype, "block_size": block, "bytes_per_token_per_layer":
+               base["page"].bytes_per_token_per_layer, "layers": layers, "formula": base["page"].formula,
+               "available_kv_gib": base["K"], "num_gpu_blocks": base["blocks"], "kv_tokens": base["tokens"]},
+        "capacity": {"kv_tokens": base["tokens"], "context_tokens": max_len, "max_concurrency": base["concurrency"]},
+        "table": rows, "warnings": warnings,
+    }
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def plan(req: PlanRequest) -> dict[str, Any]:
+    """The prediction object (JSON-ready): inputs as resolved, ledger, KV tokens, concurrency, table."""
+    ctx = resolve(req)
+    body = plan_sglang(ctx) if req.engine == "sglang" else plan_vllm(ctx)
+    arch = ctx.arch
+    head = {
+        "model": {"name": ctx.mc.name, "config_from": ctx.mc.source, "model_type": arch.model_type,
+                  "attention": arch.attention, "layers": arch.num_layers,
+                  "full_attention_layers": arch.full_attention_layers, "sliding_layers": arch.sliding_layers,
+                  "kv_heads": arch.num_kv_heads, "head_dim": arch.head_dim},
+        "gpu": ctx.basis.as_dict(),
+        "parallel": {"tp": req.tp, "dp": req.dp, "pp": req.pp, "ep": req.ep},
+        "inputs_from_log": False,
+    }
+    out = {**head, **body}
+    out["measured_vs_estimated"] = _provenance(ctx, body)
+    return out
+
+
+def _provenance(ctx: Context, body: dict[str, Any]) -> dict[str, list[str]]:
+    """Which inputs are measured, reported, computed or assumed — the plan's error bars in words."""
+    b = ctx.basis
+    measured, assumed = [], []
+    for label, fig in (("torch total", b.torch_total), ("CUDA context", b.cuda_context), ("NCCL", b.nccl),
+                       ("cuBLAS", b.cublas)):
+        (measured if fig.how in ("measured", "reported", "given") else assumed).append(f"{label}: {fig.how}")
+    weights = body["weights"]
+    estimated = [f"weights: {weights['method']} ({weights['quantization']})"]
+    if body["engine"] == "vllm":
+        estimated.append("activation peak: first-principles estimate from the config")
+    computed = ["KV bytes per token: exact from config.json", "engine defaults: replayed from the release's recipe"]
+    return {"measured_or_reported": measured, "assumed": assumed, "estimated": estimated, "computed": computed}
+
+
+def summary_line(pred: dict[str, Any]) -> str:
+    cap = pred["capacity"]
+    conc = cap.get("max_concurrency")
+    conc_s = "—" if conc is None else (f"{conc:.2f}" if isinstance(conc, float) else f"{conc:,}")
+    return (f"{pred['engine']} {pred['engine_version']}: {cap['kv_tokens']:,} KV tokens per GPU, "
+            f"{conc_s} concurrent requests at {cap['context_tokens']:,} tokens")
+

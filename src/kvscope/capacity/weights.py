@@ -1,0 +1,704 @@
+"""Weight bytes per GPU rank, from a checkpoint's own size or estimated from its config.json.
+
+Why this exists: every engine's KV budget is "what is left after the weights", so a plan made
+without a log is only as good as its weight figure. On a TP8 MoE box the KV pool can be 10 GiB next
+to 72 GiB of weights, so a 1 % weight error is a 7 % KV error. We therefore count parameters by
+component the way the engines shard them (vocab-parallel embedding, column/row-split attention and
+MLP, MoE experts split over TP/EP, replicated MLA down-projections and routers) and price each
+tensor by the checkpoint's own quantization (block / group scales included, ignored modules kept in
+bf16).
+
+When ``--model`` is a local directory with ``model.safetensors.index.json``, the checkpoint's exact
+``metadata.total_size`` replaces our total and only the *split* (which share a rank holds) is ours.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import json
+import math
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from kvscope.capacity.catalog import catalog_entry
+
+GIB = 1 << 30
+VOCAB_PAD = 64  # engines pad the vocabulary to a multiple of 64 before splitting it over TP
+
+
+# --------------------------------------------------------------------------------------------
+# The model config as plan sees it
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ModelConfig:
+    """A flattened config.json (text part of multimodal wrappers) and where it came from."""
+
+    cfg: dict[str, Any]
+    source: str
+    local_dir: Path | None = None
+    name: str = ""
+
+
+def _normalise_catalog_config(entry: dict[str, Any]) -> dict[str, Any]:
+    """Catalog entries keep extra fields apart and summarise long lists; undo both."""
+    cfg = dict(entry["config"])
+    for key, value in (entry.get("config_extra") or {}).items():
+        if "." not in key and key not in cfg and not key.endswith("_note"):
+            cfg[key] = value
+    types = cfg.get("layer_types")
+    if isinstance(types, dict):
+        cfg["layer_types"] = types.get("full")
+    if cfg.get("quantization_config") is None and isinstance(cfg.get("hf_quant_config"), dict):
+        cfg["quantization_config"] = _from_hf_quant_config(cfg["hf_quant_config"])
+    return cfg
+
+
+def _from_hf_quant_config(hq: dict[str, Any]) -> dict[str, Any]:
+    """ModelOpt's hf_quant_config.json → the quantization_config shape we read."""
+    q = dict(hq.get("quantization") or hq)
+    out: dict[str, Any] = {"quant_method": "modelopt", "quant_algo": q.get("quant_algo"),
+                           "group_size": q.get("group_size")}
+    if "exclude_modules_sample" in q:
+        out["ignore_sample"] = q["exclude_modules_sample"]
+        out["ignore_count"] = q.get("exclude_modules_count")
+    elif "exclude_modules" in q:
+        out["ignore"] = q["exclude_modules"]
+    return out
+
+
+def _flatten_text_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Multimodal wrappers nest the language model; keep the top-level quantization config."""
+    for key in ("text_config", "llm_config", "language_config"):
+        sub = cfg.get(key)
+        if isinstance(sub, dict) and sub.get("num_hidden_layers"):
+            merged = dict(cfg)
+            merged.update(sub)
+            merged["_vision_config"] = cfg.get("vision_config")
+            merged["_outer_model_type"] = cfg.get("model_type")
+            if cfg.get("quantization_config") and not sub.get("quantization_config"):
+                merged["quantization_config"] = cfg["quantization_config"]
+            return merged
+    return cfg
+
+
+def load_model_config(model: str) -> ModelConfig | None:
+    """config.json of a local directory/file first, then the built-in catalog; None if neither."""
+    path = Path(model).expanduser()
+    cfg_path = path / "config.json" if path.is_dir() else path
+    if cfg_path.is_file() and cfg_path.suffix == ".json":
+        try:
+            cfg = json.loads(cfg_path.read_text())
+        except (OSError, ValueError):
+            cfg = None
+        if isinstance(cfg, dict):
+            if cfg.get("quantization_config") is None:
+                hq = cfg_path.parent / "hf_quant_config.json"
+                if hq.is_file():
+                    with contextlib.suppress(OSError, ValueError):
+                        cfg["quantization_config"] = _from_hf_quant_config(json.loads(hq.read_text()))
+            return ModelConfig(_flatten_text_config(cfg), f"config.json at {cfg_path}",
+                               cfg_path.parent, str(path))
+    entry = catalog_entry(model)
+    if entry:
+        cfg = _normalise_catalog_config(entry)
+        return ModelConfig(_flatten_text_config(cfg), f"built-in catalog ({entry['hf_id']})", None, entry["hf_id"])
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Quantization: bytes of one linear weight of shape [out, in]
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """How one linear layer's weight is stored: element bits plus its scales/zero points."""
+
+    label: str
+    bits: float = 16
+    group: int | None = None  # elements per scale along the input dim (None: per output channel)
+    block: tuple[int, int] | None = None  # fp8 block scales [out, in]
+    scale_bytes: float = 2
+    zero_bits: float = 0  # packed zero points per group per output row (GPTQ/AWQ qzeros)
+    per_tensor: bool = False
+    g_idx: bool = False  # GPTQ keeps an int32 input-channel permutation
+
+    def linear_bytes(self, out_f: int, in_f: int) -> int:
+        """Bytes of one weight of [out_f, in_f] stored this way (scales included)."""
+        data = out_f * in_f * self.bits / 8
+        if self.bits >= 16:
+            return int(data)
+        if self.per_tensor:
+            return int(data + self.scale_bytes)
+        if self.block:
+            scales = math.ceil(out_f / self.block[0]) * math.ceil(in_f / self.block[1]) * self.scale_bytes
+            return int(data + scales)
+        groups = math.ceil(in_f / self.group) if self.group else 1
+        extra = groups * out_f * (self.scale_bytes + self.zero_bits / 8)
+        if self.g_idx:
+            extra += in_f * 4
+        return int(data + extra)
+
+
+BF16 = Scheme("bf16")
+
+
+def _int_scheme(label: str, bits: int, group: int | None, symmetric: bool, gptq_style: bool) -> Scheme:
+    """INT4/INT8 with group scales; GPTQ/AWQ/AutoRound store packed zero points even when symmetric."""
+    group = group if group and group > 0 else None
+    zero = bits if (gptq_style or not symmetric) else 0
+    return Scheme(label, bits=bits, group=group, scale_bytes=2, zero_bits=zero)
+
+
+def _scheme_from_weights_args(w: dict[str, Any], method: str) -> Scheme:
+    """A compressed-tensors / modelopt ``weights`` block → Scheme."""
+    bits = int(w.get("num_bits") or 16)
+    kind = str(w.get("type") or "int")
+    group = w.get("group_size")
+    strategy = str(w.get("strategy") or ("group" if group else "tensor"))
+    if bits >= 16:
+        return BF16
+    if kind == "float" and bits == 4:
+        group = group or 16
+        # NVFP4: fp8 scale per 16; MXFP4 (group 32): e8m0 scale per 32 — both one byte per group
+        return Scheme(f"{method} fp4 (scale per {group})", bits=4, group=group, scale_bytes=1)
+    if kind == "float" and bits == 8:
+        block = w.get("block_structure")
+        if strategy == "block" and isinstance(block, list) and len(block) == 2:
+            return Scheme(f"{method} fp8 block {block}", bits=8, block=(int(block[0]), int(block[1])), scale_bytes=4)
+        if strategy == "channel":
+            return Scheme(f"{method} fp8 per-channel", bits=8, group=None, scale_bytes=4)
+        return Scheme(f"{method} fp8 per-tensor", bits=8, per_tensor=True, scale_bytes=4)
+    sym = bool(w.get("symmetric", True))
+    return _int_scheme(f"{method} int{bits} (group {group or 'channel'})", bits,
+                       group if strategy == "group" else None, sym, gptq_style=False)
+
+
+@dataclass
+class QuantPlan:
+    """Which scheme each module gets: groups of (targets, scheme) plus modules left unquantized."""
+
+    method: str
+    groups: list[tuple[list[str], Scheme]] = field(default_factory=list)
+    ignore: list[str] = field(default_factory=list)
+    ignore_is_sample: bool = False
+    experts_only: bool = False  # mxfp4 (gpt-oss): only MoE experts are quantized
+    notes: list[str] = field(default_factory=list)
+
+    def scheme_for(self, module: str, kind: str) -> Scheme:
+        """The scheme of one linear module ('Linear' targets = every linear, ignore list wins)."""
+        if kind in ("embedding", "norm", "router") or not self.groups:
+            return BF16
+        if self.experts_only and kind != "expert":
+            return BF16
+        if any(_matches(p, module) for p in self.ignore):
+            return BF16
+        for targets, scheme in self.groups:
+            if any(t in ("Linear", "*") or _matches(t, module) for t in targets):
+                return scheme
+        return BF16
+
+    @property
+    def label(self) -> str:
+        return ", ".join(sorted({s.label for _, s in self.groups})) or "unquantized (bf16)"
+
+
+WRAPPER_PREFIXES = ("model.language_model.", "language_model.model.", "language_model.", "backbone.")
+
+
+def _matches(pattern: str, module: str) -> bool:
+    """compressed-tensors 're:' regexes, ModelOpt/HF globs, or plain module prefixes, at any depth.
+
+    Our module names are canonical ``model.layers.N…``; checkpoints of multimodal wrappers spell
+    the same module ``model.language_model.layers.N…`` or ``language_model.model.layers.N…``.
+    """
+    if pattern.startswith("re:"):
+        rx = pattern[3:]
+        return any(re.match(rx, s) for s in _suffixes(module))
+    for variant in _pattern_variants(pattern):
+        rx = fnmatch.translate(variant).replace(r"\Z", "")
+        full = re.compile(rf"(?:{rx})(?:\..*)?\Z", re.S)
+        if any(full.match(s) for s in _suffixes(module)):
+            return True
+    return False
+
+
+def _pattern_variants(pattern: str) -> list[str]:
+    out = [pattern]
+    for prefix in WRAPPER_PREFIXES:
+        if pattern.startswith(prefix):
+            rest = pattern[len(prefix):]
+            out += [rest, "model." + rest]
+    return out
+
+
+def _suffixes(module: str) -> list[str]:
+    """'model.layers.3.mlp' → itself, 'layers.3.mlp', '3.mlp', 'mlp' (prefixes differ by wrapper)."""
+    parts = module.split(".")
+    return [".".join(parts[i:]) for i in range(len(parts))]
+
+
+def _generalise(names: list[str]) -> list[str]:
+    """A truncated ignore sample: widen per-layer names to all layers (the sample shows kinds)."""
+    out = []
+    for n in names:
+        out.append(n)
+        if not n.startswith("re:"):
+            out.append(re.sub(r"\.layers\.\d+\.", ".layers.*.", n))
+    return sorted(set(out))
+
+
+def _ignore_list(q: dict[str, Any]) -> tuple[list[str], bool]:
+    for key in ("ignore", "modules_to_not_convert", "exclude_modules", "ignored_layers"):
+        value = q.get(key)
+        if isinstance(value, list):
+            return [str(v) for v in value], False
+        if isinstance(value, dict) and isinstance(value.get("sample"), list):
+            truncated = (value.get("count") or 0) > len(value["sample"])
+            return (_generalise(value["sample"]) if truncated else value["sample"]), truncated
+    if isinstance(q.get("ignore_sample"), list):
+        truncated = (q.get("ignore_count") or 0) > len(q["ignore_sample"])
+        return (_generalise(q["ignore_sample"]) if truncated else q["ignore_sample"]), truncated
+    return [], False
+
+
+def quant_plan(cfg: dict[str, Any], override: str | None = None) -> QuantPlan:
+    """Read quantization_config (or a --quantization override) into per-module schemes."""
+    q = cfg.get("quantization_config") or {}
+    method = str(override or q.get("quant_method") or "").lower().replace("_", "-")
+    if not method or method in ("none", "bf16", "fp16", "bfloat16", "float16", "unquantized"):
+        return QuantPlan("none")
+    ignore, truncated = _ignore_list(q)
+    plan = QuantPlan(method, ignore=ignore, ignore_is_sample=truncated)
+    if truncated:
+        plan.notes.append("ignore list is a truncated sample: per-layer entries widened to all layers")
+    if method == "fp8" or method == "fbgemm-fp8":
+        block = q.get("weight_block_size")
+        if block:
+            scheme = Scheme(f"fp8 block {block[0]}x{block[1]}", bits=8, block=(int(block[0]), int(block[1])),
+                            scale_bytes=4)
+        elif method == "fbgemm-fp8":
+            scheme = Scheme("fp8 per-channel", bits=8, group=None, scale_bytes=4)
+        else:
+            scheme = Scheme("fp8 per-tensor", bits=8, per_tensor=True, scale_bytes=4)
+        plan.groups.append((["Linear"], scheme))
+    elif method in ("gptq", "gptq-marlin", "awq", "awq-marlin", "auto-round", "autoround", "intel/auto-round"):
+        bits = int(q.get("bits") or q.get("w_bit") or 4)
+        group = q.get("group_size") or q.get("q_group_size") or 128
+        sym = bool(q.get("sym", q.get("symmetric", True)))
+        scheme = _int_scheme(f"{method} int{bits} (group {group})", bits, int(group), sym, gptq_style=True)
+        if method.startswith("gptq"):
+            scheme = replace(scheme, g_idx=True)
+        plan.groups.append((["Linear"], scheme))
+        if not q.get("lm_head"):
+            plan.ignore.append("lm_head")
+    elif method == "mxfp4":
+        plan.experts_only = True
+        plan.groups.append((["Linear"], Scheme("mxfp4 (4 bits + e8m0 scale per 32)", bits=4, group=32, scale_bytes=1)))
+    elif method in ("compressed-tensors", "modelopt", "modelopt-fp4"):
+        _compressed_groups(q, plan)
+    elif method in ("bitsandbytes", "bnb"):
+        plan.groups.append((["Linear"], Scheme("bitsandbytes 4-bit (absmax per 64)", bits=4, group=64, scale_bytes=4)))
+        plan.ignore.append("lm_head")
+    else:
+        plan.notes.append(f"quantization {method!r} not modelled: weights counted as bf16")
+    return plan
+
+
+def _compressed_groups(q: dict[str, Any], plan: QuantPlan) -> None:
+    """compressed-tensors / ModelOpt: config_groups with targets, or a bare quant_algo."""
+    groups = q.get("config_groups")
+    if isinstance(groups, dict) and groups:
+        for g in groups.values():
+            targets = g.get("targets") or ["Linear"]
+            plan.groups.append(([str(t) for t in targets], _scheme_from_weights_args(g.get("weights") or {}, plan.method)))
+        return
+    algo = str(q.get("quant_algo") or "").upper()
+    if algo == "NVFP4":
+        group = int(q.get("group_size") or 16)
+        plan.groups.append((["Linear"], Scheme(f"nvfp4 (4 bits + fp8 scale per {group})", bits=4, group=group,
+                                               scale_bytes=1)))
+    elif algo in ("FP8", "FP8_PER_CHANNEL_PER_TOKEN"):
+        plan.groups.append((["Linear"], Scheme("fp8 per-tensor (modelopt)", bits=8, per_tensor=True, scale_bytes=4)))
+    elif algo == "W4A8_AWQ" or algo == "W4A16_AWQ":
+        plan.groups.append((["Linear"], _int_scheme("modelopt int4 awq", 4, int(q.get("group_size") or 128), True, False)))
+    else:
+        plan.notes.append(f"ModelOpt quant_algo {algo or '?'} without per-module groups: weights counted as bf16")
+
+
+# --------------------------------------------------------------------------------------------
+# Parameter layout: every tensor a rank holds
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """How the engine shards the model: TP, expert parallel, pipeline stages, attention DP."""
+
+    tp: int = 1
+    ep: int = 1
+    pp: int = 1
+    attn_tp: int | None = None  # SGLang DP attention: attention split over tp // dp only
+    replicate_embedding: bool = False  # SGLang DP attention keeps the input embedding whole
+
+    @property
+    def attention_tp(self) -> int:
+        return self.attn_tp or self.tp
+
+
+@dataclass
+class Tensor:
+    """One weight (or a stack of identical ones) as a rank holds it."""
+
+    component: str  # embeddings | attention | mlp | experts | shared_experts | router | lm_head | norms | ...
+    module: str  # representative module name, for quantization ignore/target matching
+    kind: str  # linear | expert | embedding | norm | router
+    out_f: int
+    in_f: int
+    count: int = 1  # identical copies on this rank (e.g. local experts)
+    bias: int = 0  # bias elements per copy (bf16)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _g(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
+    for k in keys:
+        if cfg.get(k) is not None:
+            return cfg[k]
+    return default
+
+
+def _mla_attention(cfg: dict[str, Any], prefix: str, tp: int, h: int) -> list[Tensor]:
+    """DeepSeek-style MLA: down-projections replicated, up-projections and o_proj split over TP."""
+    heads = int(cfg["num_attention_heads"])
+    nope, rope = int(cfg.get("qk_nope_head_dim") or 128), int(cfg.get("qk_rope_head_dim") or 64)
+    v_dim, kv_lora = int(cfg.get("v_head_dim") or 128), int(cfg["kv_lora_rank"])
+    q_lora = cfg.get("q_lora_rank")
+    hr = _cdiv(heads, tp)
+    out = []
+    if q_lora:
+        out += [Tensor("attention", f"{prefix}.q_a_proj", "linear", int(q_lora), h),
+                Tensor("attention", f"{prefix}.q_b_proj", "linear", hr * (nope + rope), int(q_lora)),
+                Tensor("norms", f"{prefix}.q_a_layernorm", "norm", int(q_lora), 1)]
+    else:
+        out.append(Tensor("attention", f"{prefix}.q_proj", "linear", hr * (nope + rope), h))
+    out += [Tensor("attention", f"{prefix}.kv_a_proj_with_mqa", "linear", kv_lora + rope, h),
+            Tensor("norms", f"{prefix}.kv_a_layernorm", "norm", kv_lora, 1),
+            Tensor("attention", f"{prefix}.kv_b_proj", "linear", hr * (nope + v_dim), kv_lora),
+            Tensor("attention", f"{prefix}.o_proj", "linear", h, hr * v_dim)]
+    idx_dim, idx_heads = cfg.get("index_head_dim"), cfg.get("index_n_heads")
+    if idx_dim and idx_heads and q_lora:  # DSA indexer (DeepSeek-V3.2, GLM-5): replicated
+        out += [Tensor("attention", f"{prefix}.indexer.wq_b", "linear", int(idx_heads) * int(idx_dim), int(q_lora)),
+                Tensor("attention", f"{prefix}.indexer.wk", "linear", int(idx_dim), h),
+                Tensor("norms", f"{prefix}.indexer.k_norm", "norm", 2 * int(idx_dim), 1),
+                Tensor("router", f"{prefix}.indexer.weights_proj", "router", int(idx_heads), h)]
+    return out
+
+
+def _gqa_attention(cfg: dict[str, Any], prefix: str, tp: int, h: int) -> list[Tensor]:
+    """MHA/GQA: q and o split over TP; K/V heads split too but never below one head per rank."""
+    heads = int(cfg["num_attention_heads"])
+    kv = int(_g(cfg, "num_key_value_heads", default=heads) or heads)
+    hd = int(cfg.get("head_dim") or h // heads)
+    hr, kvr = _cdiv(heads, tp), max(1, kv // tp)
+    gated = str(cfg.get("model_type", "")).startswith(("qwen3_next", "qwen3_5")) or cfg.get("attn_output_gate")
+    bias = bool(cfg.get("attention_bias")) or str(cfg.get("model_type", "")).startswith("qwen2")
+    q_out = hr * hd * (2 if gated else 1)
+    out = [Tensor("attention", f"{prefix}.q_proj", "linear", q_out, h, bias=q_out if bias else 0),
+           Tensor("attention", f"{prefix}.k_proj", "linear", kvr * hd, h, bias=kvr * hd if bias else 0),
+           Tensor("attention", f"{prefix}.v_proj", "linear", kvr * hd, h, bias=kvr * hd if bias else 0),
+           Tensor("attention", f"{prefix}.o_proj", "linear", h, hr * hd,
+                  bias=h if cfg.get("model_type") == "gpt_oss" else 0)]
+    if cfg.get("use_qk_norm") or str(cfg.get("model_type", "")).startswith(("qwen3", "gemma3", "olmo2")):
+        out.append(Tensor("norms", f"{prefix}.q_norm", "norm", 2 * hd, 1))
+    if cfg.get("model_type") == "gpt_oss":
+        out.append(Tensor("attention", f"{prefix}.sinks", "norm", hr, 1))
+    return out
+
+
+def _linear_attention(cfg: dict[str, Any], prefix: str, tp: int, h: int) -> list[Tensor]:
+    """Gated DeltaNet (Qwen3-Next / Qwen3.5): projections split over TP; conv and gates small."""
+    nk, nv = int(cfg["linear_num_key_heads"]), int(cfg["linear_num_value_heads"])
+    dk, dv = int(cfg["linear_key_head_dim"]), int(cfg["linear_value_head_dim"])
+    conv = int(cfg.get("linear_conv_kernel_dim") or 4)
+    qkv = (2 * nk * dk + nv * dv) // tp
+    return [Tensor("attention", f"{prefix}.in_proj_qkv", "linear", qkv, h),
+            Tensor("attention", f"{prefix}.in_proj_z", "linear", nv * dv // tp, h),
+            Tensor("attention", f"{prefix}.in_proj_ba", "linear", 2 * nv // tp, h),
+            Tensor("attention", f"{prefix}.conv1d", "norm", qkv * conv, 1),
+            Tensor("norms", f"{prefix}.gates", "norm", 2 * nv // tp + dv, 1),
+            Tensor("attention", f"{prefix}.out_proj", "linear", h, nv * dv // tp)]
+
+
+def _moe_layer(cfg: dict[str, Any], i: int) -> bool:
+    """Is decoder layer i a MoE layer? (each family spells it differently)"""
+    experts = _g(cfg, "n_routed_experts", "num_experts", "num_local_experts")
+    if not experts:
+        return False
+    types = cfg.get("mlp_layer_types")
+    if isinstance(types, list) and i < len(types):
+        return "dense" not in str(types[i]).lower()
+    if i < int(cfg.get("first_k_dense_replace") or 0):
+        return False
+    if i in (cfg.get("mlp_only_layers") or []):
+        return False
+    step = int(cfg.get("interleave_moe_layer_step") or cfg.get("decoder_sparse_step") or 1)
+    freq = int(cfg.get("moe_layer_freq") or 1)
+    return (i + 1) % step == 0 and i % freq == 0
+
+
+def _mlp(cfg: dict[str, Any], prefix: str, i: int, par: Parallel, h: int) -> list[Tensor]:
+    """Dense MLP, or MoE experts (E/ep local experts, each split over tp/ep) + shared experts + router."""
+    tp = par.tp
+    if not _moe_layer(cfg, i):
+        inter = int(_g(cfg, "intermediate_size_mlp", "intermediate_size", default=4 * h))
+        ir = _cdiv(inter, tp)
+        return [Tensor("mlp", f"{prefix}.gate_proj", "linear", ir, h), Tensor("mlp", f"{prefix}.up_proj", "linear", ir, h),
+                Tensor("mlp", f"{prefix}.down_proj", "linear", h, ir)]
+    experts = int(_g(cfg, "n_routed_experts", "num_experts", "num_local_experts"))
+    inter = int(_g(cfg, "moe_intermediate_size", "intermediate_size"))
+    ep = max(1, min(par.ep, tp))
+    local, ir = _cdiv(experts, ep), _cdiv(inter, max(1, tp // ep))
+    gpt_oss = cfg.get("model_type") == "gpt_oss"
+    router = "router" if gpt_oss else "gate"
+    out = [Tensor("experts", f"{prefix}.experts.0.gate_proj", "expert", ir, h, count=local, bias=ir if gpt_oss else 0),
+           Tensor("experts", f"{prefix}.experts.0.up_proj", "expert", ir, h, count=local, bias=ir if gpt_oss else 0),
+           Tensor("experts", f"{prefix}.experts.0.down_proj", "expert", h, ir, count=local, bias=h if gpt_oss else 0),
+           Tensor("router", f"{prefix}.{router}", "router", experts, h, bias=experts if gpt_oss else 0)]
+    shared_inter = int(cfg.get("n_shared_experts") or 0) * inter or int(cfg.get("shared_expert_intermediate_size") or 0)
+    if shared_inter:
+        name = "shared_experts" if cfg.get("n_shared_experts") else "shared_expert"
+        sr = _cdiv(shared_inter, tp)
+        out += [Tensor("shared_experts", f"{prefix}.{name}.gate_proj", "linear", sr, h),
+                Tensor("shared_experts", f"{prefix}.{name}.up_proj", "linear", sr, h),
+                Tensor("shared_experts", f"{prefix}.{name}.down_proj", "linear", h, sr)]
+        if cfg.get("shared_expert_intermediate_size"):
+            out.append(Tensor("router", f"{prefix}.shared_expert_gate", "router", 1, h))
+    return out
+
+
+def _layer_kind(cfg: dict[str, Any], i: int) -> str:
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and i < len(types) and "linear" in str(types[i]):
+        return "linear"
+    interval = cfg.get("full_attention_interval")
+    if cfg.get("linear_num_key_heads") and isinstance(interval, int) and interval > 1:
+        return "full" if (i + 1) % interval == 0 else "linear"
+    return "full"
+
+
+def decoder_layer(cfg: dict[str, Any], i: int, par: Parallel) -> list[Tensor]:
+    """All tensors one rank holds for decoder layer i."""
+    h = int(cfg["hidden_size"])
+    prefix = f"model.layers.{i}"
+    if _layer_kind(cfg, i) == "linear":
+        attn = _linear_attention(cfg, f"{prefix}.linear_attn", par.attention_tp, h)
+    elif cfg.get("kv_lora_rank"):
+        attn = _mla_attention(cfg, f"{prefix}.self_attn", par.attention_tp, h)
+    else:
+        attn = _gqa_attention(cfg, f"{prefix}.self_attn", par.attention_tp, h)
+    norms = [Tensor("norms", f"{prefix}.input_layernorm", "norm", 2 * h, 1)]
+    return attn + norms + _mlp(cfg, f"{prefix}.mlp", i, par, h)
+
+
+def stage_layers(num_layers: int, pp: int, stage: int) -> range:
+    """Layers of one pipeline stage: an even split, the remainder on the last stages."""
+    base, rem = divmod(num_layers, pp)
+    sizes = [base + (1 if s >= pp - rem else 0) for s in range(pp)]
+    start = sum(sizes[:stage])
+    return range(start, start + sizes[stage])
+
+
+def rank_tensors(cfg: dict[str, Any], par: Parallel, stage: int = 0) -> list[Tensor]:
+    """Every tensor on one rank of a pipeline stage (embeddings on the first, lm_head on the last)."""
+    h, vocab = int(cfg["hidden_size"]), int(cfg.get("vocab_size") or 32000)
+    layers = int(cfg["num_hidden_layers"])
+    vocab_rows = _cdiv(_cdiv(vocab, VOCAB_PAD) * VOCAB_PAD, par.tp)
+    out: list[Tensor] = []
+    if stage == 0:
+        rows = vocab if par.replicate_embedding else vocab_rows
+        out.append(Tensor("embeddings", "model.embed_tokens", "embedding", rows, h))
+    for i in stage_layers(layers, par.pp, stage):
+        out += decoder_layer(cfg, i, par)
+    if stage == par.pp - 1:
+        out.append(Tensor("norms", "model.norm", "norm", h, 1))
+        if not cfg.get("tie_word_embeddings") or par.pp > 1:
+            out.append(Tensor("lm_head", "lm_head", "linear", vocab_rows, h))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The estimate
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class WeightEstimate:
+    """Weight bytes on the busiest rank, by component, and how the figure was obtained."""
+
+    bytes_per_rank: int
+    by_component: dict[str, int]
+    quantization: str
+    method: str  # "estimated from config.json" | "checkpoint size (safetensors index), split by estimate"
+    checkpoint_bytes: int | None = None  # whole checkpoint, as counted or as the index states
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def gib(self) -> float:
+        return self.bytes_per_rank / GIB
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"gib_per_rank": self.gib, "bytes_per_rank": self.bytes_per_rank,
+                "by_component_gib": {k: v / GIB for k, v in self.by_component.items()},
+                "quantization": self.quantization, "method": self.method,
+                "checkpoint_gib": None if self.checkpoint_bytes is None else self.checkpoint_bytes / GIB,
+                "notes": self.notes}
+
+
+def _tensor_bytes(t: Tensor, plan: QuantPlan, dtype_bytes: int) -> int:
+    if t.kind in ("norm",):
+        return t.out_f * t.in_f * dtype_bytes * t.count
+    scheme = plan.scheme_for(t.module, t.kind)
+    one = t.out_f * t.in_f * dtype_bytes if scheme.bits >= 16 else scheme.linear_bytes(t.out_f, t.in_f)
+    return (one + t.bias * dtype_bytes) * t.count
+
+
+def _sum(tensors: list[Tensor], plan: QuantPlan, dtype_bytes: int) -> dict[str, int]:
+    by: dict[str, int] = {}
+    for t in tensors:
+        by[t.component] = by.get(t.component, 0) + _tensor_bytes(t, plan, dtype_bytes)
+    return by
+
+
+# Vision towers of multimodal checkpoints whose catalog entry keeps only the text config. Source:
+# the release's own config.json ``vision_config`` (moonshotai/Kimi-K2.5: MoonViT, 27 blocks of 1152).
+KNOWN_VISION_CONFIGS: dict[str, dict[str, Any]] = {
+    "kimi_k25": {"vt_hidden_size": 1152, "vt_intermediate_size": 4304, "vt_num_hidden_layers": 27, "patch_size": 14,
+                 "init_pos_emb_height": 64, "init_pos_emb_width": 64, "merge_kernel_size": [2, 2],
+                 "mm_projector_type": "patchmerger", "text_hidden_size": 7168},
+}
+
+
+def _vision_config(cfg: dict[str, Any]) -> dict[str, Any] | None:
+    v = cfg.get("_vision_config")
+    if isinstance(v, dict) and v:
+        return v
+    for model_type in (cfg.get("model_type"), cfg.get("_outer_model_type")):
+        if model_type in KNOWN_VISION_CONFIGS:
+            return KNOWN_VISION_CONFIGS[model_type]
+    return None
+
+
+def _vision_bytes(cfg: dict[str, Any]) -> int:
+    """The vision tower (+ projector), replicated on every rank, in bf16; 0 when its shape is unknown.
+
+    MoonViT (``vt_*`` keys): per block fused qkv, out, a 2-layer MLP (all with bias) and two
+    LayerNorms, then a patch-merger projector (k²·h → k²·h → text hidden). Other ViTs: depth ×
+    (4h² + 2·h·mlp), biases and embeddings ignored.
+    """
+    v = _vision_config(cfg)
+    if not v:
+        return 0
+    if v.get("vt_hidden_size"):
+        h, inter, depth = int(v["vt_hidden_size"]), int(v["vt_intermediate_size"]), int(v["vt_num_hidden_layers"])
+        block = (3 * h * h + 3 * h) + (h * h + h) + (2 * h * inter + inter + h) + 4 * h
+        patch = int(v.get("patch_size") or 14)
+        embed = h * 3 * patch * patch + h + int(v.get("init_pos_emb_height") or 0) * int(v.get("init_pos_emb_width") or 0) * h
+        k2 = int(math.prod(v.get("merge_kernel_size") or [2, 2]))
+        text = int(v.get("text_hidden_size") or cfg.get("hidden_size") or h)
+        projector = 2 * h + (k2 * h) ** 2 + k2 * h + text * k2 * h + text
+        return (depth * block + embed + 2 * h + projector) * 2
+    depth = _g(v, "depth", "num_hidden_layers", "num_layers")
+    hidden = _g(v, "hidden_size", "embed_dim", "width")
+    if not depth or not hidden:
+        return 0
+    mlp = _g(v, "intermediate_size", default=None) or int(hidden * float(v.get("mlp_ratio") or 4))
+    return int(depth) * (4 * int(hidden) ** 2 + 2 * int(hidden) * int(mlp)) * 2
+
+
+def mla_absorbed_bytes(cfg: dict[str, Any], par: Parallel, plan: QuantPlan, engine: str, stage: int = 0) -> int:
+    """MLA engines split kv_b_proj into absorbed w_kc / w_vc matrices after loading.
+
+    SGLang makes contiguous copies (in bf16 when kv_b_proj was block-quantized, since it is
+    dequantized first); vLLM keeps views of the weight, which only cost memory when the weight had
+    to be dequantized. Per layer: heads on this rank × (nope + v head dims) × kv_lora_rank.
+    """
+    if not cfg.get("kv_lora_rank"):
+        return 0
+    quantized = plan.scheme_for("model.layers.1.self_attn.kv_b_proj", "linear").bits < 16
+    if engine != "sglang" and not quantized:
+        return 0
+    heads = _cdiv(int(cfg["num_attention_heads"]), par.attention_tp)
+    per_layer = heads * (int(cfg.get("qk_nope_head_dim") or 128) + int(cfg.get("v_head_dim") or 128))
+    per_layer *= int(cfg["kv_lora_rank"]) * 2
+    return per_layer * len(stage_layers(int(cfg["num_hidden_layers"]), par.pp, stage))
+
+
+def estimate_weights(mc: ModelConfig, par: Parallel, quantization: str | None = None,
+                     dtype_bytes: int = 2, engine: str = "sglang") -> WeightEstimate:
+    """Weight bytes on the busiest rank; the checkpoint's own size replaces our total when it is local."""
+    cfg = mc.cfg
+    plan = quant_plan(cfg, quantization)
+    stages = [_sum(rank_tensors(cfg, par, s), plan, dtype_bytes) for s in range(par.pp)]
+    for s, d in enumerate(stages):
+        absorbed = mla_absorbed_bytes(cfg, par, plan, engine, s)
+        if absorbed:
+            d["mla absorbed w_kc/w_vc (engine copy)"] = absorbed
+    worst = max(stages, key=lambda d: sum(d.values()))
+    vision = _vision_bytes(cfg)
+    if vision:
+        worst["vision"] = vision
+    notes = list(plan.notes)
+    multimodal = any("ConditionalGeneration" in a or "VL" in a for a in (cfg.get("architectures") or []))
+    if vision:
+        how = "config" if isinstance(cfg.get("_vision_config"), dict) else "the release's config (built-in table)"
+        notes.append(f"vision tower {vision / GIB:.2f} GiB from {how}, replicated on every rank")
+    elif multimodal or cfg.get("_vision_config") is not None:
+        notes.append("multimodal model: the vision tower's size is unknown here and is not counted "
+                     "(add it with --set extra_weights_gib=…)")
+    per_rank = sum(worst.values())
+    est = WeightEstimate(per_rank, worst, plan.label, "estimated from config.json", notes=notes)
+    unsplit = sum(_sum(rank_tensors(cfg, Parallel()), plan, dtype_bytes).values()) + vision
+    est.checkpoint_bytes = unsplit
+    index_total = checkpoint_total_bytes(mc.local_dir) if mc.local_dir else None
+    if index_total:
+        nextn = _nextn_bytes(cfg, plan, dtype_bytes)
+        scale = index_total / max(1, unsplit + nextn)
+        est.by_component = {k: (v if "engine copy" in k else int(v * scale)) for k, v in worst.items()}
+        est.bytes_per_rank = sum(est.by_component.values())
+        est.checkpoint_bytes = index_total
+        est.method = "checkpoint size (model.safetensors.index.json), split over ranks by the config estimate"
+        est.notes.append(f"checkpoint total {index_total / GIB:.2f} GiB vs config estimate "
+                         f"{(unsplit + nextn) / GIB:.2f} GiB (scale {scale:.4f})")
+    return est
+
+
+def _nextn_bytes(cfg: dict[str, Any], plan: QuantPlan, dtype_bytes: int) -> int:
+    """MTP/NextN layers ship in the checkpoint but are not loaded for the target model."""
+    n = int(cfg.get("num_nextn_predict_layers") or 0)
+    if not n:
+        return 0
+    last = int(cfg["num_hidden_layers"])
+    return n * sum(_sum(decoder_layer(cfg, last, Parallel()), plan, dtype_bytes).values())
+
+
+def checkpoint_total_bytes(directory: Path | None) -> int | None:
+    """metadata.total_size of a local safetensors index (exact bytes of every tensor), else None."""
+    if directory is None:
+        return None
+    index = directory / "model.safetensors.index.json"
+    if not index.is_file():
+        return None
+    try:
+        meta = json.loads(index.read_text()).get("metadata") or {}
+        total = int(meta.get("total_size") or 0)
+    except (OSError, ValueError, TypeError):
+        return None
+    return total or None

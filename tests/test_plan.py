@@ -1,0 +1,159 @@
+"""``kvscope plan``: predictions with no log, checked against the real logs whose launch is known."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from kvscope.capacity.plan import PlanRequest, plan
+from kvscope.cli import main
+from kvscope.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _benchmark():
+    spec = importlib.util.spec_from_file_location("plan_accuracy", ROOT / "benchmarks" / "plan_accuracy.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def accuracy():
+    pytest.importorskip("kvscope.engines.vllm.rules")
+    result = _benchmark().run(ROOT / "tests" / "fixtures" / "logs")
+    return {r["case"].split("/")[1][:3] + r["engine"][0]: r for r in result["planned"]}
+
+
+def test_case_study_kimi_k25_within_two_percent_without_log_numbers(accuracy):
+    """SGLang 0.5.9 (log dated 2026-02-28), TP8 RTX PRO 6000, mfs 0.88, EAGLE3: logged 159,277 tokens."""
+    r = accuracy["000s"]
+    assert r["logged"] == 159277
+    assert abs(r["error_pct"]) < 2.0
+    assert r["version"] == "0.5.9" and "date" in r["version_from"]
+
+
+@pytest.mark.parametrize("key,logged", [("002v", 1952 * 16), ("003v", 23648)])
+def test_vllm_v0_rtx3090_llama_within_two_percent(accuracy, key, logged):
+    r = accuracy[key]
+    assert r["logged"] == logged
+    assert abs(r["error_pct"]) < 2.0
+
+
+def test_v0_29k_run_is_predicted_to_fail_like_the_log(accuracy):
+    """The 29,000-token run could not hold one request: plan says so, as the log's error did."""
+    assert any("does not fit" in w for w in accuracy["003v"]["warnings"])
+    assert not any("does not fit" in w for w in accuracy["002v"]["warnings"])
+
+
+@pytest.mark.parametrize("key", ["026s", "027s"])
+def test_deepseek_v32_b200_dp_attention_within_five_percent(accuracy, key):
+    """Known bias: both B200 DP-attention runs come out ≈ +1.7 GiB (+3.5–4 %) too generous."""
+    r = accuracy[key]
+    assert 0 < r["error_pct"] < 5.0
+
+
+def test_sglang_auto_fraction_is_applied_and_reported():
+    p = plan(PlanRequest(model="moonshotai/Kimi-K2.5", gpu="RTX PRO 6000", tp=8, engine_version="0.5.9",
+                         settings={"speculative_algorithm": "EAGLE3"}))
+    assert p["settings"]["mem_fraction_static"] == {"value": 0.827, "from": "auto"}
+    assert p["auto_mem_fraction_static"]["reserved_mib"] == 16896
+    assert p["settings"]["max_running_requests"]["value"] == 48
+    assert p["capacity"]["kv_tokens"] > 0
+    flags = [row["flag"] for row in p["table"]]
+    assert flags[0] == "(as planned)" and "--kv-cache-dtype fp8_e4m3" in flags
+    fp8 = next(r for r in p["table"] if r["flag"].startswith("--kv-cache-dtype"))
+    assert fp8["kv_tokens"] == pytest.approx(2 * p["capacity"]["kv_tokens"], rel=0.001)
+
+
+def test_sglang_more_mfs_means_more_tokens_and_less_reserve():
+    p = plan(PlanRequest(model="Qwen/Qwen3-32B", gpu="H200", tp=2, engine_version="0.5.9"))
+    rows = sorted(p["table"][:5], key=lambda r: r["mem_fraction_static"])
+    assert [r["kv_tokens"] for r in rows] == sorted(r["kv_tokens"] for r in rows)
+    assert [r["reserve_left_gib"] for r in rows] == sorted((r["reserve_left_gib"] for r in rows), reverse=True)
+
+
+def test_dp_attention_reports_per_gpu_and_system_tokens():
+    p = plan(PlanRequest(model="deepseek-ai/DeepSeek-V3.2-Exp", gpu="B200", tp=8, dp=8, engine_version="0.5.4",
+                         settings={"enable_dp_attention": True}))
+    assert p["kv"]["page_size"] == 64 and p["kv"]["kv_cache_dtype"] == "fp8_e4m3"
+    assert p["kv"]["system_kv_tokens"] == 8 * p["kv"]["kv_tokens"]
+    assert p["settings"]["mem_fraction_static"]["value"] == 0.751
+
+
+def test_too_big_a_model_leaves_no_kv_room():
+    p = plan(PlanRequest(model="deepseek-ai/DeepSeek-V3", gpu="H100", tp=8, engine_version="0.5.9"))
+    assert p["capacity"]["kv_tokens"] == 0
+    assert any("no KV room" in w for w in p["warnings"])
+
+
+def test_vllm_plan_default_utilization_by_release():
+    pytest.importorskip("kvscope.engines.vllm.rules")
+    old = plan(PlanRequest(model="meta-llama/Llama-3.1-8B-Instruct", gpu="H100", engine="vllm", engine_version="0.9.2"))
+    new = plan(PlanRequest(model="meta-llama/Llama-3.1-8B-Instruct", gpu="H100", engine="vllm", engine_version="0.22.0"))
+    assert old["settings"]["gpu_memory_utilization"]["value"] == 0.9
+    assert new["settings"]["gpu_memory_utilization"]["value"] == 0.92
+    assert old["kv"]["bytes_per_token_per_layer"] == 4096 and old["kv"]["block_size"] == 16
+    assert old["capacity"]["kv_tokens"] % 16 == 0
+
+
+def test_provenance_says_h200_is_measured_and_others_assumed():
+    h200 = plan(PlanRequest(model="Qwen/Qwen3-8B", gpu="H200", engine_version="0.5.9"))
+    other = plan(PlanRequest(model="Qwen/Qwen3-8B", gpu="L40S", engine_version="0.5.9"))
+    assert any("torch total: measured" in s for s in h200["measured_vs_estimated"]["measured_or_reported"])
+    assert any("torch total: assumed" in s for s in other["measured_vs_estimated"]["assumed"])
+    assert h200["gpu"]["torch_total"]["gib"] == pytest.approx(150109880320 / 2**30)
+
+
+def test_unknown_model_and_gpu_are_input_errors():
+    with pytest.raises(InputError):
+        plan(PlanRequest(model="no/such-model-xyz", gpu="H200"))
+    with pytest.raises(InputError):
+        plan(PlanRequest(model="Qwen/Qwen3-8B", gpu="Voodoo 5"))
+    with pytest.raises(InputError):
+        plan(PlanRequest(model="Qwen/Qwen3-8B", gpu="H200", engine="trtllm"))
+
+
+def _cli(args, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+def test_cli_json_envelope(capsys):
+    try:
+        main(["plan", "--model", "moonshotai/Kimi-K2.5", "--gpu", "RTX PRO 6000", "--tp", "8",
+              "--engine-version", "0.5.9", "--set", "mem_fraction_static=0.88", "--format", "json"])
+    except SystemExit as exc:
+        assert exc.code in (0, None)
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema"] == "kvscope.plan/1"
+    assert doc["kvscope_version"]
+    assert doc["startups"] == []
+    pred = doc["prediction"]
+    assert pred["settings"]["mem_fraction_static"] == {"value": 0.88, "from": "given"}
+    assert pred["inputs_from_log"] is False and pred["capacity"]["kv_tokens"] > 150000
+
+
+def test_cli_terminal_and_markdown(capsys):
+    for fmt in ("terminal", "markdown"):
+        try:
+            main(["plan", "--model", "Qwen/Qwen3-8B", "--gpu", "H200", "--engine-version", "0.5.9", "--context",
+                  "32768", "--format", fmt])
+        except SystemExit as exc:
+            assert exc.code in (0, None)
+        out = capsys.readouterr().out
+        assert "KV tokens" in out
+        assert "read from the server log" not in out
+
+
+def test_cli_bad_input_exits_2(capsys):
+    code, _, err = _cli(["plan", "--model", "no/such-model-xyz", "--gpu", "H200"], capsys)
+    assert code == 2 and err.startswith("kvscope:") and "Traceback" not in err
+    code, _, err = _cli(["plan", "--model", "Qwen/Qwen3-8B", "--gpu", "H200", "--set", "oops"], capsys)
+    assert code == 2

@@ -1,0 +1,145 @@
+"""Weight bytes per rank from config.json + quantization, checked against weights real logs printed."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from kvscope.capacity.plan import rope_cache_bytes
+from kvscope.capacity.weights import (
+    GIB,
+    Parallel,
+    Scheme,
+    estimate_weights,
+    load_model_config,
+    quant_plan,
+    rank_tensors,
+    stage_layers,
+)
+from tests.conftest import case_dir
+
+
+def est(model: str, **par):
+    mc = load_model_config(model)
+    assert mc is not None, model
+    return estimate_weights(mc, Parallel(**par), engine=par.pop("engine", "sglang") if "engine" in par else "sglang")
+
+
+def test_llama_8b_bf16_matches_vllm_model_loading_line_exactly():
+    """vLLM logs torch-allocated bytes after loading: weights + the bf16 rope table (131072 × 128 × 2 B)."""
+    mc = load_model_config("meta-llama/Llama-3.1-8B-Instruct")
+    w = estimate_weights(mc, Parallel(), engine="vllm")
+    assert w.bytes_per_rank == 8_030_261_248 * 2
+    total = (w.bytes_per_rank + rope_cache_bytes(mc.cfg, 2)) / GIB
+    for case in ("002", "025"):
+        text = (case_dir("vllm", case) / "log.txt").read_text()
+        logged = float(re.search(r"(?:Loading model weights|Model loading) took ([\d.]+) Gi?B", text).group(1))
+        assert total == pytest.approx(logged, abs=0.0002)
+
+
+def test_kimi_k25_int4_tp8_within_one_percent_of_the_logged_weights():
+    """Case study: 'Load weight end … mem usage=72.33 GB' per GPU (INT4 experts, bf16 attention, MoonViT)."""
+    meta = json.loads((case_dir("sglang", "000") / "meta.json").read_text())
+    assert "72.33" in meta["notes"]
+    mc = load_model_config("moonshotai/Kimi-K2.5")
+    w = estimate_weights(mc, Parallel(tp=8))
+    got = (w.bytes_per_rank + rope_cache_bytes(mc.cfg, 4)) / GIB
+    assert got == pytest.approx(72.33, rel=0.01)
+    assert w.quantization == "compressed-tensors int4 (group 32)"
+    assert w.by_component["experts"] / GIB == pytest.approx(66.45, abs=0.01)
+    assert 0.8 < w.by_component["vision"] / GIB < 0.95
+
+
+def test_kimi_ignore_list_keeps_attention_shared_and_dense_mlp_in_bf16():
+    mc = load_model_config("moonshotai/Kimi-K2.5")
+    plan = quant_plan(mc.cfg)
+    int4 = plan.scheme_for("model.layers.5.mlp.experts.0.gate_proj", "expert")
+    assert int4.bits == 4 and int4.group == 32 and int4.zero_bits == 0  # symmetric: no zero points
+    for module in ("model.layers.5.self_attn.q_b_proj", "model.layers.5.mlp.shared_experts.up_proj",
+                   "model.layers.0.mlp.gate_proj", "lm_head"):
+        assert plan.scheme_for(module, "linear").bits == 16, module
+
+
+def test_scheme_bytes():
+    # fp8 with 128×128 block scales: one fp32 per block
+    fp8 = Scheme("fp8", bits=8, block=(128, 128), scale_bytes=4)
+    assert fp8.linear_bytes(2048, 7168) == 2048 * 7168 + 16 * 56 * 4
+    # int4 group 32, bf16 scales: 4.5 bits per weight
+    assert Scheme("i4", bits=4, group=32, scale_bytes=2).linear_bytes(256, 7168) == 256 * 7168 // 2 + 256 * 224 * 2
+    # mxfp4: 4 bits + one e8m0 byte per 32 = 4.25 bits
+    assert Scheme("mx", bits=4, group=32, scale_bytes=1).linear_bytes(64, 64) * 8 / (64 * 64) == 4.25
+    # nvfp4: 4 bits + one fp8 byte per 16 = 4.5 bits
+    assert Scheme("nv", bits=4, group=16, scale_bytes=1).linear_bytes(64, 64) * 8 / (64 * 64) == 4.5
+
+
+def test_gptq_awq_store_zero_points_and_leave_lm_head_alone():
+    cfg = {"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True}}
+    plan = quant_plan(cfg)
+    s = plan.scheme_for("model.layers.0.mlp.down_proj", "linear")
+    assert s.bits == 4 and s.zero_bits == 4 and s.g_idx
+    assert plan.scheme_for("lm_head", "linear").bits == 16
+    assert s.linear_bytes(4096, 1024) == 4096 * 1024 // 2 + 8 * 4096 * (2 + 0.5) + 1024 * 4
+
+
+def test_gpt_oss_mxfp4_quantizes_experts_only():
+    w = est("openai/gpt-oss-120b")
+    plan = quant_plan(load_model_config("openai/gpt-oss-120b").cfg)
+    assert plan.scheme_for("model.layers.3.self_attn.q_proj", "linear").bits == 16
+    assert plan.scheme_for("model.layers.3.mlp.experts.0.gate_proj", "expert").bits == 4
+    # 36 layers × 128 experts × 3 × 2880² weights at 4.25 bits, plus bf16 biases
+    experts = 36 * 128 * (3 * 2880 * 2880 * 4.25 / 8 + (2 * 2880 + 2880) * 2)
+    assert w.by_component["experts"] == pytest.approx(experts, rel=1e-6)
+
+
+def test_modelopt_mixed_precision_targets():
+    plan = quant_plan(load_model_config("nvidia/Qwen3.6-35B-A3B-NVFP4").cfg)
+    assert plan.scheme_for("lm_head", "linear").bits == 4
+    assert plan.scheme_for("model.layers.0.linear_attn.in_proj_qkv", "linear").bits == 8
+    assert plan.scheme_for("model.layers.3.self_attn.q_proj", "linear").bits == 8
+    assert plan.scheme_for("model.layers.5.mlp.experts.7.down_proj", "expert").bits == 4
+    assert plan.scheme_for("model.layers.0.linear_attn.in_proj_ba", "linear").bits == 16  # not targeted
+
+
+def test_fp8_truncated_ignore_sample_is_widened():
+    plan = quant_plan(load_model_config("Qwen/Qwen3-235B-A22B-FP8").cfg)
+    assert plan.ignore_is_sample
+    assert plan.scheme_for("model.layers.50.mlp.gate", "linear").bits == 16
+    assert plan.scheme_for("model.layers.50.self_attn.q_proj", "linear").bits == 8
+
+
+def test_dp_attention_replicates_attention_and_embedding():
+    tp8 = est("deepseek-ai/DeepSeek-V3.2-Exp", tp=8)
+    dpa = est("deepseek-ai/DeepSeek-V3.2-Exp", tp=8, attn_tp=1, replicate_embedding=True)
+    assert dpa.by_component["embeddings"] == pytest.approx(8 * tp8.by_component["embeddings"], rel=0.01)
+    assert dpa.by_component["attention"] > 3 * tp8.by_component["attention"]
+    assert dpa.by_component["experts"] == tp8.by_component["experts"]
+    # SGLang's absorbed w_kc / w_vc copies: heads × (128 + 128) × 512 × 2 B × 61 layers
+    assert dpa.by_component["mla absorbed w_kc/w_vc (engine copy)"] == 128 * 256 * 512 * 2 * 61
+
+
+def test_kv_heads_replicate_when_tp_exceeds_them():
+    cfg = load_model_config("meta-llama/Llama-3.1-8B-Instruct").cfg
+    k16 = [t for t in rank_tensors(cfg, Parallel(tp=16)) if t.module.endswith("k_proj")][0]
+    k8 = [t for t in rank_tensors(cfg, Parallel(tp=8)) if t.module.endswith("k_proj")][0]
+    assert k16.out_f == k8.out_f == 128  # one full head per rank
+
+
+def test_pipeline_stages_split_layers_and_embeddings():
+    assert [len(stage_layers(61, 4, s)) for s in range(4)] == [15, 15, 15, 16]
+    whole = est("meta-llama/Llama-3.1-8B-Instruct").bytes_per_rank
+    pp2 = est("meta-llama/Llama-3.1-8B-Instruct", pp=2).bytes_per_rank
+    assert whole / 2 < pp2 < whole / 2 * 1.01
+
+
+def test_local_checkpoint_index_total_replaces_the_estimate(tmp_path):
+    cfg = dict(load_model_config("meta-llama/Llama-3.1-8B-Instruct").cfg)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    total = 16_060_522_496 + 1_000_000_000
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total}}))
+    w = estimate_weights(load_model_config(str(tmp_path)), Parallel(tp=2))
+    assert w.checkpoint_bytes == total
+    assert "safetensors" in w.method
+    est_tp2 = estimate_weights(load_model_config("meta-llama/Llama-3.1-8B-Instruct"), Parallel(tp=2))
+    assert w.bytes_per_rank == pytest.approx(est_tp2.bytes_per_rank * total / 16_060_522_496, rel=1e-3)
