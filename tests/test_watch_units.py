@@ -277,6 +277,20 @@ class _FakeNVML:
         pass
 
 
+class _FakeNVMLv2(_FakeNVML):
+    nvmlMemory_v2 = 0x02000028
+
+    def nvmlDeviceGetMemoryInfo(self, h, version=None):  # noqa: N802
+        if version is None:
+            return type("M", (), {"used": 600 << 20, "total": 141 << 30})()  # v1: reserved counted as used
+        return type("M", (), {"used": 0, "reserved": 600 << 20, "total": 141 << 30})()
+
+
+def test_gpu_memory_prefers_v2_like_nvidia_smi():
+    (gpu, _) = GPUMemory(_FakeNVMLv2()).read()
+    assert gpu["used_bytes"] == 0 and gpu["reserved_bytes"] == 600 << 20
+
+
 def test_gpu_memory_broken_driver_and_lost_gpu():
     g = GPUMemory(_FakeNVML(fail_init=True))
     assert not g.available and "Driver Not Loaded" in g.reason and g.read() == []

@@ -20,6 +20,7 @@ class GPUMemory:
         self.reason = ""
         self._nvml = nvml
         self._handles: list[tuple[int, Any, str]] = []
+        self._v1_only = False
         self._open()
 
     def _open(self) -> None:
@@ -54,13 +55,29 @@ class GPUMemory:
         out = []
         try:
             for index, handle, name in self._handles:
-                info = self._nvml.nvmlDeviceGetMemoryInfo(handle)
-                out.append({"index": index, "name": name, "used_bytes": int(info.used), "total_bytes": int(info.total)})
+                info, reserved = self._memory(handle)
+                gpu = {"index": index, "name": name, "used_bytes": int(info.used), "total_bytes": int(info.total)}
+                if reserved is not None:
+                    gpu["reserved_bytes"] = reserved
+                out.append(gpu)
         except Exception as exc:  # noqa: BLE001 - a GPU fallen off the bus must not end the watch
             self.available = False
             self.reason = f"NVML stopped answering ({type(exc).__name__})"
             return []
         return out
+
+    def _memory(self, handle: Any) -> tuple[Any, int | None]:
+        """NVML's v2 memory info when the driver has it: its ``used`` leaves out the driver's
+        reserved memory, as nvidia-smi does (v1 counts it as used: ~600 MiB on an idle H200)."""
+        nvml = self._nvml
+        version = getattr(nvml, "nvmlMemory_v2", None)
+        if version is not None and not self._v1_only:
+            try:
+                info = nvml.nvmlDeviceGetMemoryInfo(handle, version=version)
+                return info, int(info.reserved)
+            except Exception:  # noqa: BLE001 - old driver: NVMLError_FunctionNotFound and friends
+                self._v1_only = True
+        return nvml.nvmlDeviceGetMemoryInfo(handle), None
 
     def close(self) -> None:
         if self.available and self._nvml is not None:
