@@ -136,3 +136,11 @@ def test_cli_redacts_and_no_redact_opts_out(tmp_path):
     assert "s3cr3t-plain-key-value" not in redacted.stdout
     assert json.loads(redacted.stdout)["startups"][0]["settings"]["hf_token"] == MARK
     assert json.loads(plain.stdout)["startups"][0]["settings"]["api_key"] == "s3cr3t-plain-key-value"
+
+
+def test_html_text_pass_leaves_scripts_alone():
+    html = ("<p>--api-key abc123 at /home/alice/x</p><script>var token=getToken();</script>"
+            "<style>.a{}</style><td>password=hunter2</td>")
+    out = redact_text(html, "html")
+    assert "abc123" not in out and "hunter2" not in out and "alice" not in out
+    assert "<script>var token=getToken();</script>" in out  # code is not text: never rewritten

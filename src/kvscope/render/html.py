@@ -36,6 +36,7 @@ from markupsafe import Markup
 
 from kvscope import __version__
 from kvscope.ledger.model import CAPACITY_FIELDS, GIB, KvPool, Rank, SourceRef, Startup
+from kvscope.render.json_out import _clean  # no NaN/inf: JSON.parse in the page would reject them
 
 CHARTJS_FILE = "chart.umd.min.js"
 CHARTJS_VERSION = "4.6.1"
@@ -178,8 +179,10 @@ def _knob(s: Startup) -> tuple[str, float | None, str]:
     """The memory fraction setting of the engine: its name, current value, and where the value came from."""
     if s.engine == "vllm":
         value = _num(s.setting("gpu_memory_utilization"))
-        return "gpu_memory_utilization", value if value is not None else 0.9, "logged" if value is not None else "default"
-    return "mem_fraction_static", _num(s.setting("mem_fraction_static")), "logged"
+        origin = "logged" if s.settings.get("gpu_memory_utilization") is not None else "assumed"
+        return "gpu_memory_utilization", value if value is not None else 0.9, origin if value is not None else "default"
+    origin = "logged" if s.settings.get("mem_fraction_static") is not None else "assumed"
+    return "mem_fraction_static", _num(s.setting("mem_fraction_static")), origin
 
 
 def bytes_per_token(s: Startup) -> tuple[int | None, str]:
@@ -698,7 +701,7 @@ def render(analysis: Any, extra: dict[str, Any] | None = None) -> str:
     st = analysis.stats
     template = _environment().from_string(_asset("report.html.j2"))
     return template.render(
-        startups=views, data={"startups": charts}, css=css, chartjs=chartjs, appjs=appjs, csp=csp,
+        startups=views, data=_clean({"startups": charts}), css=css, chartjs=chartjs, appjs=appjs, csp=csp,
         version=__version__, chartjs_version=CHARTJS_VERSION, chartjs_license=_asset("chart.js.LICENSE.md"),
         prediction=predicted, prediction_table=generic_table(prediction) if prediction and not predicted else None,
         extras=[(str(k), generic_table(v)) for k, v in extra.items()],
