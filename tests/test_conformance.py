@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import FIXTURES
 
 
-@pytest.mark.parametrize("engine", ["sglang"])
+@pytest.mark.parametrize("engine", ["sglang", "llamacpp", "trtllm"])
 def test_conformance(engine):
     cmd = f"{sys.executable} -m kvscope"
     out = subprocess.run(

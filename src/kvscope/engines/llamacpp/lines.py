@@ -1,0 +1,567 @@
+"""llama.cpp's memory log lines (llama-server, llama-cli, the bench tools, ik_llama.cpp, LLamaSharp).
+
+One model of every era, from the 2023 ``kv self size = … MB`` lines to the 2026 compact
+``1.06.520.077 E …`` format: the function prefix changed five times (``llama_new_context_with_model``
+→ ``llama_init_from_model`` → ``llama_context`` / ``llama_kv_cache_unified`` → ``llama_kv_cache`` →
+``sched_reserve``) but the buffer lines kept their shape, so patterns are searched on the message, not
+anchored on the prefix. Wrappers (LLamaSharp's ``[llama Info]: ``, journald without a date, the
+compact elapsed-time prefix) are stripped first.
+
+A "rank" here is a device: every buffer line names its buffer (``CUDA0``, ``ROCm0``, ``Metal``,
+``CUDA_Split``, ``CUDA_Host``…); host buffers (``*_Host``, ``CPU``, ``CPU_Mapped``…) are the ``CPU``
+rank. A KV cache is logged once per device buffer and once as a summary (``KV self size`` /
+``llama_kv_cache: size = …``); both are emitted as pools named ``kv#N`` / ``rs#N`` (cache N of the
+process) and ``finish`` folds the summary into the device pools, so nothing is counted twice.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from kvscope import events as ev
+from kvscope.engines.base import NUM, LineContext, Parsed, to_float, to_int
+
+ENGINE = "llamacpp"
+SUMMARY_RANK = "(kv summary)"  # pseudo rank holding summary lines until finish folds them
+HOST_RANK = "CPU"
+BUF_PREFIX = "_buf|"  # rank extras key prefix for one buffer line; finish folds them into per-kind sums
+G = rf"({NUM})"
+MIB = r"\s*MiB"
+
+_WRAPPER = re.compile(
+    r"^\s*(?:\[llama \w+\]:\s*|\d+\.\d+\.\d+\.\d+ [EWIDT] |\d\d:\d\d:\d\d \S+ [\w.@/\-]+\[\d+\]:\s*)"
+)
+
+# --- per-device buffers ---------------------------------------------------------------------------
+_KV_BUFFER = re.compile(rf"(\S+) KV buffer size\s*=\s*{G}\s*(MiB|MB)")
+_RS_BUFFER = re.compile(rf"(\S+) RS buffer size\s*=\s*{G}{MIB}")
+_COMPUTE = re.compile(rf"(\S+)\s+compute buffer size\s*=\s*{G}{MIB}")
+_OUTPUT = re.compile(rf"(\S+)\s+output buffer size\s*=\s*{G}{MIB}")
+_INPUT = re.compile(rf"(\S+)\s+input buffer size\s*=\s*{G}{MIB}")
+_MODEL_BUF = re.compile(rf"(?:llm_)?load_tensors:\s+(\S+)\s+(?:model )?buffer size\s*=\s*{G}{MIB}")
+_SPLIT_HEADER = re.compile(r"(KV cache|model buffer) size per device")
+_SPLIT_DEVICE = re.compile(rf"^\s*Device (\d+):\s+{G}(?:{MIB})?\s*$")
+
+# --- KV summaries -----------------------------------------------------------------------------------
+_KV_SELF = re.compile(
+    rf"[Kk][Vv] self size\s*=\s*{G}\s*(MiB|MB)"
+    rf"(?:,\s*(K|c\^KV|K-only) \(([\w.]+)\):\s*{G}{MIB}(?:[,;]\s*(V|kv\^T) \(([\w.]+)\):\s*{G}{MIB})?)?"
+)
+_KV_SIZE = re.compile(
+    rf"size\s*=\s*{G}{MIB}\s*\(\s*(\d+) cells,\s*(\d+) layers,\s*(\d+)(?:/\s*(\d+))? seqs\),\s*"
+    rf"([KR]) \(([\w.]+)\):\s*{G}{MIB},\s*([VS]) \(([\w.]+)\):\s*{G}{MIB}"
+)
+_ISWA = re.compile(r"creating\s+(non-SWA|SWA) KV cache, size = (\d+) cells")
+_INDEXER = re.compile(rf"KV self indexer size\s*=\s*{G}{MIB}")
+
+# --- 2023 lines (before ggml-backend buffers) ---------------------------------------------------------
+_OLD_VRAM_KV = re.compile(rf"VRAM kv self\s*=\s*{G}\s*(?:MB|MiB)")
+_OLD_VRAM_WEIGHTS = re.compile(rf"VRAM used\s*[:=]\s*{G}\s*(?:MB|MiB)")
+_OLD_SYS_WEIGHTS = re.compile(rf"(?:mem required|system memory used)\s*=\s*{G}\s*(?:MB|MiB)")
+_OLD_COMPUTE = re.compile(rf"compute buffer total size\s*=\s*{G}\s*(?:MB|MiB)")
+_OLD_SCRATCH = re.compile(rf"VRAM scratch buffer:\s*{G}\s*(?:MB|MiB)")
+_OLD_TOTAL_VRAM = re.compile(rf"total VRAM used:\s*{G}\s*(?:MB|MiB)")
+
+# --- context parameters -------------------------------------------------------------------------------
+_CTX_PREFIX = r"(?:llama_new_context_with_model|llama_init_from_model|llama_context|llama_new_context)"
+_PARAM = re.compile(
+    _CTX_PREFIX + r":\s+(n_ctx|n_ctx_seq|n_ctx_per_seq|n_seq_max|n_batch|n_ubatch|flash_attn|kv_unified|"
+    r"causal_attn|mla_attn|type_k|type_v|n_rs_seq)\s*=\s*(\S+)"
+)
+_CTX_TRAIN = re.compile(r"n_ctx_(?:per_)?seq \((\d+)\) ([<>]) n_ctx_train \((\d+)\)")
+_META = re.compile(
+    r"(?:print_info|llm_load_print_meta):\s+(n_ctx_train|n_layer|n_embd|n_head|n_head_kv|n_embd_head_k|"
+    r"n_embd_head_v|n_embd_k_gqa|n_embd_v_gqa|n_swa|n_lora_kv|n_expert|model type|model params|file type|"
+    r"model ftype|general\.name|arch)\s*=\s*(.+?)\s*$"
+)
+_LAYER_GQA = re.compile(r"layer\s+(\d+):\s*n_embd_k_gqa\s*=\s*(\d+),\s*n_embd_v_gqa\s*=\s*(\d+)")
+_BENCH = re.compile(r"\bn_kv_max\s*=\s*(\d+)|^(?:generate|main): n_ctx\s*=\s*(\d+)")
+_KV_PAIRS = re.compile(r"(\w+)\s*=\s*([\w.]+)")
+_SLOTS = re.compile(r"\bn_slots\s*[=:]\s*\"?(\d+)")
+_CTX_SLOT = re.compile(r"\bn_ctx_slot\s*[=:]\s*\"?(\d+)")
+_SLOT_MAX = re.compile(r"Slot \d+ - max context: (\d+)")
+_KV_UNIFIED_SRV = re.compile(r"kv_unified\s*=\s*'?(true|false)")
+_PIPELINE = re.compile(r"pipeline parallelism enabled \(n_copies=(\d+)\)")
+_OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+_USING_DEVICE = re.compile(r"using device (\S+) \((.*?)\)(?: \([^)]*\))? - (\d+) MiB free")
+_FOUND = re.compile(r"found (\d+) (CUDA|ROCm|SYCL|MUSA|Vulkan) devices")
+_GPU_LINE = re.compile(r"^\s*Device (\d+): ([^,]+), (?:compute capability|gfx)")
+_BREAKDOWN = re.compile(
+    r"memory_breakdown_print: \|\s+- (\S+) \((.*?)\)\s*\|\s*(\d+) = +(\d+) \+ \(\s*(\d+) = +(\d+) \+ +(\d+) \+ +(\d+)\)"
+)
+_FIT_CTX = re.compile(r"context size reduced from (\d+) to (\d+)")
+_FIT_PROJECTED = re.compile(r"projected to use (\d+) MiB of device memory vs\. (\d+) MiB of free device memory")
+
+# --- process boundaries and identity --------------------------------------------------------------------
+_BUILD = re.compile(r"^(?:main: )?build(?: =|:)\s*(\d+) \((\w+)\)")
+_BUILD_INFO = re.compile(r"build info\b.*?\bbuild\"?[=:]\s*\"?(\d+).*?\bcommit\"?[=:]\s*\"?(\w+)")
+_LOADER = re.compile(r"llama_model_loader: loaded meta data with \d+ key-value pairs and \d+ tensors from (.+?)(?: \(version .*\))?\s*$")
+_LOADING_MODEL = re.compile(r"load_model: loading model '([^']+)'")
+_DRAFT = re.compile(r"loading draft model|load_draft|draft model '")
+_GENERAL_NAME = re.compile(r"general\.name\s+str\s+=\s+(.+?)\s*$")
+
+# --- failures --------------------------------------------------------------------------------------------
+_ALLOC_FAIL = re.compile(rf"(\w+?)_buffer_type_alloc_buffer: allocating {G}{MIB} on device (\d+): (\w+) failed: (.+)")
+_GALLOCR = re.compile(r"ggml_gallocr_\w+: failed to allocate (\S+) buffer of size (\d+)")
+_TENSOR_ALLOC = re.compile(r"alloc_tensor_range: failed to allocate (\S+) buffer of size (\d+)")
+_UNABLE_ALLOC = re.compile(r"unable to allocate (\S+) buffer")
+_COMPUTE_FAIL = re.compile(r"failed to allocate compute (?:pp |tg )?buffers")
+_KV_FAIL = re.compile(r"failed to allocate (?:buffer|memory) for kv cache|llama_kv_cache_init\(\) failed")
+_RETRY = re.compile(r"compute buffer allocation failed, retrying without pipeline parallelism")
+_FATAL = re.compile(
+    r"failed to create context|failed to initialize the context|unable to load model|error loading model|"
+    r"failed to load model"
+)
+_METAL_ALLOC = re.compile(rf"error: failed to allocate buffer, size = {G}{MIB}")
+_VULKAN_ALLOC = re.compile(r"Device memory allocation of size (\d+) failed")
+_IK_SHORT = re.compile(rf"Free memory (\d+) MiB on device (\d+) is less the required compute buffer size {G}{MIB}")
+
+ANCHORS: tuple[bytes, ...] = (
+    b"buffer size",
+    b"self size",
+    b"VRAM",
+    b"mem required",
+    b"system memory used",
+    b"cells,",
+    b"KV cache",
+    b"n_ctx",
+    b"n_seq_max",
+    b"n_kv_max",
+    b"n_slots",
+    b"max context",
+    b"n_batch",
+    b"n_ubatch",
+    b"flash_attn",
+    b"kv_unified",
+    b"mla_attn",
+    b"type_k",
+    b"n_layer",
+    b"n_embd",
+    b"n_head",
+    b"n_swa",
+    b"n_lora_kv",
+    b"n_expert",
+    b"model type",
+    b"model params",
+    b"file type",
+    b"model ftype",
+    b"general.name",
+    b"pipeline parallelism",
+    b"offloaded",
+    b"using device",
+    b"devices:",
+    b"Device ",
+    b"memory_breakdown",
+    b"llama_params_fit",
+    b"build",
+    b"loaded meta data",
+    b"loading model",
+    b"draft model",
+    b"failed",
+    b"unable to",
+    b"error loading model",
+    b"Free memory",
+)
+
+_HOST_NAMES = ("CPU", "CPU_Mapped", "CPU_REPACK", "CPU_AARCH64", "Host", "AMX")
+
+
+def device_label(buffer_name: str) -> str:
+    """The rank a buffer belongs to: the GPU it lives on, or ``CPU`` for host memory of any kind."""
+    name = buffer_name.strip()
+    if name.endswith("_Host") or name in _HOST_NAMES or name.startswith("CPU"):
+        return HOST_RANK
+    if name.endswith("_Mapped"):
+        return name[: -len("_Mapped")]
+    return name
+
+
+def _mib(text: str | None, unit: str = "MiB") -> float | None:
+    """MiB (or 2023's "MB", which llama.cpp always computed as bytes/2^20) → GiB, unrounded."""
+    value = to_float(text)
+    return None if value is None else value / 1024.0
+
+
+def _value(text: str) -> Any:
+    """A context parameter as printed: int when integral, bool for true/false, else the string."""
+    low = text.lower()
+    if low in ("true", "enabled"):
+        return True
+    if low in ("false", "disabled"):
+        return False
+    number = to_float(text)
+    if number is not None and re.fullmatch(NUM, text):
+        return int(number) if number == int(number) and "." not in text else number
+    return text
+
+
+class LlamaCppLines:
+    """Line knowledge for llama.cpp and its forks (see module docstring)."""
+
+    engine = ENGINE
+    anchors = ANCHORS
+
+    def wants_join(self, text: str) -> bool:
+        return False
+
+    def parse(self, text: str, ctx: LineContext) -> list[Parsed]:
+        st = ctx.state.setdefault("llamacpp", _fresh_state())
+        msg = _WRAPPER.sub("", text, count=1)
+        split = st.pop("split_header", None)
+        out = self._parse_message(msg, st)
+        if not out and split:
+            out = _split_device(msg, split, st)
+        return out
+
+    def _parse_message(self, msg: str, st: dict[str, Any]) -> list[Parsed]:
+        for handler in _HANDLERS:
+            out = handler(msg, st)
+            if out:
+                return out
+        return []
+
+
+def _fresh_state() -> dict[str, Any]:
+    return {"cache": 0, "kind": None, "ctx_seen": False, "draft": False, "backend": None, "gpus": {},
+            "cache_devices": set()}
+
+
+def _reset(st: dict[str, Any]) -> None:
+    st.clear()
+    st.update(_fresh_state())
+
+
+# --- handlers: each returns [] when the line is not its kind ------------------------------------------------
+
+
+def _boundary(msg: str, st: dict[str, Any]) -> list[Parsed]:
+    m = _BUILD.search(msg) or _BUILD_INFO.search(msg)
+    if m:
+        _reset(st)
+        return [Parsed(ev.BOUNDARY, {"why": "build line"}),
+                Parsed(ev.VERSION, {"engine_version": f"{m.group(1)} ({m.group(2)})"})]
+    m = _LOADER.search(msg)
+    if m:
+        out: list[Parsed] = []
+        if st["draft"]:
+            _next_cache(st)
+            st["kind"] = "draft"
+        elif st["ctx_seen"]:
+            _reset(st)
+            out.append(Parsed(ev.BOUNDARY, {"why": "model loader after a context"}))
+        return out + [Parsed(ev.MODEL, {"model": m.group(1).strip()})]
+    if _DRAFT.search(msg):
+        st["draft"] = True
+        return [Parsed(ev.SETTINGS, {"draft_model": True})]
+    m = _LOADING_MODEL.search(msg)
+    if m:
+        return [Parsed(ev.MODEL, {"model": m.group(1)})]
+    m = _GENERAL_NAME.search(msg)
+    if m and "llama_model_loader" in msg:
+        return [Parsed(ev.SETTINGS, {"general_name": m.group(1)})]
+    return []
+
+
+def _cache_name(st: dict[str, Any], prefix: str = "kv") -> str:
+    return f"{prefix}#{st['cache']}"
+
+
+def _next_cache(st: dict[str, Any]) -> None:
+    """A cache ends at its summary line; when that was not logged, a new kind or a second buffer on the
+    same device starts the next one."""
+    if st.get("cache_devices"):
+        st["cache"] += 1
+    st["cache_devices"] = set()
+
+
+def _buffer_cache(st: dict[str, Any], rank: str, prefix: str = "kv") -> str:
+    devices = st.setdefault("cache_devices", set())
+    if (prefix, rank) in devices:
+        _next_cache(st)
+        devices = st["cache_devices"]
+    devices.add((prefix, rank))
+    return _cache_name(st, prefix)
+
+
+def _kind(st: dict[str, Any], default: str = "target") -> str:
+    return "draft" if st["draft"] and st["kind"] in (None, "draft") else (st["kind"] or default)
+
+
+def _buffer(st: dict[str, Any], kind: str, buffer: str, mib: str | None) -> Parsed:
+    """One non-KV buffer on its device. Keys are unique per line (``_buf|kind|buffer|n``) because a
+    device may print the same buffer name twice (one line per model context); finish sums them."""
+    st["seq"] = st.get("seq", 0) + 1
+    return Parsed(ev.RANK, {f"{BUF_PREFIX}{kind}|{buffer}|{st['seq']}": to_float(mib)}, rank=device_label(buffer))
+
+
+def _buffers(msg: str, st: dict[str, Any]) -> list[Parsed]:
+    m = _KV_BUFFER.search(msg)
+    if m:
+        st["ctx_seen"] = True
+        rank = device_label(m.group(1))
+        return [Parsed(ev.POOL, {"name": _buffer_cache(st, rank), "gib": _mib(m.group(2)), "what": _kind(st)}, rank=rank)]
+    m = _RS_BUFFER.search(msg)
+    if m:
+        st["ctx_seen"] = True
+        rank = device_label(m.group(1))
+        return [Parsed(ev.POOL, {"name": _buffer_cache(st, rank, "rs"), "gib": _mib(m.group(2)), "what": "recurrent"},
+                       rank=rank)]
+    for pattern, kind in ((_COMPUTE, "compute"), (_OUTPUT, "output"), (_INPUT, "input")):
+        m = pattern.search(msg)
+        if m:
+            st["ctx_seen"] = True
+            return [_buffer(st, kind, m.group(1), m.group(2))]
+    m = _MODEL_BUF.search(msg)
+    if m:
+        return [_buffer(st, "model", m.group(1), m.group(2))]
+    return []
+
+
+def _summaries(msg: str, st: dict[str, Any]) -> list[Parsed]:
+    m = _ISWA.search(msg)
+    if m:
+        _next_cache(st)
+        st["kind"] = "swa" if m.group(1) == "SWA" else "target"
+        return [Parsed(ev.SETTINGS, {f"kv_cells_{'swa' if m.group(1) == 'SWA' else 'base'}": to_int(m.group(2))})]
+    m = _KV_SIZE.search(msg)
+    if m:
+        return _size_line(m, st)
+    m = _KV_SELF.search(msg)
+    if m:
+        return _self_line(m, st)
+    m = _INDEXER.search(msg)
+    if m:
+        return [Parsed(ev.RANK, {"indexer_kv_gib": _mib(m.group(1))}, rank=SUMMARY_RANK)]
+    return []
+
+
+def _size_line(m: re.Match[str], st: dict[str, Any]) -> list[Parsed]:
+    """``size = X MiB (cells, layers, seqs), K (t): …, V (t): …`` — or R/S for recurrent state."""
+    st["ctx_seen"] = True
+    recurrent = m.group(6) == "R"
+    name = _cache_name(st, "rs" if recurrent else "kv")
+    cells, layers, seqs = to_int(m.group(2)), to_int(m.group(3)), to_int(m.group(4))
+    streams = to_int(m.group(5)) if m.group(5) else 1
+    first, second = _mib(m.group(8)), _mib(m.group(11))
+    data: dict[str, Any] = {"name": name, "gib": _mib(m.group(1)), "layers": layers, "cells": cells,
+                            "what": "recurrent" if recurrent else _kind(st)}
+    extra: dict[str, Any] = {f"{name}_seqs": seqs, f"{name}_streams": streams}
+    if recurrent:
+        data.update(tokens=None, dtype=m.group(7))
+        extra.update({f"{name}_r_gib": first, f"{name}_s_gib": second, f"{name}_s_dtype": m.group(10)})
+    else:
+        data.update(tokens=(cells or 0) * streams or None, k_gib=first, v_gib=second,
+                    dtype=_dtype(m.group(7), m.group(10)))
+        extra.update({f"{name}_k_type": m.group(7), f"{name}_v_type": m.group(10)})
+    _close_cache(st)
+    return [Parsed(ev.POOL, data, rank=SUMMARY_RANK), Parsed(ev.RANK, extra, rank=SUMMARY_RANK)]
+
+
+def _self_line(m: re.Match[str], st: dict[str, Any]) -> list[Parsed]:
+    """``KV self size = X MiB, K (t): …, V (t): …`` and its MLA / 2023 variants."""
+    st["ctx_seen"] = True
+    name = _cache_name(st)
+    k_label, k_type, v_label, v_type = m.group(3), m.group(4), m.group(6), m.group(7)
+    data: dict[str, Any] = {"name": name, "gib": _mib(m.group(1)), "what": _kind(st)}
+    extra: dict[str, Any] = {}
+    if k_label == "K":
+        data.update(k_gib=_mib(m.group(5)), v_gib=_mib(m.group(8)), dtype=_dtype(k_type, v_type))
+        extra.update({f"{name}_k_type": k_type, f"{name}_v_type": v_type})
+    elif k_label:  # MLA latent cache (c^KV) or a K-only cache: one tensor holds it all
+        data["dtype"] = k_type
+        extra.update({f"{name}_layout": "mla" if "c^KV" in k_label else "k-only", f"{name}_k_type": k_type,
+                      f"{name}_latent_gib": _mib(m.group(5))})
+        if v_label:
+            extra[f"{name}_transposed_gib"] = _mib(m.group(8))
+    _close_cache(st)
+    out = [Parsed(ev.POOL, data, rank=SUMMARY_RANK)]
+    if extra:
+        out.append(Parsed(ev.RANK, extra, rank=SUMMARY_RANK))
+    return out
+
+
+def _close_cache(st: dict[str, Any]) -> None:
+    st["cache"] += 1
+    st["cache_devices"] = set()
+    st["kind"] = "draft" if st["kind"] == "draft" else None
+
+
+def _dtype(k: str | None, v: str | None) -> str | None:
+    if k and v and k != v:
+        return f"K {k} / V {v}"
+    return k or v
+
+
+def _old_era(msg: str, st: dict[str, Any]) -> list[Parsed]:
+    """2023 lines: no buffer names, so GPU figures go to a ``GPU`` rank and host ones to ``CPU``."""
+    m = _OLD_VRAM_KV.search(msg)
+    if m:
+        st["ctx_seen"] = True
+        return [Parsed(ev.POOL, {"name": _cache_name(st), "gib": _mib(m.group(1)), "what": _kind(st)}, rank="GPU")]
+    m = _OLD_VRAM_WEIGHTS.search(msg)
+    if m and "total VRAM" not in msg:
+        return [_buffer(st, "model", "GPU", m.group(1))]
+    m = _OLD_SYS_WEIGHTS.search(msg)
+    if m:
+        return [_buffer(st, "model", "CPU", m.group(1))]
+    m = _OLD_SCRATCH.search(msg)
+    if m:
+        return [_buffer(st, "compute", "GPU", m.group(1))]
+    m = _OLD_COMPUTE.search(msg)
+    if m:
+        return [_buffer(st, "compute", "CPU", m.group(1))]
+    m = _OLD_TOTAL_VRAM.search(msg)
+    if m:
+        return [Parsed(ev.RANK, {"total_vram_used_gib": _mib(m.group(1))}, rank="GPU")]
+    return []
+
+
+def _params(msg: str, st: dict[str, Any]) -> list[Parsed]:
+    m = _PARAM.search(msg)
+    if m:
+        key = "n_ctx_seq" if m.group(1) == "n_ctx_per_seq" else m.group(1)
+        if key == "n_ctx":
+            st["ctx_seen"] = True
+        return [Parsed(ev.SETTINGS, {key: _value(m.group(2))})]
+    m = _CTX_TRAIN.search(msg)
+    if m:
+        return [Parsed(ev.SETTINGS, {"n_ctx_seq": to_int(m.group(1)), "n_ctx_train": to_int(m.group(3))})]
+    m = _META.search(msg)
+    if m:
+        key = m.group(1).replace(" ", "_").replace("general.name", "general_name").replace("model_ftype", "file_type")
+        return [Parsed(ev.SETTINGS, {key: _value(m.group(2))})]
+    m = _LAYER_GQA.search(msg)
+    if m:
+        layers = st.setdefault("layer_gqa", {})
+        layers[int(m.group(1))] = (int(m.group(2)), int(m.group(3)))
+        top = max(layers)
+        return [Parsed(ev.SETTINGS, {"kv_layer_max_index": top, "kv_layer_n_embd_k_gqa": int(m.group(2)),
+                                     "kv_layer_n_embd_v_gqa": int(m.group(3)), "kv_layer_lines": len(layers)})]
+    m = _BENCH.search(msg)
+    if m:
+        pairs = {k: _value(v) for k, v in _KV_PAIRS.findall(msg)}
+        data = {"n_ctx": pairs.pop("n_kv_max", None) or pairs.pop("n_ctx", None)}
+        data.update({k: pairs[k] for k in ("n_batch", "n_ubatch", "flash_attn", "n_gpu_layers") if k in pairs})
+        return [Parsed(ev.SETTINGS, data)]
+    return []
+
+
+def _server(msg: str, st: dict[str, Any]) -> list[Parsed]:
+    data: dict[str, Any] = {}
+    m = _SLOTS.search(msg)
+    if m and ("init" in msg or "slots" in msg):
+        data["n_slots"] = to_int(m.group(1))
+    m = _CTX_SLOT.search(msg)
+    if m and ("init" in msg or "n_slots" in msg):
+        data["n_ctx_slot"] = to_int(m.group(1))
+    m = _SLOT_MAX.search(msg)
+    if m:
+        data["n_ctx_slot"] = to_int(m.group(1))
+    if data:
+        m = _KV_UNIFIED_SRV.search(msg)
+        if m:
+            data["kv_unified"] = m.group(1) == "true"
+        return [Parsed(ev.SETTINGS, data)]
+    m = _PIPELINE.search(msg)
+    if m:
+        return [Parsed(ev.SETTINGS, {"pipeline_parallel_copies": to_int(m.group(1))})]
+    m = _OFFLOADED.search(msg)
+    if m:
+        return [Parsed(ev.SETTINGS, {"n_gpu_layers_offloaded": to_int(m.group(1)),
+                                     "n_layers_offloadable": to_int(m.group(2))})]
+    m = _SPLIT_HEADER.search(msg)
+    if m:
+        st["split_header"] = "kv" if m.group(1) == "KV cache" else "weights"
+        return [Parsed(ev.SETTINGS, {"split_mode_graph": True} if m.group(1) == "KV cache" else {"split_estimate": True})]
+    return []
+
+
+def _devices(msg: str, st: dict[str, Any]) -> list[Parsed]:
+    m = _USING_DEVICE.search(msg)
+    if m:
+        rank = device_label(m.group(1))
+        return [Parsed(ev.RANK, {"pre_load_free_gib": _mib(m.group(3)), "gpu_name": m.group(2)}, rank=rank)]
+    m = _FOUND.search(msg)
+    if m:
+        st["backend"] = "CUDA" if m.group(2) == "MUSA" else m.group(2)
+        return [Parsed(ev.SETTINGS, {"gpu_backend": m.group(2), "gpu_count": to_int(m.group(1))})]
+    m = _GPU_LINE.search(msg)
+    if m and st["backend"]:
+        st["gpus"][f"{st['backend']}{m.group(1)}"] = m.group(2).strip()
+        return [Parsed(ev.SETTINGS, {"gpu_names": dict(st["gpus"])})]
+    m = _BREAKDOWN.search(msg)
+    if m:
+        total, free, own, model, context, compute = (to_int(m.group(i)) for i in range(3, 9))
+        return [Parsed(ev.RANK, {"total_gib": _mib(m.group(3)), "breakdown_mib": {
+            "total": total, "free": free, "self": own, "model": model, "context": context, "compute": compute},
+            "gpu_name": m.group(2)}, rank=device_label(m.group(1)))]
+    m = _FIT_CTX.search(msg)
+    if m:
+        return [Parsed(ev.WARNING, {"code": "fit-reduced-context", "message": msg.strip(),
+                                    "from": to_int(m.group(1)), "to": to_int(m.group(2))})]
+    m = _FIT_PROJECTED.search(msg)
+    if m:
+        return [Parsed(ev.SETTINGS, {"fit_projected_mib": to_int(m.group(1)), "fit_free_mib": to_int(m.group(2))})]
+    return []
+
+
+def _split_device(msg: str, split: str, st: dict[str, Any]) -> list[Parsed]:
+    """ik_llama.cpp's per-device list after ``KV cache size per device:`` (split mode graph)."""
+    m = _SPLIT_DEVICE.search(msg)
+    if not m:
+        return []
+    st["split_header"] = split  # the list continues on the next line
+    rank = f"{st['backend'] or 'CUDA'}{m.group(1)}"
+    key = "kv_split_gib" if split == "kv" else "weights_estimate_gib"
+    return [Parsed(ev.RANK, {key: _mib(m.group(2))}, rank=rank)]
+
+
+def _failures(msg: str, st: dict[str, Any]) -> list[Parsed]:
+    return failure_events(msg, st.get("backend") or "CUDA")
+
+
+def failure_events(msg: str, backend: str = "CUDA") -> list[Parsed]:
+    """Memory failures, most specific first; ``finish`` re-reads them to name the phase that failed."""
+    m = _ALLOC_FAIL.search(msg)
+    if m:
+        kind = "not-enough-memory" if "out of memory" in m.group(5).lower() else "alloc-failed"
+        label = "ROCm" if "hip" in m.group(1).lower() else backend
+        return [Parsed(ev.FAILURE, {"kind": kind, "message": msg.strip(), "alloc_mib": to_float(m.group(2)),
+                                    "device": f"{label}{m.group(3)}"})]
+    m = _GALLOCR.search(msg)
+    if m:
+        return [Parsed(ev.FAILURE, {"kind": "compute-buffer-oom", "message": msg.strip(),
+                                    "alloc_bytes": to_int(m.group(2)), "device": m.group(1)})]
+    m = _TENSOR_ALLOC.search(msg)
+    if m:
+        return [Parsed(ev.FAILURE, {"kind": "weights-oom", "message": msg.strip(), "alloc_bytes": to_int(m.group(2)),
+                                    "device": m.group(1)})]
+    m = _UNABLE_ALLOC.search(msg)
+    if m:
+        return [Parsed(ev.FAILURE, {"kind": "weights-oom", "message": msg.strip(), "device": m.group(1)})]
+    if _COMPUTE_FAIL.search(msg):
+        return [Parsed(ev.FAILURE, {"kind": "compute-buffer-oom", "message": msg.strip()})]
+    if _KV_FAIL.search(msg):
+        return [Parsed(ev.FAILURE, {"kind": "kv-cache-oom", "message": msg.strip()})]
+    if _RETRY.search(msg):
+        return [Parsed(ev.WARNING, {"code": "compute-retry-without-pipeline", "message": msg.strip()})]
+    m = _METAL_ALLOC.search(msg)
+    if m:
+        return [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": msg.strip(),
+                                    "alloc_mib": to_float(m.group(1)), "device": "Metal"})]
+    m = _VULKAN_ALLOC.search(msg)
+    if m:
+        return [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": msg.strip(),
+                                    "alloc_bytes": to_int(m.group(1))})]
+    m = _IK_SHORT.search(msg)
+    if m:
+        return [Parsed(ev.WARNING, {"code": "compute-buffer-exceeds-free", "message": msg.strip(),
+                                    "free_mib": to_int(m.group(1)), "device": f"{backend}{m.group(2)}",
+                                    "compute_mib": to_float(m.group(3))})]
+    if _FATAL.search(msg):
+        return [Parsed(ev.FAILURE, {"kind": "exception", "message": msg.strip(), "weak": True})]
+    return []
+
+
+_HANDLERS = (_buffers, _summaries, _params, _server, _devices, _old_era, _boundary, _failures)

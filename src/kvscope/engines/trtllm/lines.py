@@ -1,0 +1,414 @@
+"""TensorRT-LLM's memory log lines: the C++ runtime (Triton tensorrtllm_backend, gptManagerBenchmark,
+``run.py``) from v0.5 to 1.x and the Python LLM API / ``trtllm-serve`` PyTorch backend.
+
+C++ lines carry ``[TensorRT-LLM][INFO]`` and no rank; Python lines carry ``[TRT-LLM] [I]`` and, under
+MPI, ``[RANK n]``. Triton interleaves its glog lines (``I0410 16:58:08.48 1 model_lifecycle.cc:849]``)
+and some pastes put a blank line between every line; neither matters to searched patterns. Memory
+units are binary whatever the label (TRT-LLM's ``bytesToString`` divides by 1024: "KB", "MB", "GB").
+
+The KV pool is emitted as ``kv`` (not ``target``): the PyTorch backend allocates twice (a small
+estimation pass, then the real pool) and a multi-rank Triton log repeats it once per rank, so
+``finish`` keeps the last allocation as ``target``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from kvscope import events as ev
+from kvscope.engines.base import NUM, LineContext, Parsed, to_float, to_int
+
+ENGINE = "trtllm"
+DEFAULT_RANK = "rank=0"
+POOL_NAME = "kv"
+G = rf"({NUM})"
+_UNIT_GIB = {"B": 1 / (1 << 30), "KB": 1 / (1 << 20), "KiB": 1 / (1 << 20), "MB": 1 / 1024, "MiB": 1 / 1024,
+             "GB": 1.0, "GiB": 1.0, "TB": 1024.0}
+_UNIT = r"(B|KB|KiB|MB|MiB|GB|GiB|TB)"
+
+_RANK = re.compile(r"\[RANK (\d+)\]")
+_TS = re.compile(r"\[(\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d)\]")
+
+# --- KV cache --------------------------------------------------------------------------------------------
+_ALLOCATED = re.compile(rf"Allocated {G} ?(GiB|GB|MiB) for max tokens(?: in paged KV cache)? \((\d+)\)")
+_ALLOCATE_BYTES = re.compile(r"Allocate (\d+) bytes for k/v cache")
+_USING_TOKENS = re.compile(r"Using (\d+) tokens in paged KV cache")
+_MAX_TOKENS = re.compile(r"Max tokens in paged KV cache: (\d+)")
+_MEM_USAGE = re.compile(rf"Memory usage when calculating max tokens in paged kv cache: total: {G} ?GiB, available: {G} ?GiB")
+_PRIMARY = re.compile(r"Number of blocks in KV cache primary pool: (\d+)")
+_SECONDARY = re.compile(r"Number of blocks in KV cache secondary pool: (\d+)")
+_BLOCKS_LINE = re.compile(
+    r"Max KV cache blocks per sequence: (\d+) \[window size=(\d+)\], tokens per block=(\d+), primary blocks=(\d+), "
+    r"secondary blocks=(\d+)"
+)
+_PAGES_PER_SEQ = re.compile(r"Max KV cache (?:pages|blocks) per sequence: (\d+)")
+_TOKENS_PER_BLOCK = re.compile(r"Number of tokens per block: (\d+)")
+_PEAK = re.compile(
+    rf"Peak memory during memory usage profiling \(torch \+ non-torch\): {G} ?GiB, available KV cache memory when "
+    rf"calculating max tokens: {G} ?GiB(.*)"
+)
+_PEAK_FRACTION = re.compile(rf"fraction is set {G}")
+_PEAK_KV_SIZE = re.compile(r"kv size(?: per token)? is (\d+)")
+_PEAK_TOTAL = re.compile(rf"device total memory {G} ?GiB")
+_PEAK_TMP = re.compile(rf"(?:tmp kv_mem|temporary kv cache memory during profiling) {G} ?GiB")
+_ESTIMATED = re.compile(rf"Estimated max memory in KV cache\s*:\s*{G} ?GiB")
+_BOTH_SET = re.compile(
+    rf"Both (?:free_gpu_memory_fraction|freeGpuMemoryFraction)(?: \(aka kv_cache_free_gpu_mem_fraction\))? and "
+    rf"(?:max_tokens|maxTokens)(?: \(aka max_tokens_in_paged_kv_cache\))? are set \(to {G} and (\d+)"
+)
+_FRACTION_DEFAULT = re.compile(r"kv_cache_free_gpu_mem_fraction is not specified, will use default value of ([\d.]+)")
+_FRACTION_PARAM = re.compile(rf"(?:kv_cache_free_gpu_mem_fraction|free_gpu_memory_fraction)\s*[=:]\s*{G}")
+_MAX_TOKENS_DEFAULT = re.compile(r"max_tokens_in_paged_kv_cache is not specified")
+_OVERRIDE = re.compile(r"Maximum kv-cache token overridden by configuration as '(\d+)'")
+_WINDOW_REDUCED = re.compile(r"maxAttentionWindow and maxSequenceLen are too large.*?reduced to (\d+)")
+_WINDOW_UPPER = re.compile(r"Attention window size (\d+) exceeds upper bound (\d+) for available blocks")
+_ADJUSTED_SEQ = re.compile(r"Adjusted max_seq_len to (\d+)")
+_REUSE = re.compile(r"KV cache block reuse is (enabled|disabled)")
+
+# --- engine, buffers, weights --------------------------------------------------------------------------------
+_ENGINE_SIZE = re.compile(rf"Loaded engine size: {G} ?MiB")
+_ENGINE_PER_GPU = re.compile(rf"Total engine size per GPU is {G} ?MiB")
+_EXEC_CTX = re.compile(rf"Allocated {G} ?{_UNIT} for execution context memory")
+_TRT_MANAGED = re.compile(r"TensorRT-managed allocation in IExecutionContext creation: CPU \+?(-?\d+), GPU \+?(-?\d+), now: CPU (\d+), GPU (\d+) \(MiB\)")
+_RUNTIME_BUF = re.compile(rf"Allocated {G} ?{_UNIT} GPU memory for runtime buffers")
+_DECODER = re.compile(rf"Allocated {G} ?{_UNIT} GPU memory for decoder")
+_WEIGHTS_PT = re.compile(rf"Use {G} ?(GB|GiB) for model weights")
+_WEIGHTS_INSIDE = re.compile(rf"Memory used after loading model weights \(inside torch\) in memory usage profiling: {G} ?GiB")
+_WEIGHTS_OUTSIDE = re.compile(rf"Memory used after loading model weights \(outside torch\) in memory usage profiling: {G} ?GiB")
+_ACTIVATION = re.compile(rf"Memory dynamically allocated during inference \(inside torch\) in memory usage profiling: {G} ?GiB")
+_OUTSIDE = re.compile(rf"Memory used outside torch \(e\.g\., NCCL and CUDA graphs\) in memory usage profiling: {G} ?GiB")
+
+# --- model configuration ------------------------------------------------------------------------------------------
+_TRTGPT = re.compile(r"TRTGptModel (maxNumSequences|maxBatchSize|maxBeamWidth|maxSequenceLen|maxDraftLen|"
+                     r"mMaxAttentionWindowSize|maxNumTokens|maxInputLen): \(?(\d+)")
+_PY_LIMITS = re.compile(r"\bmax_seq_len=(\d+), max_num_requests=(\d+), max_num_tokens=(\d+)(?:, max_batch_size=(\d+))?")
+_TP_RANK = re.compile(r"(?:Detecting local TP group|TP group is intra-node|TP group is inter-node) for rank (\d+)")
+_MPI = re.compile(r"MPI size: (\d+), (?:MPI local size: (\d+), )?rank: (\d+)")
+_TP_ARG = re.compile(r"['\"]?tensor_parallel_size['\"]?\s*[=:]\s*(\d+)")
+_PP_ARG = re.compile(r"['\"]?pipeline_parallel_size['\"]?\s*[=:]\s*(\d+)")
+_VERSION = re.compile(r"TensorRT-LLM version: ?v?(\d+\.\d+[\w.]*)")
+_ENGINE_VERSION = re.compile(r"Engine version (\d+\.\d+[\w.]*) found in the config file")
+_BACKEND = re.compile(r"Using LLM with (PyTorch|TensorRT|AutoDeploy) backend")
+_LOADED = re.compile(r"successfully loaded 'tensorrt_llm'|Engine loaded and ready to serve|Executor instance created")
+
+# --- failures -------------------------------------------------------------------------------------------------------
+_CUDA_OOM = re.compile(r"CUDA runtime error in (\S+?)\(.*?\): out of memory(?: \(([^)]*)\))?")
+_REQUESTED = re.compile(r"Requested amount of GPU memory \((\d+) bytes\) could not be allocated")
+_TRT_OOM = re.compile(r"Error Code 2: OutOfMemory|\[TensorRT-LLM\]\[ERROR\].*out of memory|OutOfMemory")
+_INSUFFICIENT = re.compile(r"Executor creation failed due to insufficient GPU memory")
+_COMPONENT = re.compile(r"The following component could not be created: (.+?)\s*$")
+_TOTAL_GIB = re.compile(rf"Total GPU memory \(GiB\): {G}")
+_FREE_BEFORE = re.compile(rf"Free GPU memory before component creation attempt \(GiB\): {G}")
+_COMPONENTS_HEADER = re.compile(r"Previously created components and free GPU memory before/after creation")
+_COMPONENT_ROW = re.compile(rf"^\s*([A-Za-z_][\w ()_,.\-]*?): {G} / {G}\s*$")
+_LOAD_FAILED = re.compile(r"failed to load 'tensorrt_llm'|unexpected error when creating modelInstanceState")
+
+ANCHORS: tuple[bytes, ...] = (
+    b"TensorRT-LLM",
+    b"TRT-LLM",
+    b"TRTGptModel",
+    b"paged KV cache",
+    b"paged kv cache",
+    b"KV cache primary pool",
+    b"KV cache secondary pool",
+    b"tokens per block",
+    b"k/v cache",
+    b"MemUsageChange",
+    b"engine size",
+    b"execution context memory",
+    b"Requested amount of GPU memory",
+    b"OutOfMemory",
+    b"tensorrt_llm",
+    b"kv_cache_free_gpu_mem_fraction",
+    b"free_gpu_memory_fraction",
+    b"insufficient GPU memory",
+    b"could not be created",
+    b"GPU memory (GiB)",
+    b"Previously created components",
+    b"odel: ",
+)
+
+
+def _gib(value: str | None, unit: str = "GiB") -> float | None:
+    number = to_float(value)
+    return None if number is None else number * _UNIT_GIB[unit]
+
+
+def _is_trtllm(text: str) -> bool:
+    """Lines with no tag are claimed only when their wording is TensorRT-LLM's own."""
+    return "TensorRT-LLM" in text or "TRT-LLM" in text or "[TRT]" in text
+
+
+class TRTLLMLines:
+    """Line knowledge for TensorRT-LLM (see module docstring)."""
+
+    engine = ENGINE
+    anchors = ANCHORS
+
+    def wants_join(self, text: str) -> bool:
+        return False
+
+    def parse(self, text: str, ctx: LineContext) -> list[Parsed]:
+        st = ctx.state.setdefault("trtllm", {})
+        out = _parse_message(text, st)
+        if not out:
+            return []
+        m = _RANK.search(text)
+        rank = f"rank={m.group(1)}" if m else DEFAULT_RANK
+        ts = _TS.search(text)
+        for p in out:
+            if p.kind in (ev.RANK, ev.POOL):
+                p.rank = rank
+            p.timestamp = ts.group(1) if ts else None
+        return out
+
+
+def _parse_message(text: str, st: dict[str, Any]) -> list[Parsed]:
+    for handler in _HANDLERS:
+        out = handler(text, st)
+        if out:
+            return out
+    return []
+
+
+def _kv(text: str, st: dict[str, Any]) -> list[Parsed]:
+    m = _ALLOCATED.search(text)
+    if m:
+        tokens = to_int(m.group(3))
+        return [Parsed(ev.POOL, {"name": POOL_NAME, "gib": _gib(m.group(1), m.group(2)), "tokens": tokens}),
+                Parsed(ev.CAPACITY, {"kv_tokens": tokens, "max_tokens_in_paged_kv_cache": tokens})]
+    m = _ALLOCATE_BYTES.search(text)
+    if m:
+        st["kv_bytes"] = to_int(m.group(1))
+        return [Parsed(ev.POOL, {"name": POOL_NAME, "gib": int(m.group(1)) / (1 << 30), "tokens": None,
+                                 "what": "bytes"}),
+                Parsed(ev.CAPACITY, {"kv_allocated_bytes": to_int(m.group(1))})]
+    m = _USING_TOKENS.search(text) or _MAX_TOKENS.search(text)
+    if m:
+        tokens = to_int(m.group(1))
+        return [Parsed(ev.CAPACITY, {"kv_tokens": tokens, "max_tokens_in_paged_kv_cache": tokens})]
+    m = _MEM_USAGE.search(text)
+    if m:
+        return [Parsed(ev.RANK, {"total_gib": _gib(m.group(1)), "kv_sizing_free_gib": _gib(m.group(2))})]
+    m = _BLOCKS_LINE.search(text)
+    if m:
+        return [Parsed(ev.CAPACITY, {"max_blocks_per_seq": to_int(m.group(1)), "window_size": to_int(m.group(2)),
+                                     "tokens_per_block": to_int(m.group(3)), "num_gpu_blocks": to_int(m.group(4)),
+                                     "num_cpu_blocks": to_int(m.group(5))})]
+    m = _PRIMARY.search(text)
+    if m:
+        return [Parsed(ev.CAPACITY, {"num_gpu_blocks": to_int(m.group(1))})]
+    m = _SECONDARY.search(text)
+    if m:
+        return [Parsed(ev.CAPACITY, {"num_cpu_blocks": to_int(m.group(1))})]
+    m = _TOKENS_PER_BLOCK.search(text)
+    if m:
+        return [Parsed(ev.CAPACITY, {"tokens_per_block": to_int(m.group(1))})]
+    m = _PAGES_PER_SEQ.search(text)
+    if m:
+        return [Parsed(ev.CAPACITY, {"max_blocks_per_seq": to_int(m.group(1))})]
+    return []
+
+
+def _profile(text: str, st: dict[str, Any]) -> list[Parsed]:
+    """The PyTorch backend's memory profile (LLM API / trtllm-serve)."""
+    m = _PEAK.search(text)
+    if m:
+        rest = m.group(3)
+        data: dict[str, Any] = {"peak_memory_gib": _gib(m.group(1))}
+        total = _PEAK_TOTAL.search(rest)
+        tmp = _PEAK_TMP.search(rest)
+        if total:
+            data["total_gib"] = _gib(total.group(1))
+        if tmp:
+            data["profiling_kv_gib"] = _gib(tmp.group(1))
+        out = [Parsed(ev.RANK, data), Parsed(ev.CAPACITY, {"available_kv_gib": _gib(m.group(2))})]
+        fraction, size = _PEAK_FRACTION.search(rest), _PEAK_KV_SIZE.search(rest)
+        settings: dict[str, Any] = {}
+        if fraction:
+            settings["free_gpu_memory_fraction"] = round(to_float(fraction.group(1)) or 0, 6)
+        if size:
+            settings["kv_size_per_token"] = to_int(size.group(1))
+        if settings:
+            out.append(Parsed(ev.SETTINGS, settings))
+        return out
+    m = _ESTIMATED.search(text)
+    if m:
+        return [Parsed(ev.CAPACITY, {"estimated_kv_gib": _gib(m.group(1))})]
+    for pattern, key in ((_WEIGHTS_INSIDE, "weights_gib"), (_WEIGHTS_OUTSIDE, "non_torch_at_load_gib"),
+                         (_ACTIVATION, "activation_peak_gib"), (_OUTSIDE, "non_torch_gib")):
+        m = pattern.search(text)
+        if m:
+            return [Parsed(ev.RANK, {key: _gib(m.group(1))})]
+    m = _WEIGHTS_PT.search(text)
+    if m:
+        return [Parsed(ev.RANK, {"weights_gib": _gib(m.group(1)), "weights_label": f"{m.group(1)} {m.group(2)}"})]
+    return []
+
+
+def _settings(text: str, st: dict[str, Any]) -> list[Parsed]:
+    m = _BOTH_SET.search(text)
+    if m:
+        return [Parsed(ev.SETTINGS, {"kv_cache_free_gpu_mem_fraction": round(to_float(m.group(1)) or 0, 6),
+                                     "max_tokens_in_paged_kv_cache": to_int(m.group(2))})]
+    m = _FRACTION_DEFAULT.search(text)
+    if m:
+        return [Parsed(ev.SETTINGS, {"kv_cache_free_gpu_mem_fraction": to_float(m.group(1)),
+                                     "kv_cache_free_gpu_mem_fraction_default": True})]
+    if _MAX_TOKENS_DEFAULT.search(text):
+        return [Parsed(ev.SETTINGS, {"max_tokens_in_paged_kv_cache_default": True})]
+    m = _OVERRIDE.search(text)
+    if m:
+        return [Parsed(ev.SETTINGS, {"max_tokens_in_paged_kv_cache": to_int(m.group(1))})]
+    m = _TRTGPT.search(text)
+    if m:
+        key = {"maxNumSequences": "max_num_sequences", "maxBatchSize": "max_batch_size", "maxBeamWidth": "max_beam_width",
+               "maxSequenceLen": "max_seq_len", "maxDraftLen": "max_draft_len",
+               "mMaxAttentionWindowSize": "max_attention_window", "maxNumTokens": "max_num_tokens",
+               "maxInputLen": "max_input_len"}[m.group(1)]
+        return [Parsed(ev.SETTINGS, {key: to_int(m.group(2))})]
+    m = _PY_LIMITS.search(text)
+    if m and _is_trtllm(text):
+        data = {"max_seq_len": to_int(m.group(1)), "max_num_requests": to_int(m.group(2)),
+                "max_num_tokens": to_int(m.group(3))}
+        if m.group(4):
+            data["max_batch_size"] = to_int(m.group(4))
+        return [Parsed(ev.SETTINGS, data)]
+    m = _TP_RANK.search(text)
+    if m:
+        ranks = st.setdefault("ranks", set())
+        ranks.add(int(m.group(1)))
+        return [Parsed(ev.SETTINGS, {"world_size_seen": max(ranks) + 1})]
+    m = _MPI.search(text)
+    if m and _is_trtllm(text):
+        return [Parsed(ev.SETTINGS, {"world_size": to_int(m.group(1))})]
+    m = _REUSE.search(text)
+    if m and _is_trtllm(text):
+        return [Parsed(ev.SETTINGS, {"enable_block_reuse": m.group(1) == "enabled"})]
+    if _is_trtllm(text) or "LLM Args" in text:
+        data = {}
+        for pattern, key in ((_TP_ARG, "tp_size"), (_PP_ARG, "pp_size")):
+            m = pattern.search(text)
+            if m:
+                data[key] = to_int(m.group(1))
+        m = _FRACTION_PARAM.search(text)
+        if m and "not specified" not in text:
+            data["kv_cache_free_gpu_mem_fraction"] = to_float(m.group(1))
+        if data:
+            return [Parsed(ev.SETTINGS, data)]
+    return []
+
+
+def _engine(text: str, st: dict[str, Any]) -> list[Parsed]:
+    m = _ENGINE_SIZE.search(text) or _ENGINE_PER_GPU.search(text)
+    if m:
+        return [Parsed(ev.RANK, {"weights_gib": _gib(m.group(1), "MiB"), "engine_size_mib": to_float(m.group(1))})]
+    m = _EXEC_CTX.search(text)
+    if m:
+        return [Parsed(ev.RANK, {"execution_context_gib": _gib(m.group(1), m.group(2))})]
+    m = _TRT_MANAGED.search(text)
+    if m:
+        return [Parsed(ev.RANK, {"trt_managed_gpu_mib": to_int(m.group(4))})]
+    m = _RUNTIME_BUF.search(text)
+    if m:
+        return [Parsed(ev.RANK, {"runtime_buffers_gib": _gib(m.group(1), m.group(2))})]
+    m = _DECODER.search(text)
+    if m:
+        return [Parsed(ev.RANK, {"decoder_gib": _gib(m.group(1), m.group(2))})]
+    return []
+
+
+def _identity(text: str, st: dict[str, Any]) -> list[Parsed]:
+    m = _VERSION.search(text)
+    if m:
+        out = [Parsed(ev.VERSION, {"engine_version": m.group(1)})]
+        if st.get("content"):
+            out.insert(0, Parsed(ev.BOUNDARY, {"why": "version banner after a KV allocation"}))
+            st["content"] = False
+        return out
+    m = _ENGINE_VERSION.search(text)
+    if m:
+        return [Parsed(ev.VERSION, {"engine_version": m.group(1)})]
+    m = _BACKEND.search(text)
+    if m:
+        return [Parsed(ev.SETTINGS, {"backend": m.group(1).lower()})]
+    if _LOADED.search(text):
+        return [Parsed(ev.SETTINGS, {"loaded": True})]
+    return []
+
+
+def _warnings(text: str, st: dict[str, Any]) -> list[Parsed]:
+    m = _WINDOW_REDUCED.search(text)
+    if m:
+        return [Parsed(ev.WARNING, {"code": "attention-window-reduced", "message": text.strip(), "to": to_int(m.group(1))})]
+    m = _WINDOW_UPPER.search(text)
+    if m:
+        return [Parsed(ev.WARNING, {"code": "attention-window-reduced", "message": text.strip(),
+                                    "from": to_int(m.group(1)), "to": to_int(m.group(2))})]
+    m = _ADJUSTED_SEQ.search(text)
+    if m and _is_trtllm(text):
+        return [Parsed(ev.SETTINGS, {"max_seq_len": to_int(m.group(1))})]
+    return []
+
+
+def _failures(text: str, st: dict[str, Any]) -> list[Parsed]:
+    m = _REQUESTED.search(text)
+    if m:
+        return [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": text.strip()[:500],
+                                    "requested_bytes": to_int(m.group(1))})]
+    m = _CUDA_OOM.search(text)
+    if m:
+        return [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": text.strip()[:500],
+                                    "where": (m.group(2) or m.group(1)).strip()})]
+    if _INSUFFICIENT.search(text):
+        st["components"] = True
+        return [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": text.strip()[:500]})]
+    if _TRT_OOM.search(text) and _is_trtllm(text):
+        return [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": text.strip()[:500]})]
+    if _LOAD_FAILED.search(text):
+        return [Parsed(ev.FAILURE, {"kind": "exception", "message": text.strip()[:500], "weak": True})]
+    return []
+
+
+def _component_report(text: str, st: dict[str, Any]) -> list[Parsed]:
+    """The PyTorch backend's "insufficient GPU memory" report: which component failed, and the free
+    memory before/after each component created so far (the model row is the weights' before/after)."""
+    if not st.get("components"):
+        return []
+    m = _COMPONENT.search(text)
+    if m:
+        return [Parsed(ev.WARNING, {"code": "component-not-created", "message": text.strip(),
+                                    "component": m.group(1)})]
+    m = _TOTAL_GIB.search(text)
+    if m:
+        return [Parsed(ev.RANK, {"total_gib": _gib(m.group(1))})]
+    m = _FREE_BEFORE.search(text)
+    if m:
+        return [Parsed(ev.RANK, {"free_before_failed_component_gib": _gib(m.group(1))})]
+    if _COMPONENTS_HEADER.search(text):
+        return [Parsed(ev.SETTINGS, {"component_report": True})]
+    m = _COMPONENT_ROW.search(text)
+    if m:
+        name = m.group(1).strip().lower()
+        before, after = _gib(m.group(2)), _gib(m.group(3))
+        if name == "model":
+            return [Parsed(ev.RANK, {"pre_load_free_gib": before, "avail_after_weights_gib": after})]
+        key = re.sub(r"\W+", "_", name).strip("_")
+        return [Parsed(ev.RANK, {f"component_{key}_free_before_after_gib": [before, after]})]
+    return []
+
+
+def _mark_content(handler):
+    """KV lines mean a process got as far as its pool: a later version banner is a new process."""
+
+    def wrapped(text: str, st: dict[str, Any]) -> list[Parsed]:
+        out = handler(text, st)
+        if out:
+            st["content"] = True
+        return out
+
+    return wrapped
+
+
+_HANDLERS = (_mark_content(_kv), _profile, _engine, _settings, _warnings, _identity, _failures, _component_report)

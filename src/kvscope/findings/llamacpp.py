@@ -1,0 +1,192 @@
+"""llama.cpp findings: what -c, -np, -ngl, the cache types and -ub cost, and why a start failed.
+
+llama.cpp does not size its KV cache from free memory: the cache is exactly -c cells (padded), so
+every finding is phrased as "this flag costs that many MiB" rather than as a budget fraction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvscope.engines.llamacpp import rules
+from kvscope.engines.llamacpp.finish import AGGREGATE_RANK
+from kvscope.engines.llamacpp.lines import HOST_RANK
+from kvscope.ledger.model import Finding, Startup, Suggestion
+
+BIG_COMPUTE_GIB = 1.0  # compute buffers above this per device are worth a word
+
+
+def _int(s: Startup, key: str) -> int | None:
+    value = s.setting(key)
+    if isinstance(value, bool):
+        return None
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _target_cache(s: Startup) -> dict[str, Any] | None:
+    return next((c for c in s.capacity.extras.get("kv_caches", []) if c.get("name") == "target"), None)
+
+
+def _gpus(s: Startup) -> list:
+    return [r for r in s.ranks if r.rank not in (HOST_RANK, AGGREGATE_RANK)]
+
+
+def _kv_cost(s: Startup) -> Finding | None:
+    """What the KV cache costs per cell and per 1,024 tokens of -c, and what q8_0 would save."""
+    cache = _target_cache(s)
+    tokens = s.capacity.kv_tokens
+    if cache is None or cache.get("gib") is None:
+        return None
+    mib = cache["gib"] * 1024
+    k_type, v_type = cache.get("k_type") or cache.get("dtype"), cache.get("v_type") or cache.get("dtype")
+    where = ", ".join(cache.get("devices") or []) or "the device"
+    if not tokens:
+        return Finding("llamacpp-kv-cost", "info", f"KV cache: {mib:,.2f} MiB ({k_type}/{v_type}) on {where}",
+                       "The log does not print n_ctx, so the cost per token is unknown; llama.cpp allocates the whole "
+                       "cache (-c cells) at start, whatever the requests use.")
+    per_cell = mib * rules.MIB / tokens
+    title = f"KV cache: {tokens:,} cells × {per_cell:,.0f} B = {mib:,.2f} MiB ({k_type}/{v_type}) on {where}"
+    detail = (f"llama.cpp allocates the whole cache at start: -c {tokens:,} cells, whatever the requests use. "
+              f"Each 1,024 tokens of -c cost {per_cell * 1024 / rules.MIB:,.1f} MiB.")
+    suggestion = None
+    size_k, size_v = rules.type_size(k_type), rules.type_size(v_type)
+    q8 = rules.type_size("q8_0")
+    if size_k and size_v and q8 and (size_k > q8 or size_v > q8):
+        after_mib = mib * (q8 * 2) / (size_k + size_v)
+        detail += (f" With --cache-type-k q8_0 --cache-type-v q8_0 the same -c takes ≈ {after_mib:,.1f} MiB "
+                   f"(q8_0 stores 32 elements in 34 bytes), or the same memory holds ≈ {int(tokens * mib / after_mib):,} cells.")
+        suggestion = Suggestion("--cache-type-k/--cache-type-v", f"{k_type}/{v_type}", "q8_0/q8_0",
+                                kv_tokens_after=int(tokens * mib / after_mib),
+                                note="a quantized V cache needs flash attention (-fa)")
+    return Finding("llamacpp-kv-cost", "info", title, detail, suggestion)
+
+
+def _slots(s: Startup) -> Finding | None:
+    """-np N: unless the cache is unified, each slot owns n_ctx / N cells."""
+    n_ctx = s.capacity.kv_tokens or _int(s, "n_ctx")
+    slots = _int(s, "n_slots") or _int(s, "n_seq_max")
+    per_seq = s.capacity.context_len
+    if not n_ctx or not slots or slots < 2:
+        return None
+    unified = s.setting("kv_unified")
+    if unified is True:
+        return Finding("llamacpp-unified-slots", "info",
+                       f"{slots} parallel slots share one unified cache of {n_ctx:,} cells",
+                       f"With kv_unified the {slots} slots (-np {slots}) draw from the same {n_ctx:,} cells: one request "
+                       f"may use up to {per_seq or n_ctx:,} tokens, but together they cannot hold more than {n_ctx:,}.")
+    each = per_seq or n_ctx // slots
+    return Finding(
+        "llamacpp-slots-divide-context", "warning",
+        f"-np {slots} divides -c {n_ctx:,}: each slot gets {each:,} tokens",
+        f"llama-server splits the context between its {slots} slots, so a single request is cut at {each:,} tokens "
+        f"although the cache holds {n_ctx:,} cells. To give every slot {n_ctx:,} tokens set -c {n_ctx * slots:,} "
+        "(per-request context × -np), or lower -np, or use --kv-unified so the slots share the cells.",
+        Suggestion("-c", n_ctx, n_ctx * slots, kv_tokens_after=n_ctx * slots,
+                   note=f"keeps {n_ctx:,} tokens per slot with -np {slots}; KV memory grows {slots}×"),
+    )
+
+
+def _train_context(s: Startup) -> Finding | None:
+    train, per_seq = _int(s, "n_ctx_train"), s.capacity.context_len
+    cache = _target_cache(s)
+    if not train or not per_seq or per_seq >= train:
+        return None
+    detail = f"The model was trained for {train:,} tokens; this start allows {per_seq:,} per request."
+    if cache and cache.get("gib") and s.capacity.kv_tokens:
+        extra_mib = cache["gib"] * 1024 * (train - per_seq) / s.capacity.kv_tokens
+        detail += f" The full context would cost ≈ {extra_mib:,.0f} MiB more KV cache (at the current cache types)."
+    return Finding("llamacpp-context-below-training", "info", f"Context {per_seq:,} < training context {train:,}", detail,
+                   Suggestion("-c", per_seq, train, kv_tokens_after=train))
+
+
+def _offload(s: Startup) -> Finding | None:
+    done, total = _int(s, "n_gpu_layers_offloaded"), _int(s, "n_layers_offloadable")
+    if done is None or not total or done >= total:
+        return None
+    return Finding("llamacpp-partial-offload", "warning", f"Only {done}/{total} layers are on the GPU",
+                   f"{total - done} layers run on the CPU from host memory, which dominates token latency. Raise -ngl "
+                   "if the GPU has room (each layer's weights plus its share of the KV cache move with it).",
+                   Suggestion("-ngl", done, total))
+
+
+def _ubatch(s: Startup) -> Suggestion:
+    """Halve -ub; when the log does not print it, say so rather than pretend to know it."""
+    ub = _int(s, "n_ubatch")
+    if ub:
+        return Suggestion("-ub", ub, max(32, ub // 2), note="halves the activation part of the compute buffers")
+    return Suggestion("-ub", None, 256, note="-ub is not in the log (llama.cpp's default is 512); halve what you run with")
+
+
+def _compute(s: Startup) -> Finding | None:
+    heavy = [(r.rank, r.extras.get("compute_gib")) for r in _gpus(s) if (r.extras.get("compute_gib") or 0) >= BIG_COMPUTE_GIB]
+    if not heavy:
+        return None
+    total = sum(g for _, g in heavy)
+    copies = _int(s, "pipeline_parallel_copies")
+    detail = (f"{len(heavy)} device(s) reserve {total:,.2f} GiB of compute buffers "
+              f"(largest {max(g for _, g in heavy):.2f} GiB on {max(heavy, key=lambda x: x[1])[0]}). They are sized for "
+              "the worst-case batch of -ub tokens over the full context, so they shrink with a smaller -ub (and -c).")
+    if copies and copies > 1:
+        detail += f" Pipeline parallelism keeps {copies} copies of them (GGML_SCHED_MAX_COPIES lowers that)."
+    cache = _target_cache(s)
+    if cache and cache.get("gib") and total > cache["gib"]:
+        detail += f" That is more than the KV cache itself ({cache['gib']:.2f} GiB)."
+    return Finding("llamacpp-compute-buffers", "info", f"Compute buffers: {total:,.2f} GiB on the GPUs", detail, _ubatch(s))
+
+
+def _failure(s: Startup) -> Finding | None:
+    f = s.failure
+    if f is None:
+        return None
+    mib = f.data.get("alloc_mib") or ((f.data.get("alloc_bytes") or 0) / rules.MIB or None)
+    device = f.data.get("device") or "a device"
+    size = f"{mib:,.2f} MiB" if mib else "a buffer"
+    n_ctx = s.capacity.kv_tokens or _int(s, "n_ctx")
+    if f.kind in ("compute-buffer-oom", "not-enough-memory"):
+        copies = _int(s, "pipeline_parallel_copies")
+        detail = (f"llama.cpp could not allocate {size} of compute buffer on {device} after the weights and the KV "
+                  "cache were placed. The compute buffer grows with -ub (micro-batch) and with the context.")
+        if copies and copies > 1:
+            detail += (f" Pipeline parallelism was on with {copies} copies: each device holds {copies} compute "
+                       "buffers; GGML_SCHED_MAX_COPIES=1 or --split-mode row/none avoids that.")
+        detail += " Lower -ub (and -b), lower -c, or move a layer off that device (-ngl / --tensor-split)."
+        return Finding("llamacpp-compute-oom", "error", f"Startup failed: {size} compute buffer did not fit on {device}",
+                       detail, _ubatch(s))
+    if f.kind == "kv-cache-oom":
+        sug = Suggestion("-c", n_ctx, n_ctx // 2, kv_tokens_after=n_ctx // 2) if n_ctx else \
+            Suggestion("--cache-type-k/--cache-type-v", "f16", "q8_0")
+        return Finding("llamacpp-kv-oom", "error", f"Startup failed: the KV cache did not fit on {device}",
+                       "The KV cache is -c cells × bytes per cell; lower -c, quantize it (--cache-type-k/-v q8_0), "
+                       "offload fewer layers (-ngl) or keep it in host memory (--no-kv-offload).", sug)
+    if f.kind == "weights-oom":
+        layers = _int(s, "n_gpu_layers_offloaded")
+        return Finding("llamacpp-weights-oom", "error", f"Startup failed: the model weights did not fit on {device}",
+                       "Lower -ngl so fewer layers go to the GPU, or spread them with --tensor-split.",
+                       Suggestion("-ngl", layers, max(0, layers - 4)) if layers else None)
+    return Finding("llamacpp-startup-failed", "error", f"Startup failed ({f.kind})", f.message)
+
+
+def _recovered(s: Startup) -> Finding | None:
+    w = next((w for w in s.warnings if w.get("code") == "compute-oom-recovered"), None)
+    if w is None:
+        return None
+    mib = w.get("alloc_mib")
+    size = f"{mib:,.2f} MiB" if mib else "a"
+    return Finding("llamacpp-pipeline-parallelism-dropped", "warning",
+                   f"A {size} compute buffer did not fit on {w.get('device') or 'a GPU'}; llama.cpp went on without "
+                   "pipeline parallelism",
+                   "The first compute-buffer reservation (one copy per pipeline stage) ran out of memory, and llama.cpp "
+                   "retried with a single copy. The server runs, but multi-GPU prompt processing is slower. Lower -ub "
+                   "or -c to get pipeline parallelism back.", _ubatch(s))
+
+
+def findings(s: Startup) -> list[Finding]:
+    # llama.cpp splits layers by --tensor-split, so unequal free memory across GPUs is expected: the
+    # engine-neutral "rank imbalance" reading (pool sized from the poorest rank) does not apply.
+    s.findings[:] = [f for f in s.findings if f.code != "rank-imbalance"]
+    out = [f for f in (_failure(s), _recovered(s), _kv_cost(s), _slots(s), _train_context(s), _offload(s),
+                       _compute(s)) if f is not None]
+    return out

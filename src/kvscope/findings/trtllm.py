@@ -1,0 +1,144 @@
+"""TensorRT-LLM findings: what kv_cache_free_gpu_mem_fraction took, what it buys, and why a start failed.
+
+TensorRT-LLM gives the KV cache a fraction (default 0.9) of the memory that is *free after* the
+engine, execution context and runtime buffers are in place — not of the device total. That one fact
+explains most "TensorRT-LLM took all my GPU memory" reports, so the budget finding leads.
+"""
+
+from __future__ import annotations
+
+from kvscope.engines.trtllm.finish import DEFAULT_FRACTION, effective_fraction
+from kvscope.ledger.model import Finding, Startup, Suggestion
+
+RAISED_FRACTION = 0.95
+LARGE_CONTEXT_GIB = 1.0
+
+
+def _num(s: Startup, key: str) -> float | None:
+    value = s.setting(key)
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _budget(s: Startup) -> Finding | None:
+    ref = s.reference_rank
+    target = ref.pool("target") if ref else None
+    tokens = s.capacity.kv_tokens
+    if ref is None or target is None or target.gib is None or not tokens:
+        return None
+    avail = ref.extras.get("kv_sizing_free_gib")
+    frac, how = effective_fraction(s)
+    blocks, tpb = s.capacity.num_gpu_blocks, s.capacity.extras.get("tokens_per_block")
+    shape = f" ({blocks:,} blocks × {tpb} tokens)" if blocks and tpb else ""
+    title = f"KV cache: {target.gib:.2f} GiB per GPU = {tokens:,} tokens{shape}"
+    if avail is None or frac is None:
+        detail = ("TensorRT-LLM sizes the pool from kv_cache_free_gpu_mem_fraction (default 0.9) of the GPU memory "
+                  "still free after the engine and its buffers, or from max_tokens_in_paged_kv_cache when that is "
+                  "smaller. The log does not show the free memory it measured.")
+        return Finding("trtllm-kv-budget", "info", title, detail)
+    detail = (f"kv_cache_free_gpu_mem_fraction = {frac:g} ({how}) of the {avail:.2f} GiB free after the engine, "
+              f"execution context and runtime buffers = {frac * avail:.2f} GiB for KV; "
+              f"{avail - target.gib:.2f} GiB stays free for everything else.")
+    if ref.total_gib:
+        detail += f" The pool is {target.gib / ref.total_gib:.0%} of the device's {ref.total_gib:.2f} GiB."
+    after = int(tokens * RAISED_FRACTION / frac) if frac < RAISED_FRACTION else None
+    sug = Suggestion("kv_cache_free_gpu_mem_fraction", frac, RAISED_FRACTION, kv_tokens_after=after,
+                     note="more tokens, less headroom; lower it instead to leave memory to other processes") if after else None
+    return Finding("trtllm-kv-budget", "info", title, detail, sug)
+
+
+def _greedy(s: Startup) -> Finding | None:
+    """The default grabs almost everything free: say how to cap it at what the engine can actually use."""
+    ref = s.reference_rank
+    target = ref.pool("target") if ref else None
+    if ref is None or target is None or target.gib is None:
+        return None
+    frac, _ = effective_fraction(s)
+    others = ref.weights_gib or (ref.extras.get("trt_managed_gpu_mib") or 0) / 1024 or None
+    if frac is None:
+        big = (ref.total_gib and target.gib >= 0.5 * ref.total_gib) or (others and target.gib >= 4 * others)
+        if not big:
+            return None
+    elif abs(frac - DEFAULT_FRACTION) > 0.01 or (ref.total_gib and target.gib < 0.5 * ref.total_gib):
+        return None
+    batch, seq = _num(s, "max_batch_size") or _num(s, "max_num_sequences"), _num(s, "max_seq_len")
+    need = int(batch * seq) if batch and seq else None
+    tokens = s.capacity.kv_tokens
+    basis = f" ({others:.2f} GiB of engine / TensorRT allocations)" if others else ""
+    detail = ("TensorRT-LLM gives the KV cache kv_cache_free_gpu_mem_fraction of whatever is free once the engine is "
+              f"loaded{basis} — 0.9 unless set — so the pool grows to fill the GPU and another process cannot share it. "
+              "Cap it with kv_cache_free_gpu_mem_fraction or max_tokens_in_paged_kv_cache (the smaller wins).")
+    sug = None
+    if need and tokens and need < tokens:
+        detail += (f" max_batch_size {int(batch):,} × max_seq_len {int(seq):,} = {need:,} tokens is all the engine can "
+                   f"hold at once; the pool has {tokens:,}.")
+        sug = Suggestion("max_tokens_in_paged_kv_cache", None, need, kv_tokens_after=need)
+    elif tokens:
+        detail += " Set max_tokens_in_paged_kv_cache to max_batch_size × max_seq_len of the engine."
+    return Finding("trtllm-default-fraction-takes-free-memory", "info",
+                   f"The KV pool took {target.gib:.2f} GiB: the fraction applies to free memory, 0.9 by default", detail, sug)
+
+
+def _concurrency(s: Startup) -> Finding | None:
+    tokens, seq = s.capacity.kv_tokens, _num(s, "max_seq_len")
+    batch = _num(s, "max_batch_size") or _num(s, "max_num_sequences") or _num(s, "max_num_requests")
+    if not tokens or not seq or not batch:
+        return None
+    full = tokens / seq
+    if full >= batch:
+        return None
+    return Finding("trtllm-kv-below-batch", "warning",
+                   f"The KV cache holds {full:,.2f} full-length sequences; max_batch_size is {int(batch)}",
+                   f"{tokens:,} tokens / max_seq_len {int(seq):,} = {full:,.2f}: at full length the scheduler can run only "
+                   f"that many of the {int(batch)} requests the engine was built for (shorter requests fit more). Raise "
+                   "kv_cache_free_gpu_mem_fraction, or rebuild with a smaller max_seq_len / max_batch_size.")
+
+
+def _window(s: Startup) -> Finding | None:
+    w = next((w for w in s.warnings if w.get("code") == "attention-window-reduced"), None)
+    if w is None:
+        return None
+    return Finding("trtllm-attention-window-reduced", "warning",
+                   f"The KV cache cannot hold one max-length sequence: the attention window was cut to {w.get('to'):,} tokens",
+                   "TensorRT-LLM reduced max_attention_window / max_seq_len to what the KV pool holds; longer requests "
+                   "will be rejected or truncated. Give the KV cache more memory or build for a shorter max_seq_len.",
+                   Suggestion("kv_cache_free_gpu_mem_fraction", effective_fraction(s)[0], RAISED_FRACTION))
+
+
+def _context(s: Startup) -> Finding | None:
+    ref = s.reference_rank
+    ctx = ref.extras.get("execution_context_gib") if ref else None
+    if ctx is None or ctx < LARGE_CONTEXT_GIB:
+        return None
+    tokens = _num(s, "max_num_tokens")
+    detail = (f"The TensorRT execution context (activation memory) takes {ctx:.2f} GiB before the KV cache is sized. "
+              "It is fixed at engine build by max_num_tokens (and max_batch_size); rebuilding with a smaller "
+              "max_num_tokens shrinks it and leaves that memory to the KV cache.")
+    return Finding("trtllm-large-execution-context", "info", f"Execution context: {ctx:.2f} GiB", detail,
+                   Suggestion("max_num_tokens (trtllm-build)", int(tokens) if tokens else None,
+                              int(tokens) // 2 if tokens else None))
+
+
+def _failure(s: Startup) -> Finding | None:
+    f = s.failure
+    if f is None:
+        return None
+    frac, _ = effective_fraction(s)
+    lower = round(max(0.1, (frac or DEFAULT_FRACTION) - 0.1), 2)
+    component = f.data.get("component")
+    requested = f.data.get("requested_bytes")
+    what = f"the {component}" if component else (f"{requested / (1 << 30):.2f} GiB" if requested else "an allocation")
+    detail = (f"TensorRT-LLM ran out of GPU memory creating {what}. The KV cache takes kv_cache_free_gpu_mem_fraction "
+              "of the memory free at that point, so anything allocated after it (CUDA graphs, sampler, decoder, "
+              "another process) must fit in the rest: lower the fraction or cap max_tokens_in_paged_kv_cache; if the "
+              "engine itself does not fit, rebuild with a smaller max_batch_size / max_num_tokens or more TP.")
+    return Finding("trtllm-oom", "error", f"Startup failed: out of GPU memory ({f.kind})", detail,
+                   Suggestion("kv_cache_free_gpu_mem_fraction", frac or DEFAULT_FRACTION, lower))
+
+
+def findings(s: Startup) -> list[Finding]:
+    return [f for f in (_failure(s), _budget(s), _greedy(s), _concurrency(s), _window(s), _context(s)) if f is not None]
