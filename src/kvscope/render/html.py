@@ -31,7 +31,7 @@ from functools import cache, lru_cache
 from importlib import resources
 from typing import Any
 
-from jinja2 import Environment, select_autoescape
+from jinja2 import Environment, Template, select_autoescape
 from markupsafe import Markup
 
 from kvscope import __version__
@@ -662,6 +662,12 @@ def _sha256(text: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode() + "'"
 
 
+@cache
+def _template() -> Template:
+    """The report template, compiled once per process (compiling costs more than rendering)."""
+    return _environment().from_string(_asset("report.html.j2"))
+
+
 @lru_cache(maxsize=1)
 def _environment() -> Environment:
     env = Environment(autoescape=select_autoescape(default=True, default_for_string=True), trim_blocks=True,
@@ -699,7 +705,7 @@ def render(analysis: Any, extra: dict[str, Any] | None = None) -> str:
            f"script-src {_sha256(chartjs)} {_sha256(appjs)}; style-src {_sha256(css)}; "
            "img-src data:; font-src data:; base-uri 'none'; form-action 'none'")
     st = analysis.stats
-    template = _environment().from_string(_asset("report.html.j2"))
+    template = _template()
     return template.render(
         startups=views, data=_clean({"startups": charts}), css=css, chartjs=chartjs, appjs=appjs, csp=csp,
         version=__version__, chartjs_version=CHARTJS_VERSION, chartjs_license=_asset("chart.js.LICENSE.md"),
