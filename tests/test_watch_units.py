@@ -337,3 +337,30 @@ def test_gpu_memory_with_the_real_nvidia_ml_py():
     else:
         assert g.reason.startswith("NVML unavailable") and g.read() == []
     g.close()
+
+
+def test_live_view_draws_a_frame_on_a_terminal():
+    import io
+
+    from rich.console import Console
+
+    from kvscope.watch.view import LiveView
+
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=True, width=120, color_system=None)
+    cap = vllm_cap()
+    sampler = Sampler(started=0.0)
+    view = LiveView(console, interval=1.0)
+    view.start()
+    view.capacity(cap)
+    for i, name in enumerate(["vllm/cpu-0.32.0-8MiB-loaded-a-metrics.txt", "vllm/cpu-0.32.0-8MiB-loaded-b-metrics.txt"]):
+        s = sampler.step(VLLMAdapter().read(page(name), cap), cap, now=float(i))
+        s.gpus = [{"index": 0, "name": "NVIDIA H200", "used_bytes": 4847370240, "total_bytes": 150754820096}]
+        view.sample(s)
+    view.message("the last scrape took 3.1 s, longer than the 1 s interval")
+    view.stop()
+    text = buf.getvalue()
+    assert "kvscope watch · vLLM 0.32.0 · http://127.0.0.1:1" in text
+    assert "KV capacity 2,048 tokens (16 blocks × 128)" in text and "93.3 %  1,911 / 2,048 tokens" in text
+    assert "+5 this interval · 5 watched" in text and "GPU0" in text and "4.51 GiB / 140.40 GiB" in text
+    assert "longer than the 1 s interval" in text
