@@ -60,4 +60,14 @@ def finish_startup(s: Startup, assumptions: dict[str, Any]) -> None:
         ref = s.reference_rank
         target = ref.pool("target") if ref else None
         s.capacity.kv_tokens = target.tokens if target else None
+    _finish_runtime(s)
     run_findings(s)
+
+
+def _finish_runtime(s: Startup) -> None:
+    """Serving-time KV pressure (kvscope.runtime), after capacity is known, before findings sort."""
+    try:
+        from kvscope.runtime.accumulate import finish
+    except ImportError:
+        return
+    finish(s)

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kvscope.ledger.model import Rank, Startup
+from kvscope.render.runtime_terminal import render_runtime
 
 SEGMENTS = (  # (label, colour)
     ("weights", "magenta"),
@@ -149,6 +150,7 @@ def render_startup(s: Startup, index: int) -> Group:
     ledger = _ledger(s)
     if ledger is not None:
         parts.append(ledger)
+    parts += render_runtime(s)
     parts += _findings(s)
     return Group(*parts)
 

@@ -1,0 +1,147 @@
+"""Fold RUNTIME events into their startup while the input streams past; summarise at the end.
+
+The assembler calls ``add_event`` for every RUNTIME event (``kvscope.ledger.assemble``), so this
+is the second half of the per-line hot path: it routes the sample to the stream of the scheduler
+that printed it and updates constant-size state (``stream.Stream``). ``finish`` runs once per
+startup from ``kvscope.explain.finish_startup``: it replaces the live state on ``startup.runtime``
+by the plain dict the JSON contract emits, and adds the verdict finding.
+
+Which lines count: with DP attention every DP group has its own scheduler, KV pool and queue, so
+each group is its own stream; with plain TP every rank prints the same retraction warning, so
+within a group only the first rank seen speaks (otherwise TP16 would count each retraction 16×).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from kvscope.ledger.model import Startup
+from kvscope.runtime.stream import Stream
+
+SAMPLES = frozenset(("decode", "prefill", "stats"))
+MAX_STREAMS = 64  # DP groups / vLLM engines kept apart; more than this are counted, not kept
+_DP = re.compile(r"\bDP(\d+)")
+
+
+class Accumulator:
+    """Live runtime state of one startup (replaced by a dict in ``finish``)."""
+
+    def __init__(self) -> None:
+        self.streams: dict[str, Stream] = {}
+        self.routes: dict[tuple[str | None, bool], Stream | str | None] = {}
+        self.speakers: dict[tuple[str, bool], str | None] = {}
+        self.retracted = 0
+        self.retract_lines = 0
+        self.preempted = 0
+        self.preempt_cumulative: int | None = None
+        self.preempt_modes: dict[str, int] = {}
+        self.v0_hit: list[float] = []  # [sum, n, last] of the V0 "Prefix cache hit rate: GPU: X%" line
+        self.ignored = 0  # lines from a rank that repeats another rank's line
+        self.dropped_streams = 0
+
+    def add(self, data: dict[str, Any], label: str | None, stamp: str | None) -> None:
+        src = data["src"]
+        if src in SAMPLES:
+            if data.get("preempted"):
+                self.preempted += data["preempted"]  # vLLM V1 "Preemptions: N" (since the last stats line)
+            stream = self.routes.get((label, True))
+            if stream is None:
+                stream = self._route(label, True)
+            if stream.__class__ is Stream:
+                stream.sample(data, stamp)  # type: ignore[union-attr]
+            else:
+                self.ignored += 1
+            return
+        if self._route(label, False) is None:
+            self.ignored += 1
+            return
+        if src == "retract":
+            self.retracted += data["retracted"]
+            self.retract_lines += 1
+        elif src == "preempt":
+            self.preempted += data.get("preempted") or 0
+            cum = data.get("cumulative")
+            if cum is not None and (self.preempt_cumulative is None or cum > self.preempt_cumulative):
+                self.preempt_cumulative = cum
+            mode = data.get("mode")
+            if mode:
+                self.preempt_modes[mode] = self.preempt_modes.get(mode, 0) + 1
+        elif src == "hit":
+            v = data["hit_pct"]
+            self.v0_hit = [self.v0_hit[0] + v, self.v0_hit[1] + 1, v] if self.v0_hit else [v, 1, v]
+
+    def _route(self, label: str | None, sample: bool) -> Stream | str | None:
+        """The stream a rank's lines go to; ``"skip"`` when another rank of its group already speaks."""
+        key = (label, sample)
+        cached = self.routes.get(key)
+        if cached is not None:
+            return cached if cached != "skip" else None
+        group = _group(label)
+        speaker_key = (group, sample)
+        if speaker_key not in self.speakers:
+            self.speakers[speaker_key] = label
+        if self.speakers[speaker_key] != label:
+            self.routes[key] = "skip"
+            return "skip" if sample else None
+        if not sample:
+            self.routes[key] = "speak"
+            return "speak"
+        stream = self.streams.get(group)
+        if stream is None:
+            if len(self.streams) >= MAX_STREAMS:
+                self.dropped_streams += 1
+                self.routes[key] = "skip"
+                return "skip"
+            stream = self.streams[group] = Stream(group or label)
+        self.routes[key] = stream
+        return stream
+
+
+def _group(label: str | None) -> str:
+    """DP group of a SGLang rank label (``DP3 TP3 EP3`` → ``DP3``), vLLM engine label as is, else ''."""
+    if not label:
+        return ""
+    m = _DP.search(label)
+    if m:
+        return f"DP{m.group(1)}"
+    return label if label.startswith("Engine") else ""
+
+
+def add_event(startup: Startup, event: Any) -> None:
+    """Called by the assembler for each RUNTIME event of ``startup``."""
+    acc = startup.runtime
+    if acc.__class__ is not Accumulator:
+        acc = _start(startup, event)
+    acc.add(event.data, event.rank, event.timestamp)
+
+
+def _start(startup: Startup, event: Any) -> Accumulator:
+    """First serving line of a startup. A journal excerpt may hold serving lines only: the rank
+    that printed them is then all kvscope knows of the startup, and recording it is what makes the
+    assembler keep the startup (it drops startups without content)."""
+    if not startup.has_content():
+        label = event.rank if event.rank and not event.rank.startswith("Engine") else "TP0"
+        startup.rank(label).extras["seen_in"] = "serving lines only"
+    acc = Accumulator()
+    startup.runtime = acc
+    return acc
+
+
+def finish(startup: Startup) -> None:
+    """Summary dict on ``startup.runtime`` and the verdict finding (no-op without serving lines)."""
+    acc = startup.runtime
+    if acc.__class__ is not Accumulator:
+        return
+    from kvscope.runtime.summary import summarize
+    from kvscope.runtime.verdict import verdict
+
+    summary = summarize(acc)
+    if summary is None:
+        startup.runtime = None
+        return
+    finding, numbers = verdict(startup, summary)
+    summary["verdict"] = numbers
+    startup.runtime = summary
+    if finding is not None:
+        startup.findings.append(finding)

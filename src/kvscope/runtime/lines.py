@@ -1,0 +1,282 @@
+"""Serving-time lines of SGLang and vLLM → RUNTIME events, every release's wording.
+
+These lines are the bulk of a journal (one per 40 decode steps per scheduler, one per 5–10 s per
+vLLM engine), so the cost per line matters more than anywhere else in kvscope: each shape is
+recognised by a plain substring test first, then read by *one* precompiled regex. The numbers of
+a batch line are read as ``key: value`` pairs rather than by a fixed template, which is what keeps
+one pattern valid across releases that reorder or add fields (``cuda graph``, ``largest-len``,
+``accept len``, ``#full token``/``#swa token``, ``mamba num``, ``#retracted-req``, ``npu graph``…).
+
+Shapes (see tests/fixtures/runtime/sources.json for a real line of each):
+
+* SGLang ``Decode batch[.,] #running-req: R, #token: T, token usage: U, …, #queue-req: Q``
+* SGLang ``Prefill batch[.,] #new-seq: …, #new-token: …, #cached-token: …, [cache hit rate: X%,]
+  token usage: U, #running-req: R, #queue-req: Q…`` (``Prefil batch`` before mid-2024)
+* SGLang ``KV cache pool is full. Retract requests. #retracted_reqs: N…`` and the older
+  ``Decode out of memory happened. #retracted_reqs: N…``
+* vLLM ``[Engine 000: ]Avg prompt throughput: X tokens/s, Avg generation throughput: Y tokens/s,
+  Running: N reqs, (Swapped: S reqs, Pending|Waiting: M reqs, …) GPU KV cache usage: U%…``
+* vLLM V0 ``Sequence group … is preempted by PreemptionMode.X … total_num_cumulative_preemption=N``
+  and the V0 side line ``Prefix cache hit rate: GPU: X%, CPU: Y%``.
+
+Timestamps become seconds on a private clock (only differences are used): SGLang prints
+``[YYYY-MM-DD HH:MM:SS …]`` (``[HH:MM:SS TP0]`` in 2024), vLLM ``INFO MM-DD HH:MM:SS`` with no year.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+
+from kvscope import events as ev
+from kvscope.engines.base import LineContext, Parsed
+
+ANCHORS: tuple[bytes, ...] = (b" batch", b"throughput", b"reempt", b"etract", b"hit rate")
+
+# One pattern per shape. Keys of a SGLang batch line start with '#' or a letter and may hold
+# spaces, dashes, slashes and parentheses ("gen throughput (token/s)").
+_SG_PAIRS = re.compile(r"([#A-Za-z][\w#\-/() .]*?): ([-+\w.%]+)")
+_VL_PAIRS = re.compile(r"([A-Z][\w ]*?): ([\d.]+)")
+_SG_STAMP = re.compile(r"\[(?:(\d{4})-(\d\d)-(\d\d)[ T])?(\d\d):(\d\d):(\d\d)(?:[.,]\d+)?((?: [A-Z_]+\d+)*)(?: rank=(\d+))?\]")
+_VL_STAMP = re.compile(r"(?:INFO|WARNING|DEBUG|ERROR|WARN) +(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
+_ISO_STAMP = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)")
+_RETRACTED = re.compile(r"#retracted_reqs: (\d+)")
+_CUMULATIVE = re.compile(r"cumulative_preemption(?:_cnt)?=(\d+)")
+_PREEMPT_MODE = re.compile(r"PreemptionMode\.(\w+)")
+_HIT_GPU = re.compile(r"hit rate: GPU: ([\d.]+)%")
+
+HALF_YEAR_S = 183 * 86400
+HALF_DAY_S = 43200
+
+
+def _sg_int(pairs: dict[str, str], *keys: str) -> int | None:
+    for k in keys:
+        v = pairs.get(k)
+        if v is not None:
+            return int(v)
+    return None
+
+
+def _sg_float(pairs: dict[str, str], *keys: str) -> float | None:
+    for k in keys:
+        v = pairs.get(k)
+        if v is not None:
+            return float(v.rstrip("%"))
+    return None
+
+
+class _Clock:
+    """Timestamps → seconds. Caches the last prefix: consecutive lines share it within a second."""
+
+    def __init__(self) -> None:
+        self.days: dict[tuple[int, int, int], int] = {}
+        self.last_key: str | None = None
+        self.last: tuple[float | None, str | None, str | None] = (None, None, None)
+        self.wrap: dict[str, int] = {}  # seconds added per clock kind after a midnight / new-year wrap
+        self.prev: dict[str, float] = {}
+
+    def ordinal(self, y: int, m: int, d: int) -> int:
+        key = (y, m, d)
+        day = self.days.get(key)
+        if day is None:
+            day = _dt.date(y, m, d).toordinal()
+            if len(self.days) < 100_000:
+                self.days[key] = day
+        return day
+
+    def unwrap(self, t: float, kind: str) -> float:
+        """Undo a clock that restarts: time-only stamps at midnight ("day"), yearless ones at new year ("year").
+
+        Each kind keeps its own state so a journal mixing SGLang (dated) and vLLM (yearless) lines
+        does not mistake one clock for the other going backwards.
+        """
+        prev = self.prev.get(kind)
+        wrap = self.wrap.get(kind, 0)
+        if prev is not None and kind != "full":
+            step, add = (HALF_DAY_S, 86400) if kind == "day" else (HALF_YEAR_S, 366 * 86400)
+            if t + wrap < prev - step:
+                wrap += add
+                self.wrap[kind] = wrap
+        t += wrap
+        self.prev[kind] = t
+        return t
+
+    def sglang(self, prefix: str) -> tuple[float | None, str | None, str | None]:
+        """(seconds, rank label, stamp text) from the part of a SGLang line before the message."""
+        if prefix == self.last_key:
+            return self.last
+        m = _SG_STAMP.search(prefix)
+        if m is None:
+            out = self._iso(prefix)
+        else:
+            y, mo, d, hh, mm, ss, ranks, bare = m.groups()
+            secs = int(hh) * 3600 + int(mm) * 60 + int(ss)
+            label = ranks.strip() or (f"rank={bare}" if bare else None)
+            if y:
+                t = self.unwrap(self.ordinal(int(y), int(mo), int(d)) * 86400.0 + secs, "full")
+                stamp = f"{y}-{mo}-{d} {hh}:{mm}:{ss}"
+            else:
+                t = self.unwrap(float(secs), "day")
+                stamp = f"{hh}:{mm}:{ss}"
+            out = (t, label, stamp)
+        self.last_key, self.last = prefix, out
+        return out
+
+    def vllm(self, prefix: str) -> tuple[float | None, str | None]:
+        if prefix == self.last_key:
+            return self.last[0], self.last[2]
+        m = _VL_STAMP.search(prefix)
+        if m is None:
+            t, _, stamp = self._iso(prefix)
+        else:
+            mo, d, hh, mm, ss = m.groups()
+            secs = int(hh) * 3600 + int(mm) * 60 + int(ss)
+            t = self.unwrap(self.ordinal(2000, int(mo), int(d)) * 86400.0 + secs, "year")
+            stamp = f"{mo}-{d} {hh}:{mm}:{ss}"
+        self.last_key, self.last = prefix, (t, None, stamp)
+        return t, stamp
+
+    def _iso(self, prefix: str) -> tuple[float | None, str | None, str | None]:
+        m = _ISO_STAMP.search(prefix)
+        if m is None:
+            return None, None, None
+        y, mo, d, hh, mm, ss = (int(g) for g in m.groups())
+        t = self.unwrap(self.ordinal(y, mo, d) * 86400.0 + hh * 3600 + mm * 60 + ss, "full")
+        return t, None, m.group(0).replace("T", " ")
+
+
+def _sglang_batch(text: str, at: int, word: str, clock: _Clock) -> list[Parsed]:
+    """A ``Decode batch`` / ``Prefill batch`` line: the pairs after the word, the stamp before it."""
+    pairs = dict(_SG_PAIRS.findall(text, at + 6))
+    t, label, stamp = clock.sglang(text[: at - len(word)])
+    full = _sg_float(pairs, "token usage", "full token usage")
+    swa = _sg_float(pairs, "swa token usage")
+    data: dict = {
+        "src": "decode" if word == "Decode" else "prefill",
+        "t": t,
+        "usage": full if swa is None or full is None else max(full, swa),
+        "running": _sg_int(pairs, "#running-req"),
+        "queued": _sg_int(pairs, "#queue-req"),
+    }
+    if word == "Decode":
+        data["tokens"] = _sg_int(pairs, "#token", "#full token")
+        data["gen_tps"] = _sg_float(pairs, "gen throughput (token/s)")
+    else:
+        data["new_tokens"] = _sg_int(pairs, "#new-token")
+        data["cached_tokens"] = _sg_int(pairs, "#cached-token")
+        data["input_tps"] = _sg_float(pairs, "input throughput (token/s)")
+        data["hit_pct"] = _sg_float(pairs, "cache hit rate")
+    if swa is not None:
+        data["swa_usage"] = swa
+    mamba = pairs.get("mamba usage")
+    if mamba is not None:
+        data["mamba_usage"] = float(mamba)
+    if data["usage"] is None and data["running"] is None:
+        return []
+    return [Parsed(ev.RUNTIME, data, label, stamp)]
+
+
+def _vllm_stats(text: str, at: int, clock: _Clock) -> list[Parsed]:
+    """A vLLM periodic stats line (V0 ``metrics.py`` or V1 ``loggers.py``)."""
+    pairs = dict(_VL_PAIRS.findall(text, at))
+    usage = pairs.get("GPU KV cache usage") or pairs.get("KV cache usage")
+    cpu = pairs.get("CPU KV cache usage")
+    if usage is None and cpu is not None and "Swapped" not in pairs:
+        usage, cpu = cpu, None  # the CPU backend's only pool is called "CPU KV cache"
+    running = pairs.get("Running")
+    if usage is None and running is None:
+        return []
+    engine = text.rfind("Engine ", 0, at)
+    label = text[engine:engine + 10].rstrip(": ") if engine >= 0 else None
+    t, stamp = clock.vllm(text[:at])
+    waiting = pairs.get("Waiting", pairs.get("Pending"))
+    data: dict = {
+        "src": "stats",
+        "t": t,
+        "usage": float(usage) / 100 if usage is not None else None,
+        "running": int(running) if running is not None else None,
+        "queued": int(waiting) if waiting is not None else None,
+        "prompt_tps": float(pairs["Avg prompt throughput"]) if "Avg prompt throughput" in pairs else None,
+        "gen_tps": float(pairs["Avg generation throughput"]) if "Avg generation throughput" in pairs else None,
+    }
+    for key, name in (("Swapped", "swapped"), ("Preemptions", "preempted")):
+        if key in pairs:
+            data[name] = int(pairs[key])
+    for key, name in (("Prefix cache hit rate", "hit_pct"), ("External prefix cache hit rate", "external_hit_pct")):
+        if key in pairs:
+            data[name] = float(pairs[key])
+    if cpu is not None:
+        data["cpu_usage_pct"] = float(cpu)  # V0 swap space
+    return [Parsed(ev.RUNTIME, data, label, stamp)]
+
+
+class RuntimeLines:
+    """EngineLines for serving-time lines of SGLang and vLLM (see module docstring).
+
+    One parser speaks for two engines, so ``engine`` is set to the engine whose line was just
+    parsed; the dispatcher reads it after ``parse`` returns and stamps the event with it, which is
+    what lets a journal of serving lines alone still open a startup of the right engine.
+    """
+
+    anchors = ANCHORS
+
+    def __init__(self) -> None:
+        self.engine = "sglang"
+        self._ctx: LineContext | None = None
+        self._clock = _Clock()
+
+    def wants_join(self, text: str) -> bool:
+        """A batch/stats line cut right after a key (``#queue-req:`` at the end) waits for its value."""
+        return ("batch" in text or "throughput" in text) and text.endswith((":", "#", "-req"))
+
+    def parse(self, text: str, ctx: LineContext) -> list[Parsed]:
+        if ctx is not self._ctx:
+            self._ctx, self._clock = ctx, _Clock()
+        at = text.find(" batch")
+        if at > 0:
+            for word in ("Decode", "Prefill", "Prefil"):
+                if text.startswith(word, at - len(word)):
+                    self.engine = "sglang"
+                    return _sglang_batch(text, at, word, self._clock)
+        at = text.find("Avg prompt throughput")
+        if at >= 0:
+            self.engine = "vllm"
+            return _vllm_stats(text, at, self._clock)
+        if "etract" in text or "out of memory happened" in text:
+            return self._retract(text)
+        if "reempt" in text:
+            return self._preempt(text)
+        if "hit rate: GPU:" in text:
+            return self._v0_hit_rate(text)
+        return []
+
+    def _retract(self, text: str) -> list[Parsed]:
+        m = _RETRACTED.search(text)
+        if m is None:
+            return []
+        self.engine = "sglang"
+        t, label, stamp = self._clock.sglang(text[: m.start()])
+        return [Parsed(ev.RUNTIME, {"src": "retract", "t": t, "retracted": int(m.group(1))}, label, stamp)]
+
+    def _preempt(self, text: str) -> list[Parsed]:
+        if "is preempted by" in text:
+            cum = _CUMULATIVE.search(text)
+            mode = _PREEMPT_MODE.search(text)
+            data = {"src": "preempt", "preempted": 1, "cumulative": int(cum.group(1)) if cum else None,
+                    "mode": mode.group(1).lower() if mode else None}
+        elif "Preempting request" in text:
+            data = {"src": "preempt", "preempted": 1, "cumulative": None, "mode": None}
+        else:
+            return []
+        self.engine = "vllm"
+        at = text.find("Sequence group")
+        data["t"], stamp = self._clock.vllm(text[: at if at >= 0 else len(text)])
+        return [Parsed(ev.RUNTIME, data, None, stamp)]
+
+    def _v0_hit_rate(self, text: str) -> list[Parsed]:
+        m = _HIT_GPU.search(text)
+        if m is None:
+            return []
+        self.engine = "vllm"
+        t, stamp = self._clock.vllm(text[: m.start()])
+        return [Parsed(ev.RUNTIME, {"src": "hit", "t": t, "hit_pct": float(m.group(1))}, None, stamp)]

@@ -1,0 +1,265 @@
+"""Was the KV pool the limit? A plain-words verdict with the numbers behind it.
+
+capacity-bound
+    Requests waited while the pool was ≥ 90 % full, or running requests were retracted /
+    preempted (the engine freed their KV to make room). Then: how many more KV tokens would have
+    kept the queue empty at its peak — queued requests × KV tokens a running request held at
+    saturation — and the cheapest ways to get them, with the startup's own numbers: the
+    ``mem_fraction_static`` / ``gpu_memory_utilization`` step, an fp8 KV cache (≈ 2× tokens),
+    DP attention for MLA models, and why a host tier does not help running requests.
+not-memory-bound
+    Requests waited while usage stayed low (the limit was the running-request cap, or the
+    scheduler's prefill budget / reservation), or nobody waited at all.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from kvscope.ledger.model import Finding, Startup, Suggestion
+
+GIB = 1 << 30
+SAFETY_MARGIN_GIB = 2.0  # same margin as findings/sglang.py keeps free at ready
+SAFETY_MARGIN_FRACTION = 0.05
+SATURATED_SHARE = 0.05  # this share of the queued samples at ≥ 90 % usage makes the queue memory's doing
+CAP_SHARE = 0.98
+MAX_FRACTION = 0.95  # a memory fraction above this leaves no room for activations and graphs  # running within 2 % of the cap counts as "at the cap"
+
+
+def _num(x: Any) -> float | None:
+    try:
+        return float(x) if x is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{x:.0%}" if x >= 0.1 or x == 0 else f"{x:.1%}"
+
+
+def _kv_tokens(s: Startup, rt: dict[str, Any] | None = None) -> int | None:
+    """The pool size: from the startup lines, else implied by the decode lines (#token / usage)."""
+    kv = s.capacity.kv_tokens or s.capacity.max_total_num_tokens
+    if kv is None and rt is not None:
+        kv = (rt.get("saturation") or {}).get("pool_tokens_estimate")
+    return kv
+
+
+def _bytes_per_token(s: Startup, kv: int | None) -> float | None:
+    """KV bytes per token: SGLang's reconciliation, else pool size ÷ tokens, else vLLM's KV budget ÷ tokens."""
+    if s.reconciliation is not None and s.reconciliation.bytes_per_token:
+        return float(s.reconciliation.bytes_per_token)
+    ref = s.reference_rank
+    target = ref.pool("target") if ref else None
+    if target is not None and target.tokens and target.size_gib():
+        return target.size_gib() * GIB / target.tokens  # type: ignore[operator]
+    if kv and s.capacity.available_kv_gib:
+        return s.capacity.available_kv_gib * GIB / kv
+    return None
+
+
+def _kv_dtype(s: Startup) -> str:
+    ref = s.reference_rank
+    target = ref.pool("target") if ref else None
+    for value in (s.setting("kv_cache_dtype_resolved"), target.dtype if target else None, s.setting("kv_cache_dtype")):
+        if value and str(value) != "auto":
+            return str(value)
+    return "auto"
+
+
+def _fraction_step(s: Startup, extra: int, bpt: float | None) -> dict[str, Any] | None:
+    """The +0.01 step of the engine's memory fraction, in tokens, and whether it is safe to take."""
+    ref = s.reference_rank
+    if bpt is None or ref is None:
+        return None
+    if s.engine == "sglang":
+        flag, value = "--mem-fraction-static", _num(s.setting("mem_fraction_static"))
+        base = ref.pre_load_free_gib  # SGLang's fraction is of the free memory before weights
+    else:
+        flag, value = "--gpu-memory-utilization", _num(s.setting("gpu_memory_utilization"))
+        base = ref.total_gib or _num(s.assumptions.get("gpu_total_gib"))  # vLLM's is of the whole GPU
+    if not base or value is None:
+        return None
+    per_step = int(0.01 * base * GIB // bpt)
+    if per_step <= 0:
+        return None
+    steps = math.ceil(extra / per_step)
+    out = {"flag": flag, "from": value, "to": round(value + steps / 100, 2), "tokens_per_step": per_step,
+           "step_gib": round(0.01 * base, 3), "steps": steps, "safe_steps": None, "covers": None}
+    free = ref.avail_at_ready_gib
+    if free is not None and s.engine == "sglang":
+        margin = max(SAFETY_MARGIN_GIB, SAFETY_MARGIN_FRACTION * base)
+        safe = math.floor((free - margin) / (0.01 * base))
+        out.update(safe_steps=max(0, safe), free_at_ready_gib=free, margin_gib=round(margin, 2), covers=steps <= safe)
+    return out
+
+
+def _options(s: Startup, extra: int, kv: int | None, bpt: float | None) -> tuple[list[str], Suggestion | None, dict]:
+    """Ways to get ``extra`` KV tokens, cheapest first, in words; the suggestion is the first that covers it."""
+    texts: list[str] = []
+    numbers: dict[str, Any] = {}
+    suggestion: Suggestion | None = None
+    step = _fraction_step(s, extra, bpt)
+    if step is not None:
+        numbers["fraction_step"] = step
+        text = (f"{step['flag']}: each +0.01 moves {step['step_gib']:.2f} GiB into the pool = +{step['tokens_per_step']:,} "
+                f"tokens, so {extra:,} tokens need +{step['steps'] / 100:.2f} ({step['from']} → {step['to']})")
+        if step["to"] > MAX_FRACTION:
+            step["covers"] = False
+            text += ", more than the GPU has"
+            if step.get("safe_steps") is not None:
+                text += f" ({step['safe_steps']} step(s) are safe with {step['free_at_ready_gib']:.2f} GiB free at ready)"
+        elif step["covers"] is True:
+            text += f"; {step['free_at_ready_gib']:.2f} GiB was free at ready, so that is within the safe headroom"
+            suggestion = Suggestion(step["flag"], step["from"], step["to"], (kv or 0) + step["steps"] * step["tokens_per_step"] or None,
+                                    note="within the free memory at ready")
+        elif step["covers"] is False:
+            text += (f"; but only {step['free_at_ready_gib']:.2f} GiB was free at ready and {step['margin_gib']:.1f} GiB should stay "
+                     f"free, so only {step['safe_steps']} such step(s) are safe")
+        else:
+            text += "; the log does not show how much memory was free at ready, so check nvidia-smi before raising it"
+        texts.append(text + ".")
+    dtype = _kv_dtype(s)
+    if kv and not any(q in dtype.lower() for q in ("fp8", "int8", "fp4", "int4")):
+        flag_to = "fp8_e4m3" if s.engine == "sglang" else "fp8"
+        covers = kv >= extra
+        numbers["fp8_kv"] = {"from": dtype, "tokens_added": kv, "covers": covers}
+        texts.append(f"--kv-cache-dtype {flag_to}: an fp8 KV cache stores ≈ 2× the tokens in the same memory "
+                     f"(+{kv:,}, from {dtype}), {'enough' if covers else 'not enough on its own'} for {extra:,}; "
+                     "check output quality on your workload.")
+        if suggestion is None and covers:
+            suggestion = Suggestion("--kv-cache-dtype", dtype, flag_to, 2 * kv, note="≈ 2× tokens; check quality")
+    dp = _dp_attention(s, kv)
+    if dp is not None:
+        numbers["dp_attention"] = dp
+        covers = dp["tokens_added"] >= extra
+        texts.append(f"--enable-dp-attention --dp-size {dp['tp']}: this MLA model's KV cache is replicated on all {dp['tp']} "
+                     f"TP ranks; DP attention gives each rank its own pool (≈ +{dp['tokens_added']:,} tokens node-wide).")
+        if suggestion is None and covers:
+            suggestion = Suggestion("--enable-dp-attention", False, True, kv * dp["tp"] if kv else None, note=f"also --dp-size {dp['tp']}")
+    if suggestion is None and kv:
+        texts.append(f"No single change above covers {extra:,} tokens: combine them, or add a replica (each adds another "
+                     f"{kv:,}-token pool) or GPUs (a higher --tp splits the weights and leaves more memory per GPU for KV).")
+    texts.append("A host KV tier (" + ("--enable-hierarchical-cache" if s.engine == "sglang" else "CPU offloading / LMCache")
+                 + ") keeps evicted prefixes for reuse; it raises the prefix-cache hit rate but adds no room for running "
+                 "requests, so it would not have emptied this queue.")
+    return texts, suggestion, numbers
+
+
+def _dp_attention(s: Startup, kv: int | None) -> dict[str, Any] | None:
+    if s.engine != "sglang" or s.reconciliation is None or not kv:
+        return None
+    if s.reconciliation.architecture.get("attention") != "mla" or s.setting("enable_dp_attention"):
+        return None
+    tp = int(_num(s.setting("tp_size")) or _num(s.setting("tensor_parallel_size")) or 1)
+    return {"tp": tp, "tokens_added": (tp - 1) * kv} if tp > 1 else None
+
+
+def _capacity_bound(s: Startup, rt: dict[str, Any]) -> tuple[Finding, dict[str, Any]]:
+    usage, queue, sat = rt["usage"], rt["queue"], rt["saturation"]
+    kv = _kv_tokens(s, rt)
+    evicted = (rt.get("retracted") or 0) + (rt.get("preempted") or 0)
+    tpr = sat.get("tokens_per_request")
+    if tpr is None and sat.get("usage_per_request") and kv:
+        tpr = round(sat["usage_per_request"] * kv)
+    waited = sat.get("peak_queued") or queue.get("peak") or 0
+    extra = math.ceil(waited * tpr) if waited and tpr else None
+    numbers: dict[str, Any] = {"code": "capacity-bound", "peak_usage": usage.get("peak"), "peak_queued_while_saturated": waited,
+                               "tokens_per_request": tpr, "extra_kv_tokens": extra, "kv_tokens": kv,
+                               "extra_fraction": round(extra / kv, 3) if extra and kv else None, "evicted_requests": evicted}
+    facts = [f"KV usage peaked at {_pct(usage.get('peak'))} (p95 {_pct(usage.get('p95'))})"]
+    if usage.get("above_90_s") is not None:
+        facts.append(f"stayed ≥ 90 % for {usage['above_90_s']:,.0f} s ({_pct(usage.get('above_90_fraction'))} of the observed time)")
+    if waited:
+        facts.append(f"up to {waited:,} requests waited while it was ≥ 90 % full")
+    if evicted:
+        what = "retracted" if rt.get("retracted") else "preempted"
+        facts.append(f"{evicted:,} running requests were {what} (their KV freed, their work recomputed later)")
+    detail = "; ".join(facts) + "."
+    if extra:
+        detail += (f" At saturation a running request held ≈ {tpr:,} KV tokens, so about {waited:,} × {tpr:,} ≈ {extra:,} more "
+                   "KV tokens")
+        detail += f" ({extra / kv:.0%} of the {kv:,}-token pool)" if kv else ""
+        detail += " would have kept the queue empty at its peak."
+        texts, suggestion, opts = _options(s, extra, kv, _bytes_per_token(s, kv))
+        numbers["options"] = opts
+        detail += " Cheapest ways to get them: " + " ".join(f"({i}) {t}" for i, t in enumerate(texts, 1))
+    else:
+        suggestion = None
+        detail += (" The log does not show how many KV tokens a running request held (no token count and no pool size), "
+                   "so the extra capacity needed cannot be sized; add the startup lines to the input.")
+    title = (f"Capacity-bound: {waited:,} requests waited on a full KV pool" if waited
+             else f"Capacity-bound: {evicted:,} running requests were evicted from a full KV pool")
+    return Finding("capacity-bound", "warning", title, detail, suggestion), numbers
+
+
+def _cap(s: Startup) -> tuple[str, int | None]:
+    if s.engine == "vllm":
+        return "--max-num-seqs", s.capacity.max_running_requests or _int(s.setting("max_num_seqs"))
+    return "--max-running-requests", s.capacity.max_running_requests or _int(s.setting("max_running_requests"))
+
+
+def _int(x: Any) -> int | None:
+    v = _num(x)
+    return int(v) if v is not None else None
+
+
+def _not_memory(s: Startup, rt: dict[str, Any]) -> tuple[Finding, dict[str, Any]]:
+    usage, queue = rt["usage"], rt["queue"]
+    peak, p95 = usage.get("peak"), usage.get("p95")
+    numbers: dict[str, Any] = {"code": "not-memory-bound", "peak_usage": peak, "peak_queued": queue.get("peak")}
+    if not queue.get("peak"):
+        numbers["limit"] = None
+        return Finding("not-memory-bound", "info", f"Not memory-bound: no request waited (KV usage peaked at {_pct(peak)})",
+                       f"KV usage peaked at {_pct(peak)} (p95 {_pct(p95)}) and the queue stayed empty: the pool had room to spare "
+                       "for this load."), numbers
+    flag, cap = _cap(s)
+    running = queue.get("running_peak_while_queued")
+    queued_p95 = queue.get("usage_while_queued_p95")
+    head = (f"Up to {queue['peak']:,} requests waited, but KV usage was only {_pct(queued_p95)} (p95) while they did "
+            f"(peak {_pct(peak)} overall)")
+    if cap and running is not None and running >= CAP_SHARE * cap:
+        numbers.update(limit="max_running_requests", cap=cap, running_peak_while_queued=running)
+        detail = (f"{head}, and {running:,} requests were running — the {flag} cap of {cap:,}. The cap, not memory, was the limit: "
+                  f"raising {flag} lets more requests share the pool, which still had room.")
+        return Finding("not-memory-bound", "warning", f"Not memory: the limit was {flag} ({cap:,})", detail,
+                       Suggestion(flag, cap, None, note="raise it; KV usage had room")), numbers
+    numbers.update(limit="scheduler", cap=cap, running_peak_while_queued=running)
+    running_txt = f" with at most {running:,} running" + (f" (cap {cap:,})" if cap else "") if running is not None else ""
+    if s.engine == "sglang":
+        chunk, prefill = s.setting("chunked_prefill_size"), s.setting("max_prefill_tokens")
+        budget = ", ".join(f"{k} {v:,}" for k, v in (("--chunked-prefill-size", chunk), ("--max-prefill-tokens", prefill))
+                           if isinstance(v, int))
+        detail = (f"{head}{running_txt}. Not memory: the scheduler admitted requests slower than they arrived. SGLang admits "
+                  f"new requests one prefill budget at a time{' (' + budget + ')' if budget else ''} and holds back KV room for "
+                  "the tokens running requests may still generate (new_token_ratio × --schedule-conservativeness); with usage "
+                  "this low that reservation or the prefill budget was the limit. SGLang's tuning guide: with token usage < 0.9 "
+                  "and a queue, lower --schedule-conservativeness (e.g. 0.3); a larger --chunked-prefill-size admits prompts faster.")
+        sug = Suggestion("--schedule-conservativeness", s.setting("schedule_conservativeness", 1.0), 0.3)
+    else:
+        tps = ((rt.get("throughput") or {}).get("prompt_tokens_per_s") or {}).get("mean")
+        budget = s.setting("max_num_batched_tokens")
+        detail = (f"{head}{running_txt}. Not memory: vLLM schedules at most --max-num-batched-tokens"
+                  f"{f' ({budget:,})' if isinstance(budget, int) else ''} per step, so a burst of long prompts waits for "
+                  f"prefill, not for KV blocks{f' (prompt throughput averaged {tps:,.0f} tokens/s)' if tps else ''}. A larger "
+                  "--max-num-batched-tokens (or more replicas) drains such a queue; more KV memory would not.")
+        sug = Suggestion("--max-num-batched-tokens", budget, None, note="raise it; KV usage had room")
+    return Finding("not-memory-bound", "warning", "Not memory: requests waited while the KV pool had room", detail, sug), numbers
+
+
+def verdict(s: Startup, rt: dict[str, Any]) -> tuple[Finding | None, dict[str, Any]]:
+    """The finding and its numbers (``runtime.verdict`` in JSON)."""
+    usage = rt.get("usage")
+    evicted = (rt.get("retracted") or 0) + (rt.get("preempted") or 0)
+    if not usage or usage.get("peak") is None:
+        if evicted:  # retraction / preemption warnings without any sample line
+            return _capacity_bound(s, {**rt, "usage": {}, "queue": {}, "saturation": {}})
+        return None, {"code": None}
+    queue, sat = rt["queue"], rt["saturation"]
+    if not queue.get("samples_with_queue"):
+        return None, {"code": None, "reason": "the serving lines carry no queue length, so whether requests waited is unknown"}
+    queued = queue.get("queued_samples") or 0
+    if evicted or (sat.get("queued_samples") and sat["queued_samples"] >= SATURATED_SHARE * queued):
+        return _capacity_bound(s, rt)
+    return _not_memory(s, rt)
