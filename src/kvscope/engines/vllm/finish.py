@@ -1,0 +1,645 @@
+"""Turn an assembled vLLM startup into a reconciled ledger: era, derived figures, failure, rows.
+
+Order matters: the era decides which budget formula the ledger replays; the capacity figures
+(minimum K over workers, tokens from blocks) feed the reconciliation; the reconciliation knows the
+bytes per token the findings price changes with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from kvscope.capacity.arch import Architecture, dtype_bytes
+from kvscope.capacity.catalog import catalog_entry, load_architecture
+from kvscope.engines.vllm import eras, rules
+from kvscope.engines.vllm.eras import Era
+from kvscope.engines.vllm.rules import GIB, HALF_CENT
+from kvscope.ledger.model import Failure, KvPool, LedgerRow, Rank, Reconciliation, Startup
+
+THIN_HEADROOM_GIB = 1.0  # vLLM's own warning: "CUDA graphs can take additional 1~3 GiB memory per GPU"
+
+
+# --- small accessors ------------------------------------------------------------------------------------
+
+
+def _num(value: Any) -> float | None:
+    try:
+        return float(value) if value is not None and not isinstance(value, bool) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def setting_int(s: Startup, key: str, default: int | None = None) -> int | None:
+    value = _num(s.setting(key))
+    return int(value) if value is not None else default
+
+
+def util(s: Startup) -> float | None:
+    return _num(s.setting("gpu_memory_utilization"))
+
+
+def block_size(s: Startup) -> int:
+    return setting_int(s, "block_size") or rules.DEFAULT_BLOCK_SIZE
+
+
+def tp_size(s: Startup) -> int:
+    logged = setting_int(s, "tensor_parallel_size") or setting_int(s, "tp_size")
+    if logged:
+        return logged
+    tps = {p for r in s.ranks for p in r.rank.split() if p.startswith("TP")}
+    if any(r.rank.startswith("pid=") for r in s.ranks) and not pp_size_logged(s):
+        return max(1, len(s.ranks))  # V0 / Ray workers carry only a pid: each is one more TP rank
+    return max(1, len(tps))
+
+
+def pp_size_logged(s: Startup) -> int | None:
+    return setting_int(s, "pipeline_parallel_size") or setting_int(s, "pp_size")
+
+
+def pp_size(s: Startup) -> int:
+    logged = setting_int(s, "pipeline_parallel_size") or setting_int(s, "pp_size")
+    if logged:
+        return logged
+    pps = {p for r in s.ranks for p in r.rank.split() if p.startswith("PP")}
+    return max(1, len(pps), 1 + max((int(p[2:]) for p in pps), default=0))
+
+
+def total_gib(s: Startup, r: Rank | None = None) -> float | None:
+    """Device total: as logged on the rank, else any rank, else the user's --assume gpu=…."""
+    ranks = [r] if r is not None else []
+    ranks += [x for x in s.ranks if x is not r]
+    for x in ranks:
+        if x.total_gib is not None:
+            return x.total_gib
+    return _num(s.assumptions.get("gpu_total_gib"))
+
+
+def era_of(s: Startup) -> Era:
+    name = s.assumptions.get("_vllm_era")
+    return next((e for e in eras.ERAS if e.name == name), eras.ERAS[-1])
+
+
+def graphs_inside(s: Startup) -> bool | None:
+    """Whether this startup's CUDA-graph estimate was subtracted from the budget (None: release not pinned)."""
+    ref = s.reference_rank
+    if ref is not None and ref.extras.get("util_equivalent_without_graph_profiling") is not None:
+        return True  # the advisory is printed only when the estimate is applied
+    value = s.assumptions.get("_vllm_graphs_inside")
+    return value if isinstance(value, bool) else None
+
+
+def arch_context(s: Startup) -> tuple[Architecture | None, str]:
+    model = s.assumptions.get("model") or s.model or s.setting("model")
+    model = model if isinstance(model, str) else None
+    arch, where = load_architecture(model)
+    if arch is not None and arch.full_attention_layers is None and model:
+        arch = _with_catalog_layer_split(arch, model)
+    return arch, where
+
+
+def _with_catalog_layer_split(arch: Architecture, model: str) -> Architecture:
+    """The catalog stores ``layer_types`` as a summary ({'counts': {...}}) and Gemma's
+    ``sliding_window_pattern``; both say which layers keep full-context KV."""
+    entry = catalog_entry(model)
+    cfg = entry.get("config", {}) if entry else {}
+    types = cfg.get("layer_types")
+    counts = types.get("counts") if isinstance(types, dict) else None
+    full = sliding = linear = 0
+    if isinstance(counts, dict):
+        for name, n in counts.items():
+            if "sliding" in name or name == "local":
+                sliding += int(n)
+            elif "linear" in name or "mamba" in name:
+                linear += int(n)
+            else:
+                full += int(n)
+    elif isinstance(cfg.get("sliding_window_pattern"), int) and cfg["sliding_window_pattern"] > 1:
+        full = arch.num_layers // cfg["sliding_window_pattern"]
+        sliding = arch.num_layers - full
+    if not (sliding or linear):
+        return arch
+    return replace(arch, full_attention_layers=full, sliding_layers=sliding)
+
+
+def kv_bytes(s: Startup, arch: Architecture | None) -> int:
+    dtype = s.setting("kv_cache_dtype")
+    weights = s.setting("dtype") or (arch.torch_dtype if arch else None) or "bfloat16"
+    return dtype_bytes(str(dtype) if dtype else None, str(weights))
+
+
+def gib(x: float) -> str:
+    """A GiB figure as a person reads it: tiny KV caches (the CPU backend's 4 MiB) in MiB."""
+    return f"{x:.2f} GiB" if abs(x) >= 0.1 or x == 0 else f"{x * 1024:.2f} MiB"
+
+
+# --- finish ------------------------------------------------------------------------------------------
+
+
+def finish(s: Startup) -> None:
+    """Fill era, derived figures, capacity, failure kind, reconciliation and ledger rows."""
+    inferred = eras.infer([e.text for e in s.evidence], eras.parse_version(s.engine_version))
+    era = inferred.eras[-1] if inferred.eras else eras.ERAS[-1]
+    s.era = inferred.label()
+    s.assumptions["_vllm_era"] = era.name
+    inside = {e.graphs_in_budget for e in inferred.eras}
+    s.assumptions["_vllm_graphs_inside"] = inside.pop() if len(inside) == 1 else None
+    s.assumptions.setdefault("_version_clues", inferred.clues)
+    _settings(s)
+    for r in s.ranks:
+        _derive_rank(s, r)
+    _capacity(s)
+    arch, where = arch_context(s)
+    _reconcile(s, era, arch, where)
+    _refine_failure(s, era, arch)
+    _pools(s, arch)
+    for r in s.ranks:
+        r.ledger = ledger_rows(s, r, era)
+
+
+def _settings(s: Startup) -> None:
+    if s.settings.get("tp_size") is None and s.settings.get("tensor_parallel_size") is not None:
+        s.settings["tp_size"] = s.settings["tensor_parallel_size"]
+    if s.model is None and isinstance(s.setting("model"), str):
+        s.model = s.setting("model")
+
+
+def _derive_rank(s: Startup, r: Rank) -> None:
+    """Figures the log implies but does not print, each marked derived."""
+    u = util(s)
+    if r.total_gib is not None and u is not None:
+        r.set_derived("usable_gib", round(r.total_gib * u, 2))
+    peak = r.extras.get("peak_torch_gib")
+    if peak is not None and r.weights_gib is not None and "initial_memory_usage_gib" in r.extras:
+        # v0.6.4's torch peak is absolute: it includes the weights.
+        r.set_derived("activation_peak_gib", round(peak - r.weights_gib, 2))
+    eq = r.extras.get("util_equivalent_without_graph_profiling")
+    total = total_gib(s, r)
+    if eq is not None and u is not None and total is not None and "cuda_graph_estimate_gib" not in r.extras:
+        r.extras["cuda_graph_estimate_gib"] = round(rules.graph_gib_from_advisory(u, eq, total), 2)
+        r.extras["cuda_graph_estimate_from"] = f"({u} − {eq}) × {total:.2f} GiB (the CUDA-graph advisory)"
+
+
+def _capacity(s: Startup) -> None:
+    cap = s.capacity
+    per_rank = [r.extras["available_kv_gib"] for r in s.ranks if r.extras.get("available_kv_gib") is not None]
+    if per_rank:
+        cap.available_kv_gib = min(per_rank)  # the engine sizes every worker by the smallest
+    fixed = _num(s.setting("kv_cache_memory_bytes"))
+    if fixed is not None:
+        cap.extras["kv_cache_memory_bytes"] = int(fixed)
+        if cap.available_kv_gib is None or abs(cap.available_kv_gib - fixed / GIB) <= HALF_CENT:
+            cap.available_kv_gib = fixed / GIB
+            cap.extras["available_kv_exact"] = True
+            for r in s.ranks:  # the log rounds 4 MiB to "0.0 GiB"; the setting is exact
+                if r.extras.get("available_kv_gib") is not None:
+                    r.extras["available_kv_gib"] = fixed / GIB
+    if cap.max_model_len is None and setting_int(s, "max_model_len"):
+        cap.max_model_len = setting_int(s, "max_model_len")
+    if cap.kv_tokens is None and cap.num_gpu_blocks is not None:
+        cap.kv_tokens = cap.num_gpu_blocks * block_size(s)
+        cap.extras["kv_tokens_derived"] = f"num_gpu_blocks {cap.num_gpu_blocks:,} × block_size {block_size(s)}"
+    est = cap.extras.get("estimated_max_model_len")
+    if s.failure is not None and est is not None:
+        s.failure.data.setdefault("estimated_max_model_len", est)
+
+
+# --- failures ------------------------------------------------------------------------------------------
+
+
+def _capture_unfinished(s: Startup) -> bool:
+    started = any(r.extras.get("graph_capture_started") for r in s.ranks)
+    done = any(r.extras.get("graph_capture_done") for r in s.ranks) or s.capacity.extras.get("ready")
+    return started and not done
+
+
+def _refine_failure(s: Startup, era: Era, arch: Architecture | None) -> None:
+    """Name what killed the startup more precisely than the line that reported it."""
+    f = s.failure
+    if f is not None:
+        if f.kind == "cuda-oom" and _capture_unfinished(s):
+            f.data["phase"] = "CUDA graph capture"
+            f.kind = "oom-cuda-graph"
+        elif f.kind == "exception" and f.data.pop("engine_init", False):
+            f.kind = "engine-init-failed"
+            _explain_init_failure(s, arch)
+        return
+    _infer_v0_max_len(s, era)
+    if s.failure is None:
+        _infer_graph_oom(s, era)
+
+
+def _infer_v0_max_len(s: Startup, era: Era) -> None:
+    """V0 refuses to start when blocks × block_size < max_model_len (raise_if_cache_size_invalid)."""
+    cap = s.capacity
+    if era.engine != "V0" or cap.num_gpu_blocks is None or not cap.max_model_len:
+        return
+    tokens = cap.num_gpu_blocks * block_size(s)
+    if tokens >= cap.max_model_len:
+        return
+    s.failure = Failure("max-len-too-large", (
+        f"The model's max seq len ({cap.max_model_len}) is larger than the maximum number of tokens that can be stored "
+        f"in KV cache ({tokens}) — inferred: V0 raises this whenever # GPU blocks × block_size < max_model_len"),
+        data={"inferred": True, "max_model_len": cap.max_model_len, "kv_tokens": tokens})
+
+
+def _infer_graph_oom(s: Startup, era: Era) -> None:
+    """The log ends inside CUDA-graph capture with less headroom than graphs take: the likely end."""
+    ref = s.reference_rank
+    u, total = util(s), total_gib(s, ref)
+    if era.graphs_in_budget or not _capture_unfinished(s) or u is None or total is None:
+        return
+    headroom = (1 - u) * total
+    if headroom >= THIN_HEADROOM_GIB:
+        return
+    s.failure = Failure("oom-cuda-graph", (
+        f"inferred: the log ends during CUDA graph capture, and graphs are captured outside the budget, in the "
+        f"(1 − {u}) × {total:.2f} = {headroom:.2f} GiB headroom — less than the 1–3 GiB vLLM says graphs take"),
+        data={"inferred": True, "headroom_gib": round(headroom, 2), "phase": "CUDA graph capture"})
+
+
+def _explain_init_failure(s: Startup, arch: Architecture | None) -> None:
+    """'EngineCore failed to start' after a tiny K: check whether one request of max_model_len fits."""
+    f, cap = s.failure, s.capacity
+    if f is None or arch is None or cap.available_kv_gib is None:
+        return
+    m = cap.max_model_len or setting_int(s, "max_model_len") or arch.max_position_embeddings
+    need = request_kv_gib(s, arch, m) if m else None
+    if need is None or need <= cap.available_kv_gib:
+        return
+    f.kind = "max-len-too-large"
+    f.data.update(inferred=True, max_model_len=m, kv_needed_gib=round(need, 2), available_kv_gib=cap.available_kv_gib,
+                  max_model_len_fits=max_len_fitting(s, arch, cap.available_kv_gib, m),
+                  max_model_len_source="logged" if cap.max_model_len or s.setting("max_model_len") else
+                  "model default (max_position_embeddings)")
+
+
+def request_kv_gib(s: Startup, arch: Architecture, max_model_len: int) -> float | None:
+    """KV one request of max_model_len tokens needs on one worker (the V1 admission check)."""
+    plan = kv_plan(s, arch)
+    if plan is None or plan.linear:
+        return None
+    bs = block_size(s)
+    if plan.hybrid:
+        window_blocks = rules.cdiv(min(plan.window - 1 + _batched(s), max_model_len), bs) + 1
+        need = plan.full_layers * rules.cdiv(max_model_len, bs) + plan.sliding_layers * window_blocks
+        return need * bs * plan.row_bytes / GIB
+    return rules.cdiv(max_model_len, bs) * bs * plan.row_bytes * plan.layers / GIB
+
+
+def max_len_fitting(s: Startup, arch: Architecture, kv_gib: float, upper: int) -> int | None:
+    """vLLM's estimate_max_model_len: the longest request whose KV fits in K (binary search)."""
+    bs = block_size(s)
+    low, high = 0, upper
+    while low < high:
+        mid = (low + high + 1) // 2
+        need = request_kv_gib(s, arch, mid)
+        if need is None:
+            return None
+        if need <= kv_gib:
+            low = mid
+        else:
+            high = mid - 1
+    return low // bs * bs if low >= bs else low
+
+
+def _batched(s: Startup) -> int:
+    return setting_int(s, "max_num_batched_tokens") or 8192
+
+
+# --- reconciliation ------------------------------------------------------------------------------------
+
+
+class KvPlan:
+    """The per-worker KV layout kvscope assumes for an architecture under this startup's settings."""
+
+    def __init__(self, row_bytes: int, formula: str, layers: int, full_layers: int, sliding_layers: int,
+                 hybrid_manager: bool, linear: bool, window: int = 0) -> None:
+        self.row_bytes, self.formula, self.layers, self.window = row_bytes, formula, layers, window
+        self.full_layers, self.sliding_layers = full_layers, sliding_layers
+        self.hybrid_manager, self.linear = hybrid_manager, linear
+
+    @property
+    def hybrid(self) -> bool:
+        """Sliding-window layers that really hold only a window (the hybrid manager is on)."""
+        return bool(self.sliding_layers and self.hybrid_manager)
+
+    @property
+    def bytes_per_token(self) -> int:
+        """KV bytes a long request adds per token: window layers cost a fixed amount per request."""
+        return self.row_bytes * (self.full_layers if self.hybrid else self.layers)
+
+
+def kv_plan(s: Startup, arch: Architecture, extra_layers: int = 0) -> KvPlan | None:
+    page = rules.page_size(arch, kv_bytes(s, arch), tp_size(s))
+    if page.bytes_per_token_per_layer <= 0:
+        return None
+    layers = max(rules.pp_layers(arch.num_layers, pp_size(s))) + extra_layers
+    linear = arch.full_attention_layers is not None and not arch.sliding_layers
+    hybrid_off = any(w.get("code") == "hybrid-kv-manager-disabled" for w in s.warnings) or bool(
+        s.setting("kv_transfer_config")) or bool(s.setting("disable_hybrid_kv_cache_manager"))
+    full = arch.full_attention_layers if arch.sliding_layers else layers
+    sliding = arch.sliding_layers if pp_size(s) == 1 else 0
+    return KvPlan(page.bytes_per_token_per_layer, page.formula, layers, (full or 0) + extra_layers, sliding,
+                  not hybrid_off, linear, int(arch.sliding_window or 0))
+
+
+def _draft_layer_options(s: Startup, arch: Architecture) -> list[tuple[int, str]]:
+    """Extra KV layers a speculative-decoding head may add (EAGLE: one; MTP: nextn layers)."""
+    spec = s.setting("speculative_config")
+    method = str(spec.get("method", "")) if isinstance(spec, dict) else ""
+    options = [(0, "target layers only")]
+    if "eagle" in method or not method:
+        options.append((1, "target + 1 draft (EAGLE-style) layer"))
+    if arch.nextn_layers and ("mtp" in method or not method):
+        options.append((arch.nextn_layers, f"target + {arch.nextn_layers} MTP layer(s)"))
+    if method in ("ngram", "medusa", "suffix"):
+        options = options[:1]
+    elif method:
+        options = [o for o in options if o[0]] or options
+    return options
+
+
+def _predict(s: Startup, era: Era, plan: KvPlan, kv_gib: float, exact: bool) -> tuple[rules.Capacity, rules.Capacity]:
+    """(low, high) capacity a printed K can give under this plan."""
+    bs, m = block_size(s), s.capacity.max_model_len or 0
+    half = 0.0 if exact else HALF_CENT
+    if plan.hybrid and m:
+        args = (plan.row_bytes, plan.full_layers, plan.sliding_layers, plan.window, bs, m, _batched(s), era.capacity_rule)
+        return rules.hybrid_capacity(kv_gib - half, *args), rules.hybrid_capacity(kv_gib + half, *args)
+    block = rules.bytes_per_block(plan.row_bytes, plan.layers, bs)
+    lo, hi = rules.blocks_range(kv_gib, block, half)
+    return rules.capacity(lo, bs, m, era.capacity_rule), rules.capacity(hi, bs, m, era.capacity_rule)
+
+
+def _reconcile(s: Startup, era: Era, arch: Architecture | None, where: str) -> None:
+    checks: list[str] = []
+    verdicts: list[bool] = []
+    _printed_consistency(s, era, arch, checks, verdicts)
+    _budget_checks(s, era, checks, verdicts)
+    rec = _architecture_check(s, era, arch, where, checks, verdicts) if arch is not None else None
+    if rec is None:
+        rec = _implied(s, checks)
+    if rec is None:
+        return
+    rec.consistent = all(verdicts) if verdicts else None
+    rec.detail = "; ".join(checks)
+    s.reconciliation = rec
+
+
+def _printed_consistency(s: Startup, era: Era, arch: Architecture | None, checks: list[str],
+                         verdicts: list[bool]) -> None:
+    """Numbers the log prints that must agree with each other whatever the model."""
+    cap, bs = s.capacity, block_size(s)
+    m, conc = cap.max_model_len, cap.max_concurrency
+    # v0.9.1–0.20 print tokens = B // groups × bs for hybrid models, which is not concurrency × M.
+    hybrid_v1 = arch is not None and arch.full_attention_layers is not None and era.capacity_rule == "v1"
+    if m and conc is not None and (cap.kv_tokens or cap.num_gpu_blocks) and not hybrid_v1:
+        tokens = cap.kv_tokens or 0
+        blocks = cap.num_gpu_blocks if cap.num_gpu_blocks is not None else tokens // bs
+        exact = tokens / m if era.capacity_rule != "v1" or cap.num_gpu_blocks else blocks / rules.cdiv(m, bs)
+        ok = rules.printed_concurrency_matches(exact, conc) or rules.printed_concurrency_matches(tokens / m, conc)
+        verdicts.append(ok)
+        checks.append(f"concurrency: {tokens:,} tokens / {m:,} = {tokens / m:.4f}, log prints {conc}x → "
+                      f"{'matches' if ok else 'DOES NOT match'}")
+    f = s.failure
+    if f is not None and f.kind == "max-len-too-large" and f.data.get("kv_needed_gib") and f.data.get("max_model_len"):
+        lo, hi = rules.implied_bytes_per_token(f.data["kv_needed_gib"], f.data["max_model_len"])
+        checks.append(f"'{f.data['kv_needed_gib']} GiB needed for {f.data['max_model_len']:,} tokens' → "
+                      f"{lo:,.0f}–{hi:,.0f} B per token per worker")
+        est, avail = f.data.get("estimated_max_model_len"), f.data.get("available_kv_gib")
+        if est and avail:
+            low = rules.max_len_that_fits(avail - HALF_CENT, int(hi * bs) + 1, bs)
+            high = rules.max_len_that_fits(avail + HALF_CENT, int(lo * bs), bs)
+            ok = low <= est <= high
+            verdicts.append(ok)
+            checks.append(f"estimated max length: {avail} GiB / that ≈ {low:,}–{high:,} tokens, log prints {est:,} → "
+                          f"{'inside' if ok else 'OUTSIDE'}")
+    if f is not None and f.kind == "max-len-too-large" and f.data.get("kv_tokens") and cap.num_gpu_blocks:
+        ok = f.data["kv_tokens"] == cap.num_gpu_blocks * bs
+        verdicts.append(ok)
+        checks.append(f"{cap.num_gpu_blocks:,} blocks × {bs} = {cap.num_gpu_blocks * bs:,} tokens, the error says "
+                      f"{f.data['kv_tokens']:,} → {'matches' if ok else 'DOES NOT match'}")
+
+
+def _budget_checks(s: Startup, era: Era, checks: list[str], verdicts: list[bool]) -> None:
+    """Replay the budget subtraction on the reference rank when the log printed its terms."""
+    r = s.reference_rank
+    if r is None:
+        return
+    k = r.extras.get("available_kv_gib")
+    budget = r.usable_gib
+    if k is None or budget is None:
+        return
+    terms, names = budget_terms(r)
+    if not terms:
+        return
+    rest = budget - sum(terms)
+    tol = HALF_CENT * (len(terms) + 2) + 1e-9
+    ok = abs(rest - k) <= tol
+    verdicts.append(ok)
+    shown = " − ".join(f"{t:.2f}" for t in terms)
+    checks.append(f"budget: {budget:.2f} − {shown} ({' + '.join(names)}) = {rest:.2f} GiB, log prints K = {k:.2f} → "
+                  f"{'matches' if ok else 'DOES NOT match'}")
+    fit = r.extras.get("kv_cache_memory_fit_bytes")
+    non_kv = sum(t for t, n in zip(terms, names, strict=True) if n != "CUDA graphs")
+    graphs = r.cuda_graph_gib
+    if fit and graphs is not None:
+        want = rules.suggested_kv_cache_bytes(budget, non_kv, graphs)
+        ok = abs(want - fit) / GIB <= tol + HALF_CENT
+        verdicts.append(ok)
+        checks.append(f"--kv-cache-memory suggestion: {budget:.2f} − {non_kv:.2f} − graphs {graphs:.2f} − 150 MiB = "
+                      f"{want / GIB:.2f} GiB, log prints {fit:,} B ({fit / GIB:.2f} GiB) → {'matches' if ok else 'DOES NOT match'}")
+
+
+def budget_terms(r: Rank) -> tuple[list[float], list[str]]:
+    """Non-KV terms the log printed for this rank, in the order vLLM subtracts them."""
+    x = r.extras
+    if x.get("peak_torch_gib") is not None and r.non_torch_gib is not None:  # v0.6.4: absolute peak
+        return [x["peak_torch_gib"], r.non_torch_gib], ["torch peak (incl. weights)", "non-torch"]
+    if x.get("consumed_gib") is not None and r.activation_peak_gib is not None:  # v0.28+
+        return [x["consumed_gib"], r.activation_peak_gib], ["consumed", "peak activation (incl. graph estimate)"]
+    if None in (r.weights_gib, r.activation_peak_gib, r.non_torch_gib) or "activation_peak_gib" in r.derived:
+        return [], []
+    terms = [r.weights_gib, r.activation_peak_gib, r.non_torch_gib]
+    names = ["weights", "activation", "non-torch"]
+    if x.get("kv_cache_memory_fit_bytes") is not None and r.cuda_graph_gib is not None:
+        terms.append(r.cuda_graph_gib)
+        names.append("CUDA graphs")
+    return [t for t in terms if t is not None], names
+
+
+def _architecture_check(s: Startup, era: Era, arch: Architecture, where: str, checks: list[str],
+                        verdicts: list[bool]) -> Reconciliation | None:
+    cap = s.capacity
+    plan = kv_plan(s, arch)
+    if plan is None:
+        return None
+    bs = block_size(s)
+    layers = f"{plan.full_layers} full-attention layers (+ {plan.sliding_layers} window layers)" if plan.hybrid \
+        else f"{plan.layers} layers"
+    rec = Reconciliation(bytes_per_token=plan.bytes_per_token,
+                         method=f"architecture from {where}: {plan.formula} per layer × {layers}, "
+                                f"block_size {bs}, era {era.name}")
+    rec.architecture = arch.as_dict()
+    if plan.linear:
+        checks.append("hybrid linear-attention model: vLLM enlarges the attention block to fit the Mamba state page; "
+                      "kvscope does not reproduce that page size, so capacity is read, not predicted")
+        return rec
+    k = cap.available_kv_gib
+    if k is None:
+        _derive_kv_from_blocks(s, plan, checks)
+        return rec
+    logged = cap.kv_tokens if cap.kv_tokens is not None and "kv_tokens_derived" not in cap.extras else None
+    blocks_logged = cap.num_gpu_blocks
+    if logged is None and blocks_logged is None:
+        if plan.hybrid and not cap.max_model_len:
+            return rec
+        lo, hi = _predict(s, era, plan, k, bool(cap.extras.get("available_kv_exact")))
+        rec.kv_tokens_low, rec.kv_tokens_high = lo.tokens, hi.tokens
+        checks.append(f"K = {gib(k)} → {lo.tokens:,}–{hi.tokens:,} tokens (not printed in the log)")
+        return rec
+    matched = None
+    for extra, label in _draft_layer_options(s, arch):
+        option = kv_plan(s, arch, extra)
+        if option is None:
+            continue
+        lo, hi = _predict(s, era, option, k, bool(cap.extras.get("available_kv_exact")))
+        inside = (logged is None or lo.tokens <= logged <= hi.tokens) and (
+            blocks_logged is None or lo.blocks <= blocks_logged <= hi.blocks)
+        if matched is None or inside:
+            matched = (extra, label, option, lo, hi, inside)
+        if inside:
+            break
+    assert matched is not None
+    extra, label, option, lo, hi, inside = matched
+    rec.bytes_per_token = option.bytes_per_token
+    rec.kv_tokens_low, rec.kv_tokens_high = lo.tokens, hi.tokens
+    verdicts.append(inside)
+    what = f"{logged:,} tokens" if logged is not None else f"{blocks_logged:,} blocks"
+    span = f"{lo.blocks:,}–{hi.blocks:,} blocks = {lo.tokens:,}–{hi.tokens:,} tokens"
+    checks.append(f"K = {gib(k)} ÷ {rules.bytes_per_block(option.row_bytes, option.layers, bs):,} B per block "
+                  f"({label}) → {span}; log prints {what} → {'inside' if inside else 'OUTSIDE'}")
+    if extra and inside:
+        cap.extras["draft_kv_layers"] = extra
+        rec.method += f"; the count matches only with {label}"
+    return rec
+
+
+def _derive_kv_from_blocks(s: Startup, plan: KvPlan, checks: list[str]) -> None:
+    """No 'Available KV cache memory' line (V0, V1 ≤ 0.9.0): K ≈ blocks × bytes per block."""
+    cap, bs = s.capacity, block_size(s)
+    blocks = cap.num_gpu_blocks if cap.num_gpu_blocks is not None else (cap.kv_tokens // bs if cap.kv_tokens else None)
+    if not blocks or plan.sliding_layers:
+        return
+    gib = blocks * rules.bytes_per_block(plan.row_bytes, plan.layers, bs) / GIB
+    cap.extras["available_kv_gib_derived"] = round(gib, 2)
+    checks.append(f"K not printed; {blocks:,} blocks × {rules.bytes_per_block(plan.row_bytes, plan.layers, bs):,} B "
+                  f"= {gib:.2f} GiB (derived)")
+
+
+def _implied(s: Startup, checks: list[str]) -> Reconciliation | None:
+    """Architecture unknown: the bytes per token the printed K and token count imply."""
+    cap, bs = s.capacity, block_size(s)
+    k = cap.available_kv_gib
+    tokens = cap.kv_tokens
+    f = s.failure
+    if k and tokens and "kv_tokens_derived" not in cap.extras:
+        blocks = tokens // bs
+        lo, hi = rules.implied_block_bytes(k, blocks, 0.0 if cap.extras.get("available_kv_exact") else HALF_CENT)
+        mid = round((lo + hi) / 2 / bs)
+        checks.insert(0, f"{gib(k)} for {tokens:,} tokens → {lo / bs:,.0f}–{hi / bs:,.0f} B per token per worker "
+                         "(architecture unknown: give --model to check it)")
+        return Reconciliation(bytes_per_token=mid, method="bytes per token implied by the log (architecture unknown)")
+    if k and cap.num_gpu_blocks:
+        lo, hi = rules.implied_block_bytes(k, cap.num_gpu_blocks)
+        checks.insert(0, f"{k} GiB for {cap.num_gpu_blocks:,} blocks → {lo / bs:,.0f}–{hi / bs:,.0f} B per token")
+        return Reconciliation(bytes_per_token=round((lo + hi) / 2 / bs),
+                              method="bytes per token implied by the log (architecture unknown)")
+    if f is not None and f.data.get("kv_needed_gib") and f.data.get("max_model_len"):
+        lo, hi = rules.implied_bytes_per_token(f.data["kv_needed_gib"], f.data["max_model_len"])
+        return Reconciliation(bytes_per_token=round((lo + hi) / 2),
+                              method="bytes per token implied by the error message (architecture unknown)")
+    if checks:
+        return Reconciliation(bytes_per_token=0, method="printed figures checked against each other (no KV size known)")
+    return None
+
+
+# --- pools and ledger ----------------------------------------------------------------------------------
+
+
+def _pools(s: Startup, arch: Architecture | None) -> None:
+    """One KV pool per worker that printed its KV memory (vLLM has one pool; drafts share it)."""
+    cap = s.capacity
+    dtype = s.setting("kv_cache_dtype")
+    if dtype in (None, "auto"):
+        dtype = s.setting("dtype") or (arch.torch_dtype if arch else None)
+    for r in s.ranks:
+        gib = r.extras.get("available_kv_gib")
+        if gib is None or r.pool("target") is not None:
+            continue
+        r.kv_pools.append(KvPool(name="target", tokens=cap.kv_tokens, gib=gib, dtype=str(dtype) if dtype else None))
+    ref = s.reference_rank
+    derived = cap.extras.get("available_kv_gib_derived")
+    if ref is not None and derived is not None and ref.pool("target") is None:
+        ref.kv_pools.append(KvPool(name="target", tokens=cap.kv_tokens, gib=derived, dtype=str(dtype) if dtype else None))
+
+
+def ledger_rows(s: Startup, r: Rank, era: Era) -> list[LedgerRow]:  # noqa: C901 - one row per ledger item
+    """The rank's memory ledger: device total, the budget, what the budget paid for, what lies outside."""
+    rows: list[LedgerRow] = []
+
+    def add(item: str, gib: float | None, key: str | None = None, note: str = "", how: str | None = None) -> None:
+        if gib is None:
+            return
+        kind = how or ("derived" if key and key in r.derived else "read")
+        rows.append(LedgerRow(item, gib, kind, note))
+
+    total = r.total_gib
+    if total is None and _num(s.assumptions.get("gpu_total_gib")):
+        total = _num(s.assumptions["gpu_total_gib"])
+        add("device total", total, how="assumed")
+    else:
+        add("device total", total, "total_gib")
+    u = util(s)
+    budget = r.usable_gib
+    add(f"budget = total × gpu_memory_utilization {u if u is not None else '?'}", budget, "usable_gib",
+        "a fraction of the device total, never of free memory")
+    x = r.extras
+    inside = graphs_inside(s)
+    estimate = x.get("cuda_graph_estimate_gib")
+    if x.get("peak_torch_gib") is not None:
+        add("torch peak during profiling (absolute, includes weights)", x["peak_torch_gib"])
+        add("  of which model weights", r.weights_gib, "weights_gib")
+        add("  of which activation peak", r.activation_peak_gib, "activation_peak_gib")
+        add("non-torch memory", r.non_torch_gib, "non_torch_gib",
+            "counts every process on the GPU in this release" if era.others_charged else "")
+    elif x.get("consumed_gib") is not None:
+        add("consumed during load + profile (weights + non-torch)", x["consumed_gib"])
+        add("  of which model weights", r.weights_gib, "weights_gib")
+        add("peak activation + CUDA-graph estimate", r.activation_peak_gib, "activation_peak_gib")
+        add("  of which CUDA-graph estimate", estimate, how="derived" if "cuda_graph_estimate_from" in x else "read")
+    else:
+        add("model weights", r.weights_gib, "weights_gib")
+        add("activation peak (profile run)", r.activation_peak_gib, "activation_peak_gib")
+        add("non-torch memory (context growth, NCCL, cuBLAS)", r.non_torch_gib, "non_torch_gib")
+        where = {True: "inside the budget", False: "not subtracted", None: "subtracted from v0.20 on"}[inside]
+        add(f"CUDA graphs (estimate) — {where}", estimate, how="derived" if "cuda_graph_estimate_from" in x else "read")
+    kv = x.get("available_kv_gib")
+    add("KV cache", kv, note="as logged")
+    terms, _ = budget_terms(r)
+    if budget is not None and kv is None and terms and "kv_cache_memory_fit_bytes" in x:
+        add("left for KV" + (" and the CUDA-graph estimate" if inside is not False else ""), budget - sum(terms),
+            how="derived", note="budget − the terms above (this log line does not print K)")
+    if budget is not None and kv is not None and not terms and r.weights_gib is not None:
+        graphs_in = estimate if (estimate is not None and inside) else 0.0
+        add("activation peak + non-torch (not printed separately)", budget - r.weights_gib - kv - graphs_in,
+            how="derived", note="budget − weights − KV" + (" − graph estimate" if graphs_in else ""))
+    if total is not None and u is not None:
+        add(f"outside the budget: (1 − {u}) × total", (1 - u) * total, how="derived",
+            note="CUDA context, " + ("" if inside else "CUDA graphs, ") + "sampler warm-up, other processes")
+    if r.cuda_graph_gib is not None:
+        where = {True: "inside the budget (as estimated)", False: "taken from the memory outside the budget",
+                 None: "outside the budget before v0.20, estimated inside from v0.20"}[inside]
+        add("CUDA graphs captured", r.cuda_graph_gib, "cuda_graph_gib", where)
+    return rows

@@ -1,0 +1,502 @@
+"""vLLM's memory log lines, every wording from 0.2 to 0.33 (../shared/docs/vllm-memory.md §3).
+
+Patterns are searched, not anchored: Ray glues ``(RayWorkerWrapper pid=…, ip=…)`` in front and
+``[repeated 30x across cluster]`` behind, Monarch adds ``[0] ``, posters drop the header or elide it
+(``INFO ... [file:line]``), and one line may carry two facts (v0.28's merged capacity line). The rank
+comes from vLLM's process prefix; a line without one is rank 0 of the driver/engine process.
+
+Every vLLM memory figure is bytes / 2^30 whatever the label says ("GB" before v0.8.5), so "GB" and
+"GiB" are read alike.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from kvscope import events as ev
+from kvscope.engines.base import NUM, LineContext, Parsed, to_float, to_int
+from kvscope.engines.vllm import args as vargs
+from kvscope.engines.vllm.rules import classify_shortfall
+
+ENGINE = "vllm"
+DRIVER_RANK = "TP0"
+PREFIX_WINDOW = 200  # a process prefix sits at the start of a line; never scan further for one
+MAX_MESSAGE = 16384  # longer lines (a giant config dump) are read up to here: patterns stay fast
+G = rf"({NUM})"  # one captured number
+GB = r"\s*Gi?B"  # vLLM prints bytes / 2^30 as "GB" (old) or "GiB"
+
+# Name parts and their separators use disjoint characters, so the match is linear (no backtracking).
+_PREFIX = re.compile(r"\(?([A-Za-z][A-Za-z0-9\-]*(?:[ _][A-Za-z0-9=\-]+)*) pid=(\d+|\.\.\.)(?:, ip=[^)\s]+)?\) ?")
+_MONARCH = re.compile(r"^\[(\d+)\] ")
+_HEADER = re.compile(
+    r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d|\.\.\.)(?:\.\d+)? \[?[\w./\-]+\.py:\d+\] ?"
+)
+_HEADER_ELIDED = re.compile(r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL) \.\.\. \[[\w./\-]+(?:\.py)?:[\w.]+\] ?")
+_REPEATED = re.compile(r"\s*\[repeated (\d+)x across cluster\]\s*$")
+_DIMS = re.compile(r"^(DP|PP|PCP|TP|DCP|EP)(\d+)$")
+
+# --- weights -----------------------------------------------------------------------------------
+_WEIGHTS_OLD = re.compile(rf"Loading model weights took {G}{GB}")
+_WEIGHTS = re.compile(rf"Model loading took {G}{GB}(?: memory)?(?: and {G} ?s(?:econds)?)?")
+
+# --- memory profile (V0 and early V1) ---------------------------------------------------------------
+_PROFILE_KV = re.compile(rf"\b(\w+)=\s*{G}\s*(?:GiB|GB|Gib)?")
+_PROFILE_TOTAL = re.compile(
+    rf"the current vLLM instance can use total_gpu_memory \({G}{GB}\) x gpu_memory_utilization \({G}\) = {G}{GB}"
+)
+_PROFILE_LIST = {
+    "weights_gib": re.compile(rf"model weights take\s+{G}{GB}"),
+    "non_torch_gib": re.compile(rf"non_torch_memory(?: takes)?\s+{G}{GB}"),
+    "activation_peak_gib": re.compile(rf"PyTorch activation peak memory(?: takes)?\s+{G}{GB}"),
+    "available_kv_gib": re.compile(rf"(?:the rest of the memory reserved for KV Cache is|available_kv_cache_memory)\s+{G}{GB}"),
+}
+_TABLE_ROW = {  # the Dec-2024 "Memory profiling results:" table, one "name    value" row per line
+    "total_gib": re.compile(rf"^total_gpu_memory\s+{G}{GB}"),
+    "gpu_memory_utilization": re.compile(rf"^gpu_memory_utilization\s+{G}\s*$"),
+    "usable_gib": re.compile(rf"^the current vLLM instance can use\s+{G}{GB}"),
+}
+
+# --- V1 worker lines ------------------------------------------------------------------------------
+_AVAILABLE_KV = re.compile(rf"Available KV cache memory: {G}{GB}")
+_RESERVED_KV = re.compile(rf"Initial free memory {G}{GB}, reserved {G}{GB} memory for KV Cache")
+_FREE_ON_DEVICE = re.compile(rf"Free memory on device(?: [\w:]+)? \({G}/{G}{GB}\) on startup\. Desired GPU memory "
+                             rf"utilization is \({G}, {G}{GB}\)")
+_USAGE_PARTS = {
+    "weights_gib": re.compile(rf"{G}{GB} for weight"),
+    "consumed_gib": re.compile(rf"{G}{GB} for consumed memory"),
+    "activation_peak_gib": re.compile(rf"{G}{GB} for peak activation"),
+    "non_torch_gib": re.compile(rf"{G}{GB} for non-torch memory"),
+    "cuda_graph_gib": re.compile(rf"{G}{GB} for CUDAGraph memory"),
+}
+_KV_FIT = re.compile(r"--kv-cache-memory=(\d+)`? (?:\([^)]*\) )?to fit into requested memory")
+_KV_FULL = re.compile(r"--kv-cache-memory=(\d+)`? (?:\([^)]*\) )?to fully utilize")
+_KV_IN_USE = re.compile(rf"Current kv cache memory in use is {G} ?(bytes|GiB|GB)")
+_CG_ADVISORY = re.compile(rf"--gpu-memory-utilization={G} is equivalent to --gpu-memory-utilization={G} without CUDA "
+                          rf"graph memory profiling(?:.*?increase --gpu-memory-utilization to {G})?")
+_CG_ESTIMATE = re.compile(rf"Estimated CUDA graph memory: {G}{GB}")
+_CG_POOL = re.compile(rf"CUDA graph pool memory: {G}{GB} \(actual\), {G}{GB} \(estimated\)")
+_GRAPH_DONE = re.compile(rf"Graph capturing finished in {G} secs?(?:, took {G}{GB})?")
+_GRAPH_BEGIN = re.compile(r"Capturing (?:cudagraphs|the model for CUDA graphs|CUDA graphs?\b)")
+_CPU_AUTO = re.compile(rf"Auto set \({G}/{G}\){GB} for KV cache on node (\d+), with {G}{GB} requested memory for the "
+                       rf"worker\. {G}{GB} memory was consumed by non-kv usages")
+_CPU_EXPLICIT = re.compile(rf"Explicitly set \({G}/{G}\){GB} for KV cache on node (\d+)")
+
+# --- engine-level capacity ---------------------------------------------------------------------------
+_KV_SIZE = re.compile(r"\b([A-Za-z]+(?: \+ host)?) KV cache size: ([\d,]+) tokens")
+_CONCURRENCY = re.compile(rf"Maximum concurrency for ([\d,]+) tokens per request: {G}x")
+_BLOCKS = re.compile(r"(?:#\s*)?\b(GPU|cuda|xpu|hpu|npu|tpu|neuron|rocm) blocks: (\d+)(?:, # CPU blocks: (\d+))?")
+_BLOCKS_INFO = re.compile(r"cache_config_info with initialization after num_gpu_blocks is: (\d+)")
+_OVERRIDE = re.compile(r"Overriding num_gpu_blocks=(\d+) with num_gpu_blocks_override=(\d+)")
+_PADDING = re.compile(rf"Add (\d+) padding layers, may waste at most {G}%")
+_DCP = re.compile(r"Multiplying the GPU KV cache size by the (?:dcp_world_size|cp_world_size) (\d+)")
+_HYBRID_OFF = re.compile(r"Hybrid KV cache manager is disabled|Turning off hybrid kv cache manager")
+_AUTO_FIT = re.compile(rf"Auto-fit max_model_len: reduced from (\d+) to (\d+)(?: to fit in available GPU memory \({G}{GB})?")
+
+# --- settings ------------------------------------------------------------------------------------------
+_NON_DEFAULT = re.compile(r"non-default args: (\{.*)")
+_ENGINE_BANNER = re.compile(r"Initializing (?:a V1|a V0|an) LLM engine(?: \(v([\w.+\-]+)\))? with config: (.*)")
+_API_VERSION = re.compile(r"vLLM API server version v?(\d+\.\d+[\w.+\-]*)")
+_LOGO_VERSION = re.compile(r"[\u2580-\u259f][^%]{0,80}?\bversion v?(\d+\.\d+[\w.+\-]*)")
+_LOGO_MODEL = re.compile(r"[\u2580-\u259f][^%]{0,80}?\bmodel\s+(\S+)\s*$")
+_COMMAND = re.compile(r"^\s*(?:\S*[$#] +)?(?:[A-Z_]+=\S+ +)*vllm serve \S+")
+_MAX_MODEL_LEN = re.compile(r"Using max model len (\d+)")
+_BATCHED = re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)")
+_BLOCK_SIZE = re.compile(r"(?:Forcing|Setting) (?:kv cache|attention) block size to (\d+)")
+_START_LOAD = re.compile(r"Starting to load model (\S+?)\.{0,3}$")
+
+# --- failures -----------------------------------------------------------------------------------------
+_NO_CACHE_MEMORY = re.compile(r"No available memory for the cache blocks")
+_V0_MAX_LEN = re.compile(r"The model's max seq len \((\d+)\) is larger than the maximum number of tokens that can be "
+                         r"stored in KV cache \((\d+)\)")
+_V1_MAX_LEN = re.compile(
+    rf"To serve at least one request with the models?'s max seq len \((\d+)\),?\s*\(?\s*{G}{GB} KV cache is needed, which is "
+    rf"larger than the available KV cache memory \({G}{GB}\)"
+)
+_ESTIMATED = re.compile(r"estimated maximum model length is (\d+)")
+_FREE_SHORT = re.compile(rf"(?:Free|Available) memory on (?:device|node)(?: [\w:]+)? \({G}/{G}{GB}\) on startup is less "
+                         rf"than desired (GPU|CPU) memory utilization \({G}, {G}{GB}\)")
+_PROFILE_ERROR = re.compile(rf"Error in memory profiling\. Initial free memory {G}{GB}, current free memory {G}{GB}")
+_AUTO_FIT_FAIL = re.compile(r"Cannot auto-fit max_model_len: not enough GPU memory")
+_SWAP_TOO_LARGE = re.compile(rf"Too large swap space\. {G}{GB} out of the {G}{GB} total CPU memory")
+_SWAP_WARN = re.compile(rf"Possibly too large swap space\. {G}{GB} out of the {G}{GB} total CPU memory")
+_INIT_FAILED = re.compile(r"EngineCore failed to start|Engine core initialization failed|WorkerProc failed to start|"
+                          r"WorkerProc initialization failed")
+_INIT_DONE = re.compile(rf"init engine \(profile, create kv cache, warmup model\) took {G}")
+
+ANCHORS: tuple[bytes, ...] = (
+    b"weights took", b"Model loading took", b"emory profiling", b"vLLM instance", b"weights take",
+    b"non_torch_memory", b"activation peak", b"available_kv_cache", b"total_gpu_memory", b"KV cache", b"KV Cache",
+    b" blocks: ", b"Maximum concurrency", b"Graph capturing", b"Capturing", b"CUDA graph", b"Free memory on",
+    b"Available memory on", b"non-default args", b"LLM engine", b"version", b"vllm serve", b"max model len",
+    b"max_num_batched_tokens", b"block size", b"No available memory", b"max seq len", b"maximum model length",
+    b"failed to start", b"initialization failed", b"num_gpu_blocks", b"padding layers", b"Auto-fit",
+    b"swap space", b"init engine", b"for KV cache", b"Starting to load model", b"gpu_memory_utilization",
+)
+
+# Event kinds that mean "this startup has begun doing memory work" (a later banner is then a restart).
+_CONTENT = {ev.RANK, ev.CAPACITY, ev.FAILURE, ev.POOL}
+
+
+def _rank_from_name(name: str, pid: str) -> str | None:
+    """vLLM process names → rank labels: ``Worker_PP1_TP3`` → 'PP1 TP3', EngineCore → 'TP0'.
+
+    The API server holds no GPU memory (None). Names without a TP/PP index (V0's VllmWorkerProcess,
+    Ray's RayWorkerWrapper) are told apart by pid, which is all the log says about them.
+    """
+    tokens = re.split(r"[ _]", name)
+    base, parts = tokens[0], tokens[1:]
+    if base == "APIServer":
+        return None
+    for p in parts:
+        if p.startswith("rank="):
+            return p
+    m = re.fullmatch(r"VllmWorker-(\d+)", base)
+    if m:
+        return f"rank={m.group(1)}"
+    if base.startswith("EngineCore"):
+        idx = next((int(p.lstrip("DP")) for p in parts if p.lstrip("DP").isdigit()), 0)
+        return DRIVER_RANK if idx == 0 else f"DP{idx} TP0"
+    dims = [p for p in parts if _DIMS.match(p) and p != "DP0"]
+    if dims:
+        return " ".join(dims)
+    if base in ("Worker", "VllmWorker") or parts == ["DP0"]:
+        return DRIVER_RANK
+    return f"pid={pid}" if pid.isdigit() else None
+
+
+def split_prefix(text: str) -> tuple[str | None, str | None, str, int | None]:
+    """(rank label, timestamp, message, cluster repeat count) of one cleaned line."""
+    rank: str | None = DRIVER_RANK
+    repeated = None
+    m = _REPEATED.search(text)
+    if m:
+        repeated = int(m.group(1))
+        text = text[: m.start()]
+    m = _MONARCH.match(text)
+    if m:
+        rank, text = f"rank={m.group(1)}", text[m.end() :]
+    m = _PREFIX.search(text[:PREFIX_WINDOW])
+    if m and m.start() <= 40:
+        rank = _rank_from_name(m.group(1), m.group(2))
+        text = text[: m.start()] + text[m.end() :]
+    ts = None
+    m = _HEADER.search(text) or _HEADER_ELIDED.search(text)
+    if m:
+        if m.lastindex and m.lastindex >= 2 and m.group(2) and m.group(2) != "...":
+            ts = m.group(2)
+        text = text[m.end() :]
+    return rank, ts, text, repeated
+
+
+def _f(m: re.Match[str], i: int) -> float | None:
+    return to_float(m.group(i))
+
+
+def _profile_line(msg: str) -> list[Parsed]:
+    """V0 v0.6.4 ``Memory profiling results: total_gpu_memory=…GiB …`` (with or without commas)."""
+    values = {k: to_float(v) for k, v in _PROFILE_KV.findall(msg)}
+    rank: dict[str, Any] = {
+        "total_gib": values.get("total_gpu_memory"),
+        "non_torch_gib": values.get("non_torch_memory"),
+        "initial_memory_usage_gib": values.get("initial_memory_usage"),
+        "peak_torch_gib": values.get("peak_torch_memory") or values.get("torch_peak_memory"),
+        "memory_usage_post_profile_gib": values.get("memory_usage_post_profile"),
+        "available_kv_gib": values.get("kv_cache_size") or values.get("kv_cache_memory"),
+        "profile_seconds": values.get("duration"),
+    }
+    out = [Parsed(ev.RANK, {k: v for k, v in rank.items() if v is not None})]
+    if values.get("gpu_memory_utilization") is not None:
+        out.append(Parsed(ev.SETTINGS, {"gpu_memory_utilization": values["gpu_memory_utilization"]}))
+    if rank["available_kv_gib"] is not None:
+        out.append(Parsed(ev.CAPACITY, {"available_kv_gib": rank["available_kv_gib"]}))
+    return out
+
+
+def _memory(msg: str) -> list[Parsed]:  # noqa: C901 - one flat table of line shapes
+    """Per-worker memory facts (RANK events, plus the capacity they imply)."""
+    out: list[Parsed] = []
+    m = _WEIGHTS.search(msg) or _WEIGHTS_OLD.search(msg)
+    if m:
+        data = {"weights_gib": _f(m, 1)}
+        if m.re is _WEIGHTS and m.group(2):
+            data["load_seconds"] = _f(m, 2)
+        out.append(Parsed(ev.RANK, data))
+    if "Memory profiling results:" in msg and "=" in msg:
+        out += _profile_line(msg)
+    m = _PROFILE_TOTAL.search(msg)
+    if m:
+        out.append(Parsed(ev.RANK, {"total_gib": _f(m, 1), "usable_gib": _f(m, 3)}))
+        out.append(Parsed(ev.SETTINGS, {"gpu_memory_utilization": _f(m, 2)}))
+    listed = {k: _f(pm, 1) for k, pm in ((k, p.search(msg)) for k, p in _PROFILE_LIST.items()) if pm}
+    if listed and "Memory profiling results:" not in msg:
+        out.append(Parsed(ev.RANK, listed))
+        if listed.get("available_kv_gib") is not None:
+            out.append(Parsed(ev.CAPACITY, {"available_kv_gib": listed["available_kv_gib"]}))
+    for key, pattern in _TABLE_ROW.items():
+        m = pattern.search(msg.strip())
+        if m and key == "gpu_memory_utilization":
+            out.append(Parsed(ev.SETTINGS, {key: _f(m, 1)}))
+        elif m:
+            out.append(Parsed(ev.RANK, {key: _f(m, 1)}))
+    m = _AVAILABLE_KV.search(msg)
+    if m:
+        out += [Parsed(ev.RANK, {"available_kv_gib": _f(m, 1)}), Parsed(ev.CAPACITY, {"available_kv_gib": _f(m, 1)})]
+    m = _RESERVED_KV.search(msg)
+    if m:
+        out += [Parsed(ev.RANK, {"init_free_gib": _f(m, 1), "available_kv_gib": _f(m, 2), "kv_cache_memory_fixed": True}),
+                Parsed(ev.CAPACITY, {"available_kv_gib": _f(m, 2)})]
+    out += _free_on_device(msg)
+    out += _graphs(msg)
+    out += _cpu_backend(msg)
+    return out
+
+
+def _free_on_device(msg: str) -> list[Parsed]:
+    """The one-line ledger of v0.10.2+ (``Free memory on device (F/T GiB) on startup. … Actual usage is …``)."""
+    m = _FREE_ON_DEVICE.search(msg)
+    if not m:
+        return []
+    data: dict[str, Any] = {"init_free_gib": _f(m, 1), "total_gib": _f(m, 2), "usable_gib": _f(m, 4)}
+    for key, pattern in _USAGE_PARTS.items():
+        pm = pattern.search(msg)
+        if pm:
+            data[key] = _f(pm, 1)
+    fit, full, in_use = _KV_FIT.search(msg), _KV_FULL.search(msg), _KV_IN_USE.search(msg)
+    if fit:
+        data["kv_cache_memory_fit_bytes"] = int(fit.group(1))
+    if full:
+        data["kv_cache_memory_full_bytes"] = int(full.group(1))
+    out = [Parsed(ev.SETTINGS, {"gpu_memory_utilization": _f(m, 3)})]
+    if in_use:
+        value = to_float(in_use.group(1))
+        gib = value / (1 << 30) if value is not None and in_use.group(2) == "bytes" else value
+        data["available_kv_gib"] = gib
+        out.append(Parsed(ev.CAPACITY, {"available_kv_gib": gib}))
+    out.insert(0, Parsed(ev.RANK, data))
+    return out
+
+
+def _graphs(msg: str) -> list[Parsed]:
+    m = _GRAPH_DONE.search(msg)
+    if m:
+        return [Parsed(ev.RANK, {"cuda_graph_gib": _f(m, 2), "graph_capture_seconds": _f(m, 1), "graph_capture_done": True})]
+    m = _CG_POOL.search(msg)
+    if m:
+        return [Parsed(ev.RANK, {"cuda_graph_gib": _f(m, 1), "cuda_graph_estimate_gib": _f(m, 2)})]
+    m = _CG_ESTIMATE.search(msg)
+    if m:
+        return [Parsed(ev.RANK, {"cuda_graph_estimate_gib": _f(m, 1)})]
+    m = _CG_ADVISORY.search(msg)
+    if m:
+        data = {"gpu_memory_utilization": _f(m, 1), "util_equivalent_without_graph_profiling": _f(m, 2)}
+        if m.group(3):
+            data["util_suggested_with_graph_profiling"] = _f(m, 3)
+        return [Parsed(ev.SETTINGS, {"gpu_memory_utilization": _f(m, 1)}),
+                Parsed(ev.RANK, {k: v for k, v in data.items() if k != "gpu_memory_utilization"})]
+    if _GRAPH_BEGIN.search(msg):
+        return [Parsed(ev.RANK, {"graph_capture_started": True})]
+    return []
+
+
+def _cpu_backend(msg: str) -> list[Parsed]:
+    """The CPU backend sizes its KV cache in host RAM per NUMA node ('Auto set (3.6/8.84) GiB …')."""
+    m = _CPU_AUTO.search(msg)
+    if m:
+        return [Parsed(ev.RANK, {"available_kv_gib": _f(m, 1), "total_gib": _f(m, 2), "numa_node": to_int(m.group(3)),
+                                 "usable_gib": _f(m, 4), "non_kv_gib": _f(m, 5), "device": "cpu"}),
+                Parsed(ev.CAPACITY, {"available_kv_gib": _f(m, 1)})]
+    m = _CPU_EXPLICIT.search(msg)
+    if m:
+        return [Parsed(ev.RANK, {"available_kv_gib": _f(m, 1), "total_gib": _f(m, 2), "numa_node": to_int(m.group(3)),
+                                 "kv_cache_memory_fixed": True, "device": "cpu"}),
+                Parsed(ev.CAPACITY, {"available_kv_gib": _f(m, 1)})]
+    return []
+
+
+def _capacity(msg: str) -> list[Parsed]:
+    """Engine-level capacity: tokens, concurrency, blocks (startup facts, no rank)."""
+    data: dict[str, Any] = {}
+    m = _KV_SIZE.search(msg)
+    if m and m.group(1) not in ("Available",):
+        data["kv_tokens"] = to_int(m.group(2))
+        if m.group(1) != "GPU":
+            data["kv_device"] = m.group(1)
+    m = _CONCURRENCY.search(msg)
+    if m:
+        data["max_model_len"] = to_int(m.group(1))
+        data["max_concurrency"] = _f(m, 2)
+    m = _BLOCKS.search(msg)
+    if m:
+        data["num_gpu_blocks"] = to_int(m.group(2))
+        if m.group(3) is not None:
+            data["num_cpu_blocks"] = to_int(m.group(3))
+    m = _BLOCKS_INFO.search(msg)
+    if m:
+        data["num_gpu_blocks"] = to_int(m.group(1))
+    m = _OVERRIDE.search(msg)
+    if m:
+        data.update(num_gpu_blocks=to_int(m.group(2)), num_gpu_blocks_profiled=to_int(m.group(1)))
+    m = _PADDING.search(msg)
+    if m:
+        data.update(padding_layers=to_int(m.group(1)), padding_waste_percent=_f(m, 2))
+    m = _DCP.search(msg)
+    if m:
+        data["context_parallel_multiplier"] = to_int(m.group(1))
+    m = _INIT_DONE.search(msg)
+    if m:
+        data.update(init_engine_seconds=_f(m, 1), ready=True)
+    out = [Parsed(ev.CAPACITY, data)] if data else []
+    if _HYBRID_OFF.search(msg):
+        out.append(Parsed(ev.WARNING, {"code": "hybrid-kv-manager-disabled", "message": msg.strip()[:300]}))
+    m = _AUTO_FIT.search(msg)
+    if m:
+        out.append(Parsed(ev.SETTINGS, {"max_model_len": to_int(m.group(2)), "max_model_len_requested": to_int(m.group(1))}))
+    return out
+
+
+def _settings(msg: str) -> list[Parsed]:
+    """Configuration lines; the ones that open a new engine also emit BOUNDARY (gated in ``parse``)."""
+    m = _NON_DEFAULT.search(msg)
+    if m:
+        return _with_model([Parsed(ev.BOUNDARY, {"why": "non-default args"})], vargs.parse_non_default_args(m.group(1)))
+    m = _ENGINE_BANNER.search(msg)
+    if m:
+        out = [Parsed(ev.BOUNDARY, {"why": "engine banner"})]
+        if m.group(1):
+            out.append(Parsed(ev.VERSION, {"engine_version": m.group(1)}))
+        return _with_model(out, vargs.parse_engine_banner(m.group(2)))
+    m = _API_VERSION.search(msg) or (_LOGO_VERSION.search(msg) if "version" in msg and "%" not in msg else None)
+    if m:
+        return [Parsed(ev.BOUNDARY, {"why": "version banner"}), Parsed(ev.VERSION, {"engine_version": m.group(1)})]
+    if _COMMAND.search(msg):
+        settings = vargs.parse_command(msg)
+        if settings:
+            return _with_model([Parsed(ev.BOUNDARY, {"why": "command line"})], settings)
+    m = _LOGO_MODEL.search(msg) if "model " in msg and "%" not in msg else None
+    if m:
+        return [Parsed(ev.MODEL, {"model": m.group(1)})]
+    m = _MAX_MODEL_LEN.search(msg)
+    if m:
+        return [Parsed(ev.SETTINGS, {"max_model_len": to_int(m.group(1))})]
+    m = _BATCHED.search(msg)
+    if m:
+        return [Parsed(ev.SETTINGS, {"max_num_batched_tokens": to_int(m.group(1))})]
+    m = _BLOCK_SIZE.search(msg)
+    if m:
+        return [Parsed(ev.SETTINGS, {"block_size": to_int(m.group(1))})]
+    m = _START_LOAD.search(msg)
+    if m:
+        return [Parsed(ev.MODEL, {"model": m.group(1)})]
+    return []
+
+
+def _with_model(out: list[Parsed], settings: dict[str, Any]) -> list[Parsed]:
+    model = settings.get("model")
+    if isinstance(model, str) and model:
+        out.append(Parsed(ev.MODEL, {"model": model}))
+    if settings:
+        out.append(Parsed(ev.SETTINGS, settings))
+    return out
+
+
+def _failures(msg: str) -> list[Parsed]:  # noqa: C901 - one flat table of error shapes
+    text = msg.strip()[:600]
+    m = _V1_MAX_LEN.search(msg)
+    if m:
+        data = {"max_model_len": to_int(m.group(1)), "kv_needed_gib": _f(m, 2), "available_kv_gib": _f(m, 3)}
+        est = _ESTIMATED.search(msg)
+        if est:
+            data["estimated_max_model_len"] = to_int(est.group(1))
+        return [Parsed(ev.FAILURE, {"kind": "max-len-too-large", "message": text, **data}),
+                Parsed(ev.CAPACITY, {k: v for k, v in data.items() if k != "kv_needed_gib"})]
+    m = _ESTIMATED.search(msg)
+    if m:  # the tail of a V1 max-len error the poster broke onto its own line
+        return [Parsed(ev.CAPACITY, {"estimated_max_model_len": to_int(m.group(1))})]
+    m = _V0_MAX_LEN.search(msg)
+    if m:
+        data = {"max_model_len": to_int(m.group(1)), "kv_tokens": to_int(m.group(2))}
+        return [Parsed(ev.FAILURE, {"kind": "max-len-too-large", "message": text, **data}), Parsed(ev.CAPACITY, data)]
+    if _NO_CACHE_MEMORY.search(msg):
+        return [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": text})]
+    m = _FREE_SHORT.search(msg)
+    if m:
+        free, total, util, requested = _f(m, 1), _f(m, 2), _f(m, 4), _f(m, 5)
+        kind = classify_shortfall(free, total, device=m.group(3).lower())
+        return [Parsed(ev.FAILURE, {"kind": kind, "message": text, "free_gib": free, "total_gib": total,
+                                    "gpu_memory_utilization": util, "requested_gib": requested, "device": m.group(3)}),
+                Parsed(ev.RANK, {"total_gib": total, "init_free_gib": free, "usable_gib": requested}),
+                Parsed(ev.SETTINGS, {"gpu_memory_utilization": util})]
+    m = _PROFILE_ERROR.search(msg)
+    if m:
+        return [Parsed(ev.FAILURE, {"kind": "multi-instance-contention", "message": text,
+                                    "init_free_gib": _f(m, 1), "current_free_gib": _f(m, 2)})]
+    if _AUTO_FIT_FAIL.search(msg):
+        return [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": text})]
+    m = _SWAP_TOO_LARGE.search(msg)
+    if m:
+        return [Parsed(ev.FAILURE, {"kind": "host-memory", "message": text, "swap_gib": _f(m, 1), "host_gib": _f(m, 2)})]
+    m = _SWAP_WARN.search(msg)
+    if m:
+        return [Parsed(ev.WARNING, {"code": "swap-space-large", "message": text, "swap_gib": _f(m, 1), "host_gib": _f(m, 2)})]
+    if _INIT_FAILED.search(msg):
+        return [Parsed(ev.FAILURE, {"kind": "exception", "message": text, "weak": True, "engine_init": True})]
+    return []
+
+
+class VLLMLines:
+    """Line knowledge for vLLM (see module docstring)."""
+
+    engine = ENGINE
+    anchors = ANCHORS
+
+    def wants_join(self, text: str) -> bool:
+        return any(head in text and not pattern.search(text) for head, pattern in _JOINABLE)
+
+    def parse(self, text: str, ctx: LineContext) -> list[Parsed]:
+        rank, ts, msg, repeated = split_prefix(text[:MAX_MESSAGE])
+        out = _failures(msg) or _memory(msg) or _capacity(msg) or _settings(msg)
+        if not out:
+            return []
+        for p in out:
+            p.rank = rank if p.kind in (ev.RANK, ev.POOL, ev.PHASE) else None
+            p.timestamp = ts
+            if repeated and p.kind == ev.RANK:
+                p.data = {**p.data, "repeated_across_cluster": repeated}
+        return _gate_boundary(out, ts, ctx)
+
+
+def _gate_boundary(out: list[Parsed], ts: str | None, ctx: LineContext) -> list[Parsed]:
+    """Keep a BOUNDARY only where a new engine really starts.
+
+    A startup prints several opening lines (version banner, non-default args, engine config); only
+    the first opens it, so a later one counts only after memory work was seen. A posted excerpt can
+    be out of order (the args pasted under the KV lines): a line stamped earlier than one already
+    read is not a restart.
+    """
+    st = ctx.state
+    last = st.get("vllm_last_ts")
+    if any(p.kind == ev.BOUNDARY for p in out):
+        earlier = ts is not None and last is not None and ts < last
+        if st.get("vllm_content") and not earlier:
+            st["vllm_content"] = False
+        else:
+            out = [p for p in out if p.kind != ev.BOUNDARY]
+    if any(p.kind in _CONTENT for p in out):
+        st["vllm_content"] = True
+    if ts is not None and (last is None or ts > last):
+        st["vllm_last_ts"] = ts
+    return out
+
+
+_JOINABLE: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("To serve at least one request", _V1_MAX_LEN),
+    ("The model's max seq len", _V0_MAX_LEN),
+    ("Memory profiling results: ", re.compile(r"gpu_memory_utilization=\s*[\d.]+")),
+    ("Free memory on device (", re.compile(r"Current kv cache memory in use is|fully utilize|CUDAGraph memory|"
+                                            r"less than desired")),
+    ("model weights take", re.compile(r"reserved for KV Cache is\s+[\d.]+")),
+    ("is equivalent to --gpu-memory-utilization", re.compile(r"without CUDA graph")),
+    ("Maximum concurrency for", _CONCURRENCY),
+    ("GPU KV cache size:", re.compile(r"KV cache size: [\d,]+ tokens")),
+)
