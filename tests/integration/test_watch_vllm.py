@@ -117,9 +117,10 @@ def _load(url: str, model: str, seconds: float, stop: threading.Event) -> list[s
     def client(i: int) -> None:
         n = 0
         while time.monotonic() < deadline and not stop.is_set() and n < 200:
-            # ~540 prompt tokens (5 of the 16 blocks): three requests fill the cache, so the next block a
-            # running request needs preempts another one within seconds, however slow the machine.
-            body = json.dumps({"model": model, "prompt": f"the quick brown fox {i} {n} " * 90, "max_tokens": 300,
+            # 631-632 prompt tokens, just under 5 blocks of 128 (the unique part first, so no prefix-cache
+            # sharing): three requests fill the 15 usable blocks, and each needs a 6th block after ~8
+            # generated tokens, so vLLM preempts within seconds however slow the machine is.
+            body = json.dumps({"model": model, "prompt": f"{i} {n} " + "the quick brown fox " * 157, "max_tokens": 300,
                                "ignore_eos": True, "temperature": 0}).encode()
             req = urllib.request.Request(url + "/v1/completions", body, {"Content-Type": "application/json"})
             try:
@@ -183,10 +184,12 @@ def test_watch_sees_usage_rise_queueing_and_preemptions(server, tmp_path):
     assert summary["verdict"] == "capacity-bound"
     assert "capacity-bound" in out and "kvscope watch · summary" in out
     # the recording and the server log explain together
-    e = _kvscope("explain", str(rec), "--format", "json")
+    e = _kvscope("explain", str(server["log"]), str(rec), "--format", "json")
     assert e.returncode == 0, e.stderr
-    s = json.loads(e.stdout)["startups"][0]
-    assert s["capacity"]["kv_tokens"] == 2048 and s["runtime"]["usage"]["peak"] >= 0.6
+    logged, watched = json.loads(e.stdout)["startups"]
+    assert logged["engine"] == watched["engine"] == "vllm"
+    assert logged["capacity"]["kv_tokens"] == watched["capacity"]["kv_tokens"] == 2048
+    assert watched["runtime"]["usage"]["peak"] >= 0.6
 
 
 def test_killing_the_server_mid_watch_ends_cleanly(server, tmp_path):
