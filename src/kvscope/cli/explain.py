@@ -45,5 +45,7 @@ def command(logs, example, fmt, output, assume, model, no_redact, debug) -> None
         why = "it looks like binary data" if analysis.stats.looks_binary() else "no engine startup lines found"
         if analysis.stats.overlong_lines:
             why += f"; {analysis.stats.overlong_lines} over-long line(s) skipped"
+        for warning in analysis.stats.warnings[:2]:  # e.g. a truncated .gz, a decompression bomb
+            why += f"; {warning}"
         click.echo(f"kvscope: nothing to explain in {', '.join(analysis.stats.files) or 'the input'} ({why})", err=True)
         sys.exit(2)

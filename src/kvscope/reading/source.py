@@ -1,12 +1,15 @@
 """Stream input files in large blocks and hand on only the lines that can matter.
 
 Why blocks and anchors instead of ``for line in file``: a week of journal is gigabytes of serving
-lines; a Python-level loop over every line costs more than the whole rest of kvscope. Scanning each
-4 MiB block with ``bytes.find`` for a few anchor words (C speed) and only decoding the lines that hold
-one keeps kvscope within a small factor of ``grep``. Every candidate line is followed by its next
-physical line, marked as context, so a line hard-wrapped by a terminal can be joined again.
+lines; a Python-level loop over every line costs more than the whole rest of kvscope. Each block
+is searched at C speed for the anchor words (see ``scan.AnchorScanner``) and only the lines that
+hold one are decoded. Every candidate line is followed by its next physical line, marked as
+context, so a line hard-wrapped by a terminal can be joined again.
 
-Memory is bounded by the block size plus ``max_line_bytes``: a longer line is skipped and counted.
+Memory is bounded by the block size plus ``MAX_LINE_BYTES``: a longer line is skipped and counted,
+never buffered whole. A ``.gz`` input is decompressed as a stream and cut off when it expands far
+beyond what any log compresses to (a decompression bomb). stdin and FIFOs are read as streams, so
+``journalctl -f | kvscope explain -`` works in constant memory.
 """
 
 from __future__ import annotations
@@ -21,12 +24,21 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from kvscope.errors import InputError
+from kvscope.reading.scan import AnchorScanner
 
 BLOCK_BYTES = 4 << 20
 MAX_LINE_BYTES = 1 << 20
-# A gzip member expanding more than this factor is treated as a decompression bomb and cut off.
-MAX_GZIP_RATIO = 2000
+TEXT_SAMPLE_BYTES = 64 << 10
+# Bytes that no text log holds (tab, LF, FF, CR and ESC are text; ESC starts colour codes).
+_CONTROL = bytes(b for b in range(32) if b not in (9, 10, 12, 13, 27)) + b"\x7f"
+# Text logs compress 5-50x, a file of one repeated line a few hundred x; deflate's ceiling is
+# about 1032x. Past this ratio (and the allowance) the input is treated as a decompression bomb.
+MAX_GZIP_RATIO = 256
 MIN_GZIP_ALLOWANCE = 64 << 20
+# Anchor-key plan: sample size, and how often it is remade even when hits stay as planned.
+PLAN_SAMPLE_BYTES = 64 << 10
+REPLAN_BYTES = 64 << 20
+DIRECT_REPLAN_BYTES = 8 << 20
 
 
 @dataclass(slots=True)
@@ -48,171 +60,277 @@ class ReadStats:
     nul_bytes: int = 0
     truncated_gzip: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    sampled_bytes: int = 0  # the head of each input, looked at closely for binary content
+    nontext_bytes: int = 0  # control bytes and invalid UTF-8 in that head
 
     def looks_binary(self) -> bool:
-        return self.bytes_read > 0 and self.nul_bytes > max(16, self.bytes_read // 100)
+        """NUL bytes, or a head that is mostly not text (random data has few NULs but no UTF-8)."""
+        if self.bytes_read == 0:
+            return False
+        many_nuls = self.nul_bytes > max(16, self.bytes_read // 100)
+        return many_nuls or (self.sampled_bytes > 0 and self.nontext_bytes > self.sampled_bytes // 10)
 
 
-def _open(path: str, stats: ReadStats) -> tuple[BinaryIO, bool]:
+def _open(path: str) -> BinaryIO:
     """Open a path (or '-' for stdin) for binary streaming; refuse what cannot be a log."""
     if path == "-":
-        return sys.stdin.buffer, False
+        if sys.stdin is None or not hasattr(sys.stdin, "buffer"):
+            raise InputError("-: there is no standard input to read")
+        return sys.stdin.buffer
     try:
         st = os.stat(path)
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    except ValueError:  # e.g. a NUL byte in the path
+        raise InputError(f"{path!r}: not a usable path") from None
     if stat.S_ISDIR(st.st_mode):
         raise InputError(f"{path}: is a directory, give the log files inside it")
     try:
-        fh = open(path, "rb")  # noqa: SIM115 - closed by the caller
+        return open(path, "rb")  # noqa: SIM115 - closed by the caller
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
-    head = fh.peek(2)[:2] if hasattr(fh, "peek") else b""
-    if head == b"\x1f\x8b":
-        return fh, True
-    return fh, False
+
+
+def _is_gzip(fh: BinaryIO) -> bool:
+    """gzip's magic and its one compression method (deflate): a text log never starts so."""
+    try:
+        return fh.peek(3)[:3] == b"\x1f\x8b\x08" if hasattr(fh, "peek") else False
+    except OSError:
+        return False
+
+
+class _Counting:
+    """A read-only file object that counts the bytes read through it (compressed bytes, here)."""
+
+    def __init__(self, raw: BinaryIO):
+        self.raw = raw
+        self.count = 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.raw.read(n)
+        self.count += len(data)
+        return data
 
 
 class _BoundedGzip:
-    """A gzip stream that stops after MAX_GZIP_RATIO × the compressed size (bomb guard)."""
+    """A gzip stream that stops past MAX_GZIP_RATIO × the compressed bytes read (bomb guard).
+
+    The ratio is taken against what was actually read, not the file size, so it also holds for
+    stdin and FIFOs.
+    """
 
     def __init__(self, raw: BinaryIO, path: str, stats: ReadStats):
-        self._gz = gzip.GzipFile(fileobj=raw, mode="rb")
-        size = os.fstat(raw.fileno()).st_size if hasattr(raw, "fileno") else 0
-        self._limit = max(MIN_GZIP_ALLOWANCE, size * MAX_GZIP_RATIO)
+        self._raw = _Counting(raw)
+        self._gz = gzip.GzipFile(fileobj=self._raw, mode="rb")  # type: ignore[arg-type]
         self._seen = 0
         self._path = path
         self._stats = stats
+        self._done = False
 
     def read1(self, n: int) -> bytes:
-        if self._seen >= self._limit:
+        if self._done:
+            return b""
+        if self._seen > max(MIN_GZIP_ALLOWANCE, self._raw.count * MAX_GZIP_RATIO):
+            self._done = True
             self._stats.warnings.append(
                 f"{self._path}: stopped after {self._seen >> 20} MiB of decompressed data "
-                f"(more than {MAX_GZIP_RATIO}x the file; a decompression bomb?)"
+                f"(more than {MAX_GZIP_RATIO}x the compressed size; a decompression bomb?)"
             )
             return b""
         try:
             data = self._gz.read1(n)
-        except (EOFError, OSError, zlib.error):
+        except (EOFError, OSError, zlib.error) as exc:
+            self._done = True
             self._stats.truncated_gzip.append(self._path)
+            why = "ends early (truncated?)" if isinstance(exc, EOFError) else f"is damaged ({exc})"
+            self._stats.warnings.append(f"{self._path}: compressed data {why}; read what came before")
             return b""
         self._seen += len(data)
         return data
 
 
-def _blocks(fh: BinaryIO | _BoundedGzip) -> Iterator[bytes]:
+def _blocks(fh: BinaryIO | _BoundedGzip, name: str, stats: ReadStats) -> Iterator[bytes]:
+    """Blocks of at most BLOCK_BYTES; read1 returns what a pipe has now instead of waiting for more."""
     read = getattr(fh, "read1", None) or fh.read
     while True:
         try:
             data = read(BLOCK_BYTES)
-        except OSError:
+        except OSError as exc:
+            stats.warnings.append(f"{name}: read error ({exc.strerror or exc}); read what came before")
             return
         if not data:
             return
         yield data
 
 
-def _line_starts(buf: bytes, anchors: tuple[bytes, ...]) -> list[int]:
-    """Start offsets of the lines in ``buf`` that contain any anchor."""
-    starts: set[int] = set()
-    find, rfind = buf.find, buf.rfind
-    for anchor in anchors:
-        i = find(anchor)
-        while i != -1:
-            start = rfind(b"\n", 0, i) + 1
-            starts.add(start)
-            end = find(b"\n", i)
-            if end == -1:
-                break
-            i = find(anchor, end)
-    return sorted(starts)
-
-
-def _decode(raw: bytes) -> str:
-    return raw.decode("utf-8", "replace")
-
-
 def iter_candidate_lines(
     paths: Iterable[str], anchors: tuple[bytes, ...], stats: ReadStats | None = None
 ) -> Iterator[Line]:
-    """Yield the lines of all inputs that contain an anchor, each followed by its successor as context."""
+    """Yield the lines of all inputs that contain an anchor, each followed by its successor as context.
+
+    Line numbers are 1-based physical lines (split on ``\\n``). A line longer than MAX_LINE_BYTES is
+    never yielded, as candidate or context; it is counted in ``stats.overlong_lines``.
+    """
     stats = stats if stats is not None else ReadStats()
+    scanner = AnchorScanner(anchors)
     for path in paths:
-        fh, is_gzip = _open(path, stats)
+        fh = _open(path)
         name = "<stdin>" if path == "-" else path
         stats.files.append(name)
-        stream: BinaryIO | _BoundedGzip = _BoundedGzip(fh, name, stats) if is_gzip else fh
+        stream: BinaryIO | _BoundedGzip = _BoundedGzip(fh, name, stats) if _is_gzip(fh) else fh
         try:
-            yield from _scan_stream(stream, name, anchors, stats)
+            yield from _FileScan(name, scanner, stats).run(_blocks(stream, name, stats))
         finally:
             if fh is not sys.stdin.buffer:
                 fh.close()
 
 
-def _scan_stream(
-    stream: BinaryIO | _BoundedGzip, name: str, anchors: tuple[bytes, ...], stats: ReadStats
-) -> Iterator[Line]:
-    carry = b""
-    line_no = 0  # number of newlines consumed before the current buffer
-    skipping = False  # inside an overlong line: drop bytes until its newline
-    want_context = False  # the previous buffer ended right after a candidate line
-    for block in _blocks(stream):
-        stats.bytes_read += len(block)
-        stats.nul_bytes += block.count(b"\0")
-        if skipping:
-            nl = block.find(b"\n")
-            if nl == -1:
+class _FileScan:
+    """The per-file state of one streaming scan: line number, the partial last line, context."""
+
+    def __init__(self, name: str, scanner: AnchorScanner, stats: ReadStats):
+        self.name = name
+        self.scanner = scanner
+        self.stats = stats
+        self.line_no = 0  # lines completed so far
+        self.want_context = False  # the last completed line was a candidate
+        self.next_plan = 0  # bytes_read at which the key plan is remade
+        self.last_plan = 0
+        self.file_bytes = 0
+
+    def run(self, blocks: Iterator[bytes]) -> Iterator[Line]:
+        carry = b""  # the start of a line whose newline has not been read yet
+        skipping = False  # inside an overlong line: drop bytes until its newline
+        for block in blocks:
+            if self.file_bytes < TEXT_SAMPLE_BYTES:
+                self._sample_text(block[: TEXT_SAMPLE_BYTES - self.file_bytes])
+            self.file_bytes += len(block)
+            self.stats.bytes_read += len(block)
+            if b"\0" in block:
+                self.stats.nul_bytes += block.count(b"\0")
+            pos = 0
+            if skipping:
+                nl = block.find(b"\n")
+                if nl == -1:
+                    continue
+                pos, skipping = nl + 1, False
+                self._skip_line()
+            first = block.find(b"\n", pos)
+            if first == -1:
+                carry = carry + block[pos:] if carry else block[pos:]
+                if len(carry) > MAX_LINE_BYTES:
+                    self._overlong_started()
+                    carry, skipping = b"", True
                 continue
-            block = block[nl + 1 :]
-            line_no += 1
-            skipping = False
-        buf = carry + block if carry else block
-        cut = buf.rfind(b"\n") + 1
-        if cut == 0:
-            if len(buf) > MAX_LINE_BYTES:
-                stats.overlong_lines += 1
-                skipping, carry = True, b""
-            else:
-                carry = buf
+            if carry:
+                head, carry = carry + block[pos : first + 1], b""
+                if len(head) - 1 > MAX_LINE_BYTES:
+                    self.stats.overlong_lines += 1
+                    self._skip_line()
+                else:
+                    yield from self._region(head, 0, len(head))
+                pos = first + 1
+            end = block.rfind(b"\n", pos) + 1
+            if end > pos:
+                yield from self._region(block, pos, end)
+            carry = block[max(end, pos) :]
+            if len(carry) > MAX_LINE_BYTES:
+                self._overlong_started()
+                carry, skipping = b"", True
+        if skipping:
+            self._skip_line()
+        elif carry:
+            yield from self._region(carry + b"\n", 0, len(carry) + 1)
+
+    def _sample_text(self, head: bytes) -> None:
+        """Count what in the head of the input cannot be text: control bytes and invalid UTF-8."""
+        text = head.decode("utf-8", "replace")
+        self.stats.sampled_bytes += len(head)
+        self.stats.nontext_bytes += len(head) - len(head.translate(None, _CONTROL)) + text.count("\ufffd")
+
+    def _skip_line(self) -> None:
+        self.line_no += 1
+        self.stats.lines += 1
+        self.want_context = False
+
+    def _overlong_started(self) -> None:
+        """An unfinished line passed the bound: count it now; its bytes are dropped until its newline."""
+        self.stats.overlong_lines += 1
+        self.want_context = False
+
+    def _plan(self, buf: bytes, lo: int, hi: int, hits: int) -> None:
+        """Remake the anchor-key plan from the newest data when it may be off.
+
+        When: at a file's start, when key hits run well above plan, while some anchor is searched
+        for directly (the plan may have been made from startup lines, where capitals abound), and
+        every REPLAN_BYTES anyway. A plan costs well under a millisecond.
+        """
+        expected = self.scanner.planned_hits_per_byte * (hi - lo)
+        due = self.stats.bytes_read >= self.next_plan
+        direct_due = self.scanner.direct and self.stats.bytes_read >= self.last_plan + DIRECT_REPLAN_BYTES
+        if due or direct_due or hits > 4 * expected + 256:
+            self.scanner.plan(buf[max(lo, hi - PLAN_SAMPLE_BYTES) : hi])
+            self.last_plan = self.stats.bytes_read
+            self.next_plan = self.stats.bytes_read + REPLAN_BYTES
+
+    def _region(self, buf: bytes, lo: int, hi: int) -> Iterator[Line]:
+        """Candidate lines (and their successors) of ``buf[lo:hi]``, which holds whole lines."""
+        big = hi - lo >= PLAN_SAMPLE_BYTES or self.stats.bytes_read < PLAN_SAMPLE_BYTES
+        if big and self.stats.bytes_read >= self.next_plan:
+            self._plan(buf, lo, hi, 0)
+        starts, hits = self.scanner.line_starts(buf, lo, hi)
+        if big:
+            self._plan(buf, lo, hi, hits)
+        overlong = _overlong_lines(buf, lo, hi) if hi - lo > MAX_LINE_BYTES + 1 else set()
+        self.stats.overlong_lines += len(overlong)
+        name, find, count = self.name, buf.find, buf.count
+        start_set = set(starts)
+        if self.want_context and lo not in start_set and lo not in overlong:
+            yield Line(name, self.line_no + 1, _decode(buf[lo : find(b"\n", lo, hi)]), context=True)
+        line_no, counted_to = self.line_no, lo  # line_no: newlines in buf[lo:counted_to], plus before
+        last_end = -1
+        for start in starts:
+            line_no += count(b"\n", counted_to, start)
+            counted_to = start
+            if start in overlong:
+                continue
+            end = find(b"\n", start, hi)
+            last_end = end
+            yield Line(name, line_no + 1, _decode(buf[start:end]))
+            nxt = end + 1
+            if nxt < hi and nxt not in start_set and nxt not in overlong:
+                yield Line(name, line_no + 2, _decode(buf[nxt : find(b"\n", nxt, hi)]), context=True)
+        line_no += count(b"\n", counted_to, hi)
+        self.stats.lines += line_no - self.line_no
+        self.line_no = line_no
+        self.want_context = last_end == hi - 1
+
+
+def _overlong_lines(buf: bytes, lo: int, hi: int) -> set[int]:
+    """Start offsets of the lines in ``buf[lo:hi]`` longer than MAX_LINE_BYTES.
+
+    A line longer than 2h contains a whole newline-free window [p, p + h) of any grid of step h that
+    begins at or before it, so only windows without a newline need a closer look: a few memchr
+    calls per block instead of a look at every line.
+    """
+    h = max(1, MAX_LINE_BYTES // 2)
+    found: set[int] = set()
+    find, rfind = buf.find, buf.rfind
+    p = lo
+    while p + h <= hi:
+        if find(b"\n", p, p + h) != -1:
+            p += h
             continue
-        body, carry = buf[:cut], buf[cut:]
-        if len(carry) > MAX_LINE_BYTES:
-            stats.overlong_lines += 1
-            skipping, carry = True, b""
-        yield from _emit(body, name, anchors, stats, line_no, want_context)
-        want_context = bool(body) and _ends_with_candidate(body, anchors)
-        n = body.count(b"\n")
-        stats.lines += n
-        line_no += n
-    if carry and not skipping:
-        stats.lines += 1
-        yield from _emit(carry + b"\n", name, anchors, stats, line_no, want_context)
-
-
-def _ends_with_candidate(body: bytes, anchors: tuple[bytes, ...]) -> bool:
-    last = body[body.rfind(b"\n", 0, len(body) - 1) + 1 :]
-    return any(a in last for a in anchors)
-
-
-def _emit(
-    body: bytes, name: str, anchors: tuple[bytes, ...], stats: ReadStats, base_line: int, want_context: bool
-) -> Iterator[Line]:
-    """Yield candidate lines of a newline-terminated body, each with the following line as context."""
-    starts = _line_starts(body, anchors)
-    start_set = set(starts)
-    if want_context and 0 not in start_set:
-        yield Line(name, base_line + 1, _decode(body[: body.find(b"\n")]), context=True)
-    counted_to, counted_lines = 0, base_line
-    for start in starts:
-        counted_lines += body.count(b"\n", counted_to, start)
-        counted_to = start
-        end = body.find(b"\n", start)
+        nl = rfind(b"\n", lo, p)
+        start = nl + 1 if nl != -1 else lo
+        end = find(b"\n", p + h, hi)
         if end - start > MAX_LINE_BYTES:
-            stats.overlong_lines += 1
-            continue
-        yield Line(name, counted_lines + 1, _decode(body[start:end]))
-        nxt_end = body.find(b"\n", end + 1)
-        if nxt_end != -1 and (end + 1) not in start_set:
-            yield Line(name, counted_lines + 2, _decode(body[end + 1 : nxt_end]), context=True)
+            found.add(start)
+        p = end + 1
+    return found
+
+
+def _decode(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
