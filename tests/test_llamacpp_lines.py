@@ -133,3 +133,29 @@ def test_new_model_load_after_a_context_is_a_new_startup(tmp_path):
     [s] = analyze([_write(tmp_path, "\n".join(draft))]).startups
     gpu = s.ranks[0]
     assert gpu.pool("target").gib == 0.25 and gpu.pool("draft").gib == 16 / 1024
+
+
+def test_ik_split_mode_graph_per_device_list(tmp_path):
+    """ik_llama.cpp split mode graph: one CUDA_Split buffer, then the per-device shares (src/llama.cpp format)."""
+    log = "\n".join([
+        "llama_kv_cache_init: CUDA_Split KV buffer size = 14632.83 MiB",
+        "llama_kv_cache_init: KV cache size per device:",
+        "    Device 0:  7316.41 MiB",
+        "    Device 1:  7316.41 MiB",
+        "llama_new_context_with_model: KV self size  = 14632.75 MiB, K (q8_0): 7316.38 MiB, V (q8_0): 7316.38 MiB",
+    ])
+    [s] = analyze([_write(tmp_path, log)]).startups
+    shares = {r.rank: r.extras.get("kv_split_gib") for r in s.ranks}
+    assert shares["CUDA0"] == shares["CUDA1"] == 7316.41 / 1024
+    split = next(r for r in s.ranks if r.rank == "CUDA_Split")
+    assert split.pool("target").gib == 14632.75 / 1024  # the shares are ledger rows, not a second pool
+    assert all(not r.kv_pools for r in s.ranks if r.rank != "CUDA_Split")
+
+
+def test_whole_cache_rank_is_not_an_oversized_gpu(tmp_path):
+    """A cache spread over 8 GPUs can exceed one GPU; --assume gpu must not call that inconsistent."""
+    log = "\n".join([f"llama_kv_cache_init:      CUDA{i} KV buffer size = 12288.00 MiB" for i in range(8)]
+                    + ["llama_new_context_with_model: KV self size  = 98304.00 MiB, K (f16): 49152.00 MiB, V (f16): 49152.00 MiB"])
+    [s] = analyze([_write(tmp_path, log)], {"gpu": "RTX 4090"}).startups
+    assert next(r for r in s.ranks if r.rank == "(all devices)").pool("target").gib == 96.0
+    assert not any(f.code == "log-inconsistent" for f in s.findings)

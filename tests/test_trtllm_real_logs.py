@@ -173,3 +173,10 @@ def test_rank_prefix():
                   "in memory usage profiling: 2.10 GiB", LineContext())
     assert p.rank == "rank=3" and p.data == {"non_torch_gib": 2.10}
     assert p.timestamp == "07/08/2025-19:47:15"
+
+
+def test_engine_limits_without_kv_lines():
+    s = _one("005")
+    limits = next(f for f in s.findings if f.code == "trtllm-engine-limits")
+    assert "8 × 1,048,576 = 8,388,608 tokens" in limits.title and "2 TP ranks" in limits.detail
+    assert s.era == "C++ TensorRT-engine runtime (TRTGptModel)"

@@ -42,19 +42,21 @@ def _kv_cost(s: Startup) -> Finding | None:
         return None
     mib = cache["gib"] * 1024
     k_type, v_type = cache.get("k_type") or cache.get("dtype"), cache.get("v_type") or cache.get("dtype")
-    where = ", ".join(cache.get("devices") or []) or "the device"
+    types = f"MLA latent c^KV {k_type}" if cache.get("layout") == "mla" else f"{k_type}/{v_type}"
+    devices = cache.get("devices") or []
+    where = (", ".join(devices) if len(devices) <= 4 else f"{len(devices)} devices") or "the device"
     if not tokens:
-        return Finding("llamacpp-kv-cost", "info", f"KV cache: {mib:,.2f} MiB ({k_type}/{v_type}) on {where}",
+        return Finding("llamacpp-kv-cost", "info", f"KV cache: {mib:,.2f} MiB ({types}) on {where}",
                        "The log does not print n_ctx, so the cost per token is unknown; llama.cpp allocates the whole "
                        "cache (-c cells) at start, whatever the requests use.")
     per_cell = mib * rules.MIB / tokens
-    title = f"KV cache: {tokens:,} cells × {per_cell:,.0f} B = {mib:,.2f} MiB ({k_type}/{v_type}) on {where}"
+    title = f"KV cache: {tokens:,} cells × {per_cell:,.0f} B = {mib:,.2f} MiB ({types}) on {where}"
     detail = (f"llama.cpp allocates the whole cache at start: -c {tokens:,} cells, whatever the requests use. "
               f"Each 1,024 tokens of -c cost {per_cell * 1024 / rules.MIB:,.1f} MiB.")
     suggestion = None
     size_k, size_v = rules.type_size(k_type), rules.type_size(v_type)
     q8 = rules.type_size("q8_0")
-    if size_k and size_v and q8 and (size_k > q8 or size_v > q8):
+    if size_k and size_v and q8 and (size_k > q8 or size_v > q8) and cache.get("layout") is None:
         after_mib = mib * (q8 * 2) / (size_k + size_v)
         detail += (f" With --cache-type-k q8_0 --cache-type-v q8_0 the same -c takes ≈ {after_mib:,.1f} MiB "
                    f"(q8_0 stores 32 elements in 34 bytes), or the same memory holds ≈ {int(tokens * mib / after_mib):,} cells.")
@@ -183,10 +185,26 @@ def _recovered(s: Startup) -> Finding | None:
                    "or -c to get pipeline parallelism back.", _ubatch(s))
 
 
+def _drop_aggregate_noise(s: Startup) -> None:
+    """Engine-neutral checks that misread llama.cpp: unequal free memory across GPUs is normal (layers are
+    split by --tensor-split, nothing is sized from the poorest GPU), and the whole-cache rank may hold more
+    KV than one GPU because it spans all of them."""
+    kept = []
+    for f in s.findings:
+        if f.code == "rank-imbalance":
+            continue
+        if f.code == "log-inconsistent" and ": " in f.detail:
+            head, problems = f.detail.split(": ", 1)
+            real = [p for p in problems.split("; ") if not p.startswith(AGGREGATE_RANK)]
+            if not real:
+                continue
+            f.detail = f"{head}: {'; '.join(real)}"
+        kept.append(f)
+    s.findings[:] = kept
+
+
 def findings(s: Startup) -> list[Finding]:
-    # llama.cpp splits layers by --tensor-split, so unequal free memory across GPUs is expected: the
-    # engine-neutral "rank imbalance" reading (pool sized from the poorest rank) does not apply.
-    s.findings[:] = [f for f in s.findings if f.code != "rank-imbalance"]
+    _drop_aggregate_noise(s)
     out = [f for f in (_failure(s), _recovered(s), _kv_cost(s), _slots(s), _train_context(s), _offload(s),
                        _compute(s)) if f is not None]
     return out

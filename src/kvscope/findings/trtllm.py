@@ -123,6 +123,21 @@ def _context(s: Startup) -> Finding | None:
                               int(tokens) // 2 if tokens else None))
 
 
+def _limits(s: Startup) -> Finding | None:
+    """No KV line in the log: say what the engine's build limits demand of the KV cache."""
+    batch, seq = _num(s, "max_batch_size") or _num(s, "max_num_sequences"), _num(s, "max_seq_len")
+    if s.capacity.kv_tokens is not None or not batch or not seq:
+        return None
+    need = int(batch * seq)
+    tp = s.settings.get("tp_size")
+    detail = (f"The log stops before the KV cache is sized. The engine was built for max_batch_size {int(batch)} × "
+              f"max_seq_len {int(seq):,}: {need:,} KV tokens for a full batch of maximum-length sequences"
+              + (f", on each of the {tp} TP ranks (each holds its share of the heads)" if tp and tp > 1 else "")
+              + ". TensorRT-LLM will cap the attention window to what fits and warn if that is less than max_seq_len.")
+    return Finding("trtllm-engine-limits", "info", f"Engine limits: {int(batch)} × {int(seq):,} = {need:,} tokens at full length",
+                   detail)
+
+
 def _failure(s: Startup) -> Finding | None:
     f = s.failure
     if f is None:
@@ -141,4 +156,5 @@ def _failure(s: Startup) -> Finding | None:
 
 
 def findings(s: Startup) -> list[Finding]:
-    return [f for f in (_failure(s), _budget(s), _greedy(s), _concurrency(s), _window(s), _context(s)) if f is not None]
+    found = (_failure(s), _budget(s), _greedy(s), _concurrency(s), _window(s), _context(s), _limits(s))
+    return [f for f in found if f is not None]

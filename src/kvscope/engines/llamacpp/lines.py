@@ -206,19 +206,24 @@ class LlamaCppLines:
         return False
 
     def parse(self, text: str, ctx: LineContext) -> list[Parsed]:
-        st = ctx.state.setdefault("llamacpp", _fresh_state())
-        msg = _WRAPPER.sub("", text, count=1)
+        st = ctx.state.get("llamacpp")
+        if st is None:
+            st = ctx.state["llamacpp"] = _fresh_state()
         split = st.pop("split_header", None)
+        if split is None and not _GATE.search(text):
+            return []  # one C-speed scan rejects the other engines' lines
+        msg = _WRAPPER.sub("", text, count=1)
         out = self._parse_message(msg, st)
         if not out and split:
             out = _split_device(msg, split, st)
         return out
 
     def _parse_message(self, msg: str, st: dict[str, Any]) -> list[Parsed]:
-        for handler in _HANDLERS:
-            out = handler(msg, st)
-            if out:
-                return out
+        for triggers, handler in _HANDLERS:
+            if any(t in msg for t in triggers):  # substring gates: the patterns below are slow on long foreign lines
+                out = handler(msg, st)
+                if out:
+                    return out
         return []
 
 
@@ -564,4 +569,15 @@ def failure_events(msg: str, backend: str = "CUDA") -> list[Parsed]:
     return []
 
 
-_HANDLERS = (_buffers, _summaries, _params, _server, _devices, _old_era, _boundary, _failures)
+_HANDLERS = (
+    (("buffer size",), _buffers),
+    (("cells", "self size", "KV self indexer"), _summaries),
+    (("n_ctx", "n_seq_max", "n_batch", "n_ubatch", "flash_attn", "kv_unified", "causal_attn", "mla_attn", "type_k",
+      "type_v", "n_rs_seq", "print_info", "llm_load_print_meta", "n_embd_k_gqa", "n_kv_max"), _params),
+    (("n_slots", "n_ctx_slot", "max context", "pipeline parallelism", "offloaded", "size per device"), _server),
+    (("using device", " devices", "Device ", "memory_breakdown", "llama_params_fit"), _devices),
+    (("VRAM", "mem required", "system memory used", "compute buffer total"), _old_era),
+    (("build", "loaded meta data", "draft", "loading model", "general.name"), _boundary),
+    (("alloc", "failed", "unable to", "error loading model", "Free memory"), _failures),
+)
+_GATE = re.compile("|".join(re.escape(t) for triggers, _ in _HANDLERS for t in triggers))

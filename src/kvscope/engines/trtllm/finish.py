@@ -103,16 +103,22 @@ def _settle_failure(s: Startup) -> None:
 
 
 def era(s: Startup) -> str | None:
+    """Which TensorRT-LLM runtime printed the log, from the line shapes it used."""
     text = "\n".join(e.text for e in s.evidence)
     if "Peak memory during memory usage profiling" in text or "[TRT-LLM] [" in text or s.setting("backend") == "pytorch":
         label = "LLM API / PyTorch backend"
+    elif "TRTGptModel" in text:
+        label = "C++ TensorRT-engine runtime (TRTGptModel)"
+    elif "[window size=" in text:
+        label = "KV cache manager with per-window pools (2025+)"
     elif "Using " in text and "tokens in paged KV cache" in text:
         label = "C++ runtime ≤ 0.8 (bytes for k/v cache)"
     elif "[TensorRT-LLM]" in text:
-        label = "C++ runtime (TRTGptModel / executor)"
+        label = "C++ KV cache manager"
     else:
         return None
-    return f"{label}, Triton backend" if "model_lifecycle" in text or "tensorrt_llm'" in text else label
+    triton = s.setting("triton_backend") or "model_lifecycle" in text or "tensorrt_llm'" in text
+    return f"{label}, Triton backend" if triton else label
 
 
 # --- reconciliation -------------------------------------------------------------------------------------------

@@ -60,6 +60,7 @@ _BOTH_SET = re.compile(
 _FRACTION_DEFAULT = re.compile(r"kv_cache_free_gpu_mem_fraction is not specified, will use default value of ([\d.]+)")
 _FRACTION_PARAM = re.compile(rf"(?:kv_cache_free_gpu_mem_fraction|free_gpu_memory_fraction)\s*[=:]\s*{G}")
 _MAX_TOKENS_DEFAULT = re.compile(r"max_tokens_in_paged_kv_cache is not specified")
+_TRITON_PARAM = re.compile(r"\b\w+ is not specified, will (?:use|be set)|\bnot set, defaulting to\b")
 _OVERRIDE = re.compile(r"Maximum kv-cache token overridden by configuration as '(\d+)'")
 _WINDOW_REDUCED = re.compile(r"maxAttentionWindow and maxSequenceLen are too large.*?reduced to (\d+)")
 _WINDOW_UPPER = re.compile(r"Attention window size (\d+) exceeds upper bound (\d+) for available blocks")
@@ -150,7 +151,9 @@ class TRTLLMLines:
         return False
 
     def parse(self, text: str, ctx: LineContext) -> list[Parsed]:
-        st = ctx.state.setdefault("trtllm", {})
+        st = ctx.state.get("trtllm")
+        if st is None:
+            st = ctx.state["trtllm"] = {}
         out = _parse_message(text, st)
         if not out:
             return []
@@ -165,6 +168,8 @@ class TRTLLMLines:
 
 
 def _parse_message(text: str, st: dict[str, Any]) -> list[Parsed]:
+    if not st.get("components") and not _GATE.search(text):
+        return []  # a cheap gate: most lines reaching here belong to another engine
     for handler in _HANDLERS:
         out = handler(text, st)
         if out:
@@ -255,9 +260,11 @@ def _settings(text: str, st: dict[str, Any]) -> list[Parsed]:
     m = _FRACTION_DEFAULT.search(text)
     if m:
         return [Parsed(ev.SETTINGS, {"kv_cache_free_gpu_mem_fraction": to_float(m.group(1)),
-                                     "kv_cache_free_gpu_mem_fraction_default": True})]
+                                     "kv_cache_free_gpu_mem_fraction_default": True, "triton_backend": True})]
     if _MAX_TOKENS_DEFAULT.search(text):
-        return [Parsed(ev.SETTINGS, {"max_tokens_in_paged_kv_cache_default": True})]
+        return [Parsed(ev.SETTINGS, {"max_tokens_in_paged_kv_cache_default": True, "triton_backend": True})]
+    if _TRITON_PARAM.search(text) and _is_trtllm(text):
+        return [Parsed(ev.SETTINGS, {"triton_backend": True})]  # the Triton backend's config.pbtxt defaults
     m = _OVERRIDE.search(text)
     if m:
         return [Parsed(ev.SETTINGS, {"max_tokens_in_paged_kv_cache": to_int(m.group(1))})]
@@ -411,4 +418,8 @@ def _mark_content(handler):
     return wrapped
 
 
+_KEYWORDS = ("TensorRT-LLM", "not specified", "TRT-LLM", "[TRT]", "TRTGptModel", "KV cache", "kv cache", "k/v cache", "MemUsageChange",
+             "engine size", "tokens per block", "insufficient GPU memory", "OutOfMemory", "out of memory",
+             "could not be allocated", "tensorrt_llm", "max_seq_len=", "gpu_mem_fraction", "memory_fraction")
+_GATE = re.compile("|".join(re.escape(k) for k in _KEYWORDS))
 _HANDLERS = (_mark_content(_kv), _profile, _engine, _settings, _warnings, _identity, _failures, _component_report)
