@@ -19,6 +19,7 @@ def test_sglang_without_metrics_reports_capacity_and_says_how_to_enable_them(cap
     assert code == 2
     assert "SGLang 0.4.6.post3" in out and "KV capacity 20,480 tokens" in out
     assert "max running 200" in out and "--mem-fraction-static 0.88" in out
+    assert "max request input 20,474 tokens" in out
     assert "--enable-metrics" in err
 
 

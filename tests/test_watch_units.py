@@ -364,3 +364,10 @@ def test_live_view_draws_a_frame_on_a_terminal():
     assert "KV capacity 2,048 tokens (16 blocks × 128)" in text and "93.3 %  1,911 / 2,048 tokens" in text
     assert "+5 this interval · 5 watched" in text and "GPU0" in text and "4.51 GiB / 140.40 GiB" in text
     assert "longer than the 1 s interval" in text
+
+
+def test_sglang_retraction_gauge_counts_each_log_once():
+    sampler, cap = Sampler(started=0.0), Capacity("sglang", "x", kv_tokens=100)
+    got = [sampler.step(Reading(kv_usage=0.9, preemptions_gauge=g), cap, now=float(i)).preemptions
+           for i, g in enumerate([0.0, 3.0, 3.0, 0.0, 2.0])]
+    assert got == [0, 3, 0, 0, 2]

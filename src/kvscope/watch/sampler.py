@@ -117,6 +117,11 @@ class Sampler:
                 return 0
             return int(r.preemptions_total - prev.preemptions_total)
         if r.preemptions_gauge is not None:
+            # SGLang's num_retracted_reqs holds the count of its last decode log (every 40 steps)
+            # until the next one: a repeated value is the same log seen twice, not new retractions.
+            # Approximate by nature; the num_retractions histogram, when served, is used instead.
+            if self.prev is None or (prev is not None and prev.preemptions_gauge == r.preemptions_gauge):
+                return 0  # the first sample's log interval began before the watch
             return int(r.preemptions_gauge)
         return None
 

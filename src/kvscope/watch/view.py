@@ -103,6 +103,8 @@ def capacity_lines(cap: Capacity) -> list[str]:
         parts.append(f"max concurrency {cap.max_concurrency:.2f}× at {cap.max_model_len:,} tokens")
     elif cap.max_model_len:
         parts.append(f"context {cap.max_model_len:,}")
+    elif cap.extras.get("max_req_input_len"):
+        parts.append(f"max request input {cap.extras['max_req_input_len']:,} tokens")
     if cap.max_running_requests is not None:
         parts.append(f"max running {cap.max_running_requests:,}")
     lines.append(" · ".join(parts))
