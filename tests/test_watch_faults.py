@@ -329,3 +329,15 @@ def test_sigterm_ends_with_a_summary():
     out = "".join(seen) + out
     assert proc.returncode == 0, err
     assert "kvscope watch · summary" in out and "stopped by the user" in out and "Traceback" not in err
+
+
+def test_jsonl_reader_going_away_ends_the_watch():
+    """`kvscope watch URL --format jsonl | head -n 3` must end when head does, quietly."""
+    with Replay(vllm_routes(LOADED_A, LOADED_B)) as srv:
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+        t0 = time.monotonic()
+        r = subprocess.run(f"{sys.executable} -m kvscope watch {srv.url} --interval 0.1 --format jsonl | head -n 3",
+                           shell=True, capture_output=True, text=True, env=env, timeout=60)
+    assert time.monotonic() - t0 < 30
+    assert len(r.stdout.splitlines()) == 3 and json.loads(r.stdout.splitlines()[0])["type"] == "capacity"
+    assert "Traceback" not in r.stderr and "Exception ignored" not in r.stderr

@@ -7,6 +7,7 @@ engine, nothing listening, no usage metrics); 3 the server went away or refused 
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -16,6 +17,15 @@ from kvscope.errors import InputError
 from kvscope.watch.loop import EXIT_OK, Options, Watch
 from kvscope.watch.recorder import Recorder
 from kvscope.watch.view import LiveView, PlainView, QuietView, render_summary
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's last flush into the closed pipe stays quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def _positive(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
@@ -61,7 +71,7 @@ def command(url, interval, duration, api_key, fmt, record, wait, give_up, timeou
     if record:
         recorder.open_file(record)
     if fmt == "jsonl":
-        recorder.add_stream(sys.stdout)
+        recorder.add_stream(sys.stdout, essential=True)
         view = QuietView(out, err)
     elif out.is_terminal:
         view = LiveView(out, interval)
@@ -70,6 +80,10 @@ def command(url, interval, duration, api_key, fmt, record, wait, give_up, timeou
     try:
         watch = Watch(opts, view, recorder)
         result = watch.run()
+    except BrokenPipeError:
+        recorder.close()
+        _silence_stdout()
+        return  # `kvscope watch --format jsonl | head`: the reader has what it wanted
     except InputError:
         recorder.close()
         raise

@@ -48,6 +48,7 @@ class Recorder:
     def __init__(self) -> None:
         self.streams: list[IO[str]] = []
         self._owned: list[IO[str]] = []
+        self._essential: list[IO[str]] = []
 
     def open_file(self, path: str) -> None:
         try:
@@ -57,8 +58,11 @@ class Recorder:
         self.streams.append(fh)
         self._owned.append(fh)
 
-    def add_stream(self, stream: IO[str]) -> None:
+    def add_stream(self, stream: IO[str], essential: bool = False) -> None:
+        """``essential``: the watch's only output (jsonl on stdout); losing it ends the watch."""
         self.streams.append(stream)
+        if essential:
+            self._essential.append(stream)
 
     def write(self, kind: str, t: float | None = None, **data: Any) -> None:
         text = line(kind, t, **data) + "\n"
@@ -67,7 +71,9 @@ class Recorder:
                 stream.write(text)
                 stream.flush()
             except (OSError, ValueError):
-                self.streams.remove(stream)  # a closed pipe stops that stream, not the watch
+                self.streams.remove(stream)  # a closed pipe stops that stream, not the watch…
+                if stream in self._essential:
+                    raise BrokenPipeError("the reader of the JSON lines went away") from None  # …unless it is all
 
     def close(self) -> None:
         for fh in self._owned:
