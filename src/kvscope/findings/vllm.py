@@ -48,7 +48,8 @@ def _max_len(s: Startup) -> list[Finding]:
     need = f.data.get("kv_needed_gib") or (m * bpt / GIB if m and bpt else None)
     fit = f.data.get("estimated_max_model_len") or f.data.get("kv_tokens") or f.data.get("max_model_len_fits")
     if fit is None and k is not None and _block_bytes(s):
-        fit = rules.max_len_that_fits(k, _block_bytes(s) or 0, block_size(s))
+        exact = s.capacity.extras.get("available_kv_exact")
+        fit = rules.max_len_that_fits(k if exact else k - rules.HALF_CENT, _block_bytes(s) or 0, block_size(s))
     inferred = " (inferred from the log; the error line itself is not in it)" if f.data.get("inferred") else ""
     title = f"Startup failed: max_model_len {m:,} does not fit in the KV cache" if m else "Startup failed: KV cache too small"
     detail = (f"vLLM refuses to start unless one request of max_model_len tokens fits in the KV cache{inferred}. "

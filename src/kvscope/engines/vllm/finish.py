@@ -485,6 +485,9 @@ def _architecture_check(s: Startup, era: Era, arch: Architecture, where: str, ch
     if plan.linear:
         checks.append("hybrid linear-attention model: vLLM enlarges the attention block to fit the Mamba state page; "
                       "kvscope does not reproduce that page size, so capacity is read, not predicted")
+        implied = _implied(s, [])
+        rec.bytes_per_token = implied.bytes_per_token if implied is not None else 0
+        rec.method += "; bytes per token implied by the log" if implied is not None else ""
         return rec
     k = cap.available_kv_gib
     if k is None:
@@ -627,9 +630,10 @@ def ledger_rows(s: Startup, r: Rank, era: Era) -> list[LedgerRow]:  # noqa: C901
         add(f"CUDA graphs (estimate) — {where}", estimate, how="derived" if "cuda_graph_estimate_from" in x else "read")
     kv = x.get("available_kv_gib")
     add("KV cache", kv, note="as logged")
-    terms, _ = budget_terms(r)
+    terms, names = budget_terms(r)
     if budget is not None and kv is None and terms and "kv_cache_memory_fit_bytes" in x:
-        add("left for KV" + (" and the CUDA-graph estimate" if inside is not False else ""), budget - sum(terms),
+        non_kv = sum(t for t, n in zip(terms, names, strict=True) if n != "CUDA graphs")
+        add("left for KV" + (" and the CUDA-graph estimate" if inside is not False else ""), budget - non_kv,
             how="derived", note="budget − the terms above (this log line does not print K)")
     if budget is not None and kv is not None and not terms and r.weights_gib is not None:
         graphs_in = estimate if (estimate is not None and inside) else 0.0
