@@ -341,3 +341,28 @@ def test_jsonl_reader_going_away_ends_the_watch():
     assert time.monotonic() - t0 < 30
     assert len(r.stdout.splitlines()) == 3 and json.loads(r.stdout.splitlines()[0])["type"] == "capacity"
     assert "Traceback" not in r.stderr and "Exception ignored" not in r.stderr
+
+
+def test_gpu_numbers_reach_samples_and_summary():
+    """NVML (a stand-in with the real API's shape) on a local server: per-GPU memory in every sample."""
+    import io
+
+    from rich.console import Console
+
+    from kvscope.watch.loop import Options, Watch
+    from kvscope.watch.nvml import GPUMemory
+    from kvscope.watch.recorder import Recorder
+    from kvscope.watch.view import QuietView
+    from tests.test_watch_units import _FakeNVML
+
+    buf = io.StringIO()
+    rec = Recorder()
+    rec.add_stream(buf)
+    console = Console(file=io.StringIO())
+    with Replay(vllm_routes(LOADED_A, LOADED_B)) as srv:
+        result = Watch(Options(srv.url, interval=0.1, duration=0.25), QuietView(console, console), rec,
+                       gpu_factory=lambda: GPUMemory(_FakeNVML())).run()
+    samples = [o for o in jsonl(buf.getvalue()) if o["type"] == "sample"]
+    assert result.exit_code == 0 and samples
+    assert all([g["used_bytes"] for g in s["gpus"]] == [1 << 30, 2 << 30] for s in samples)
+    assert jsonl(buf.getvalue())[-1]["gpu_peak_used_bytes"] == {"0": 1 << 30, "1": 2 << 30}

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from kvscope.watch import prom
 from kvscope.watch.adapters import Adapter, Capacity, detect
-from kvscope.watch.http import Client, WatchError
+from kvscope.watch.http import Client, WatchError, is_loopback
 from kvscope.watch.nvml import GPUMemory
 from kvscope.watch.recorder import Recorder
 from kvscope.watch.sampler import Sample, Sampler
@@ -228,8 +228,6 @@ class Watch:
     def _open_gpus(self) -> None:
         want = self.opts.gpus
         if want is None:
-            from kvscope.watch.http import is_loopback
-
             want = is_loopback(self.client.base)
         if not want:
             return
