@@ -358,7 +358,7 @@ def plan_sglang(ctx: Context) -> dict[str, Any]:
     ledger = _sg_ledger(ctx, k, w, rope, draft if era.draft_in_static_budget else 0.0, base, needed)
     return {
         "engine": "sglang", "engine_version": sg_eras.fmt(k.version), "era": era.name,
-        "settings": _sg_settings(ctx, k), "auto_mem_fraction_static": k.mfs_choice.as_dict() if k.mfs_choice else None,
+        "settings": _effective_mrr(_sg_settings(ctx, k), base), "auto_mem_fraction_static": k.mfs_choice.as_dict() if k.mfs_choice else None,
         "sglang_reserve_estimate_gib": needed.reserved_gib if needed else None,
         "weights": w.as_dict(), "ledger": ledger,
         "kv": {"kv_cache_dtype": k.kv_cache_dtype, "page_size": k.page_size, "bytes_per_token": base["bytes_per_token"],
@@ -394,6 +394,15 @@ def _sg_settings(ctx: Context, k: SglangKnobs) -> dict[str, Any]:
     if k.spec_params:
         origin.setdefault("speculative (steps, topk, draft tokens)", "auto (by architecture)")
     return {key: {"value": v, "from": origin.get(key, "default")} for key, v in values.items()}
+
+
+def _effective_mrr(settings: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+    """Show the request cap SGLang ends up with when the flag was not given."""
+    entry = settings["max_running_requests"]
+    if entry["value"] is None:
+        settings["max_running_requests"] = {"value": base["max_running_requests"],
+                                            "from": f"auto ({base['request_pool_rule']})"}
+    return settings
 
 
 def _sg_table(ctx: Context, k: SglangKnobs, F: float, w: float, extra: float, attn_tp: int,

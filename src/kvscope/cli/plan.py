@@ -16,6 +16,7 @@ SCHEMA = "kvscope.plan/1"
 _MD_REPLACEMENTS = (
     ("GPU memory at startup, read from the server log.", "A plan: predicted from the model and GPU, no log read."),
     ("No engine startup found in the input.\n", ""),
+    ("## What-if prediction", "## Plan (predicted, no log read)"),
 )
 
 
