@@ -304,3 +304,46 @@ def test_every_real_log_explains_without_inconsistency(case):
         assert s.era
         if s.reconciliation is not None and case[:3] != "012":
             assert s.reconciliation.consistent is not False, s.reconciliation.detail
+
+
+# --- the logs quoted in ../shared/docs/vllm-memory.md §6 (no fixture holds them) ---------------------------
+
+
+def _doc_log(tmp_path, lines: list[str]) -> str:
+    path = tmp_path / "log.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_doc_6_1_eagle_layer_found_by_reconciliation(tmp_path):
+    """vLLM issue #19996: only 33 layers (32 + the EAGLE head) reproduce 410,128 tokens and 3.13x."""
+    log = _doc_log(tmp_path, [
+        "INFO 06-23 14:21:48 [gpu_worker.py:232] Available KV cache memory: 51.63 GiB",
+        "INFO 06-23 14:21:48 [kv_cache_utils.py:716] GPU KV cache size: 410,128 tokens",
+        "INFO 06-23 14:21:48 [kv_cache_utils.py:720] Maximum concurrency for 131,072 tokens per request: 3.13x"])
+    [s] = analyze([log], {"gpu": "H100 SXM"}, "meta-llama/Llama-3.1-8B-Instruct").startups
+    rec = s.reconciliation
+    assert rec.consistent is True and rec.bytes_per_token == 33 * 4096
+    assert (rec.kv_tokens_low, rec.kv_tokens_high) == (25_631 * 16, 25_635 * 16)
+    assert s.capacity.extras["draft_kv_layers"] == 1
+    assert "1 draft (EAGLE-style) layer" in rec.method
+    step = finding(s, "util-step")  # 0.01 × 81,559 MiB (H100 SXM in nvidia-smi) / 2,162,688 B = 395 blocks
+    assert step.title == "+0.01 gpu_memory_utilization = +6,320 KV tokens"
+
+
+def test_doc_6_3_qwen3_14b(tmp_path):
+    """LMCache issue #1739 (v0.10.2): 6.51 GiB → 2,666 blocks → 42,656 tokens, 1.30x at 32,768."""
+    log = _doc_log(tmp_path, [
+        "INFO 09-01 10:00:00 [gpu_worker.py:298] Available KV cache memory: 6.51 GiB",
+        "INFO 09-01 10:00:00 [kv_cache_utils.py:864] GPU KV cache size: 42,656 tokens",
+        "INFO 09-01 10:00:00 [kv_cache_utils.py:868] Maximum concurrency for 32,768 tokens per request: 1.30x"])
+    cfg = tmp_path / "qwen3-14b"
+    cfg.mkdir()
+    (cfg / "config.json").write_text(json.dumps({"model_type": "qwen3", "num_hidden_layers": 40, "hidden_size": 5120,
+                                                 "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+                                                 "torch_dtype": "bfloat16"}))
+    [s] = analyze([log], {}, str(cfg)).startups
+    rec = s.reconciliation
+    assert rec.consistent is True and rec.bytes_per_token == 40 * 4096
+    assert rec.kv_tokens_low <= 42_656 <= rec.kv_tokens_high
+    assert "extras" not in s.capacity.extras and "draft_kv_layers" not in s.capacity.extras

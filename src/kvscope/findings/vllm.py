@@ -211,14 +211,14 @@ def _util_step(s: Startup) -> Finding | None:
     """What +0.01 of gpu_memory_utilization buys, and how far the log says it can go."""
     total, u, block = total_gib(s), util(s), _block_bytes(s)
     k, tokens = s.capacity.available_kv_gib, s.capacity.kv_tokens
-    if total is None or u is None or block is None or s.failure is not None:
+    if total is None or block is None or s.failure is not None:
         return None
     per_step = rules.tokens_per_util_step(total, block, block_size(s))
     detail = (f"Every +0.01 of gpu_memory_utilization adds 0.01 × {total:.2f} = {0.01 * total:.2f} GiB to the KV cache "
               f"(nothing else in the budget depends on it): +{per_step:,} tokens per GPU.")
     ref = s.reference_rank
     free0 = ref.extras.get("init_free_gib") if ref else None
-    if free0 is None or k is None or tokens is None:
+    if free0 is None or k is None or tokens is None or u is None:
         return Finding("util-step", "info", f"+0.01 gpu_memory_utilization = +{per_step:,} KV tokens", detail)
     graphs = 0.0 if era_of(s).graphs_in_budget else (ref.cuda_graph_gib or 0.0) if ref else 0.0
     spare = free0 - u * total - graphs - 1.0

@@ -525,7 +525,8 @@ def _architecture_check(s: Startup, era: Era, arch: Architecture, where: str, ch
                   f"({label}) → {span}; log prints {what} → {'inside' if inside else 'OUTSIDE'}")
     if extra and inside:
         cap.extras["draft_kv_layers"] = extra
-        rec.method += f"; the count matches only with {label}"
+        rec.method = rec.method.replace(f"× {plan.layers} layers", f"× {option.layers} layers ({label})")
+        rec.method += "; the printed count matches only with the draft layer included"
     return rec
 
 
