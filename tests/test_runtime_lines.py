@@ -147,3 +147,13 @@ def test_non_runtime_lines_say_nothing() -> None:
                  "(APIServer pid=92107) INFO 05-08 16:21:55 [metrics.py:101] SpecDecoding metrics: Accepted throughput: 15.60 tokens/s",
                  "(EngineCore_0 pid=3945189) INFO 08-21 07:17:09 [scheduler.py:495] Preempted request cmpl-e59 has been resumed!"):
         assert parser.parse(text, LineContext()) == []
+
+
+def test_vllm_v1_preemptions_field() -> None:
+    # The "Preemptions: N" part vLLM's V1 logger adds when N > 0 (format of vllm/v1/metrics/loggers.py);
+    # no posted log with it was found, so the line is built from the format with the 43295 numbers.
+    text = ("(APIServer pid=3646) INFO 05-19 10:13:11 [loggers.py:271] Engine 000: Avg prompt throughput: 0.0 tokens/s, "
+            "Avg generation throughput: 1055.3 tokens/s, Running: 18 reqs, Waiting: 43 reqs, Preemptions: 3, "
+            "GPU KV cache usage: 95.9%, Prefix cache hit rate: 0.0%")
+    d = parse_one(text)
+    assert (d["preempted"], d["running"], d["queued"]) == (3, 18, 43)

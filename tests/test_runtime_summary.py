@@ -158,3 +158,21 @@ def test_stream_state_is_bounded() -> None:
     assert len(st.hist) == USAGE_BINS and len(st.timeline.finished()) <= TIMELINE_POINTS
     assert len(st.top) <= 8 and st.episodes == 2000 and st.top[0][1] - st.top[0][0] == 50
     assert st.percentile(0.5) == pytest.approx(0.5, abs=0.002)
+
+
+def test_dp_attention_groups_are_separate_streams() -> None:
+    # Routing unit test: each DP group (its own scheduler and pool) is a stream; within a group one rank speaks.
+    from kvscope.runtime.accumulate import Accumulator
+    from kvscope.runtime.summary import summarize
+
+    acc = Accumulator()
+    for i in range(10):
+        for label, usage, queued in (("DP0 TP0 EP0", 0.30, 0), ("DP1 TP1 EP1", 0.95, 4), ("DP1 TP1 EP1", 0.96, 5)):
+            acc.add({"src": "decode", "t": float(i), "usage": usage, "running": 8, "queued": queued, "tokens": 800,
+                     "gen_tps": 10.0}, label, None)
+        acc.add({"src": "retract", "t": float(i), "retracted": 1}, "DP1 TP1 EP1", None)
+        acc.add({"src": "retract", "t": float(i), "retracted": 1}, "DP1 TP9 EP9", None)  # same group, other rank
+    rt = summarize(acc)
+    assert rt["stream"] == "DP1" and rt["usage"]["peak"] == 0.96 and rt["queue"]["peak"] == 5
+    assert sorted(g["group"] for g in rt["groups"]) == ["DP0", "DP1"]
+    assert rt["retracted"] == 10 and rt["duplicate_lines_ignored"] == 10

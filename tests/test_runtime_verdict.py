@@ -26,10 +26,10 @@ def journald(line: str, t: dt.datetime) -> str:
     return f"{t:%b %d %H:%M:%S} gpu-node-7 python3[30489]: {line}"
 
 
-def decode(t: dt.datetime, running: int, tokens: int, queued: int) -> str:
+def decode(t: dt.datetime, running: int, tokens: int, queued: int, graph_bs: int = 4096) -> str:
     usage = tokens / POOL
     return (f"[{t:%Y-%m-%d %H:%M:%S}] Decode batch, #running-req: {running}, #token: {tokens}, token usage: {usage:.2f}, "
-            f"cuda graph: True, gen throughput (token/s): {running * 30:.2f}, #queue-req: {queued}")
+            f"cuda graph: {running <= graph_bs}, gen throughput (token/s): {running * 30:.2f}, #queue-req: {queued}")
 
 
 def write_journal(path: Path, serving: list[str], with_startup: bool = True) -> Path:
@@ -39,13 +39,13 @@ def write_journal(path: Path, serving: list[str], with_startup: bool = True) -> 
     return path
 
 
-def serve(phases: list[tuple[int, callable]]) -> list[str]:
+def serve(phases: list[tuple[int, callable]], graph_bs: int = 4096) -> list[str]:
     """Serving lines, one a second: each phase is (seconds, i → (running, tokens, queued))."""
     lines, t = [], T0 + dt.timedelta(seconds=10)
     for seconds, shape in phases:
         for i in range(seconds):
             running, tokens, queued = shape(i)
-            lines.append(journald(decode(t, running, tokens, queued), t))
+            lines.append(journald(decode(t, running, tokens, queued, graph_bs), t))
             t += dt.timedelta(seconds=1)
     return lines
 
@@ -127,3 +127,14 @@ def test_restarts_keep_serving_lines_with_their_startup(tmp_path: Path) -> None:
     startups = analyze([str(path)]).startups
     assert [s.runtime["queue"]["peak"] for s in startups] == [0, 7, 0]
     assert [s.runtime["verdict"]["code"] for s in startups] == ["not-memory-bound", "capacity-bound", "not-memory-bound"]
+
+
+def test_low_usage_queue_beyond_the_graph_batch_names_the_cuda_graph_batch(tmp_path: Path) -> None:
+    # the real startup captured decode graphs up to bs 24; 40 running decode without them
+    lines = serve([(20, lambda i: (8 + i, int(POOL * 0.2), 0)), (200, lambda i: (40, int(POOL * 0.30), 1 + i // 2))],
+                  graph_bs=24)
+    s, rt, f = the_verdict(write_journal(tmp_path / "journal.log", lines))
+    assert rt["cuda_graph"] == {"decode_without_graph_fraction": round(203 / 220, 4), "largest_batch_with_graph": 24,
+                                "smallest_batch_without_graph": 25}
+    assert rt["verdict"]["limit"] == "cuda_graph_batch" and f.title == "Not memory: decode outgrew the CUDA-graph batch (24)"
+    assert f.suggestion.flag == "--cuda-graph-max-bs" and (f.suggestion.from_value, f.suggestion.to_value) == (24, 40)

@@ -163,8 +163,9 @@ def _sglang_fast(text: str, at: int, word: str, clock: _Clock) -> list[Parsed] |
             return None
         r, tok, u, gen, q = m.groups()
         t, label, stamp = clock.sglang(text[: at - 6])
+        graph = None if "graph: " not in text else "graph: True" in text  # cuda / npu / cpu graph
         data = {"src": "decode", "t": t, "usage": float(u), "running": int(r), "queued": int(q), "tokens": int(tok),
-                "gen_tps": float(gen)}
+                "gen_tps": float(gen), "graph": graph}
         return [Parsed(ev.RUNTIME, data, label, stamp)]
     m = _SG_PREFILL.search(text, at)
     if m is None:
@@ -197,6 +198,8 @@ def _sglang_batch(text: str, at: int, word: str, clock: _Clock) -> list[Parsed]:
     if word == "Decode":
         data["tokens"] = _sg_int(pairs, "#token", "#full token")
         data["gen_tps"] = _sg_float(pairs, "gen throughput (token/s)")
+        graph = next((v for k, v in pairs.items() if k.endswith(" graph")), None)
+        data["graph"] = None if graph is None else graph == "True"
     else:
         data["new_tokens"] = _sg_int(pairs, "#new-token")
         data["cached_tokens"] = _sg_int(pairs, "#cached-token")

@@ -77,6 +77,62 @@ class Timeline:
 class Stream:
     """Everything kept about one scheduler's samples (one DP group or one vLLM engine)."""
 
+    __slots__ = (
+        "label",
+        "n",
+        "kinds",
+        "timed",
+        "first_t",
+        "last_t",
+        "first_stamp",
+        "last_stamp",
+        "last_u",
+        "last_q",
+        "span_s",
+        "hist",
+        "usage_n",
+        "usage_time",
+        "above90_s",
+        "above99_s",
+        "peak_u",
+        "peak_u_stamp",
+        "peak_q",
+        "q_seen",
+        "peak_q_stamp",
+        "queued_s",
+        "queued_n",
+        "queued_hist",
+        "queued_running",
+        "peak_r",
+        "sum_r",
+        "r_n",
+        "peak_r_queued",
+        "sat_n",
+        "sat_u_per_req",
+        "sat_tok_per_req",
+        "sat_tok_n",
+        "sat_queued_n",
+        "peak_q_sat",
+        "pool_u",
+        "pool_tok",
+        "low_queued_n",
+        "peaks",
+        "gen",
+        "rates",
+        "new_tokens",
+        "cached_tokens",
+        "episode",
+        "closed",
+        "episodes",
+        "episodes_s",
+        "top",
+        "timeline",
+        "graph_on",
+        "graph_off",
+        "graph_max_on",
+        "graph_min_off",
+    )
+
     def __init__(self, label: str | None) -> None:
         self.label = label
         self.n = 0
@@ -127,6 +183,10 @@ class Stream:
         self.episodes_s = 0.0
         self.top: list[list[Any]] = []
         self.timeline = Timeline()
+        self.graph_on = 0
+        self.graph_off = 0
+        self.graph_max_on = 0
+        self.graph_min_off: int | None = None
 
     # -- the hot path -----------------------------------------------------------------------
     def sample(self, d: dict[str, Any], stamp: str | None) -> None:  # noqa: C901 - one pass per line, kept flat
@@ -197,7 +257,10 @@ class Stream:
                 if q > self.peak_q_sat:
                     self.peak_q_sat = q
         self.timeline.add(t, u if u is not None else 0.0, q or 0, r or 0)
-        if src == "decode" and len(d) == 7:  # the fast-path decode dict: only the generation rate is extra
+        if src == "decode" and len(d) == 8:  # the fast-path decode dict: generation rate and graph flag only
+            graph = d["graph"]
+            if graph is not None and r is not None:
+                self._graph(graph, r)
             gen = d.get("gen_tps")
             if gen is not None:
                 acc = self.gen
@@ -242,8 +305,22 @@ class Stream:
             if r in counts or len(counts) < MAX_RUNNING_KEYS:
                 counts[r] = counts.get(r, 0) + 1
 
+    def _graph(self, graph: bool, r: int) -> None:
+        """Decode batches with / without a CUDA graph: more running requests than the largest captured batch."""
+        if graph:
+            self.graph_on += 1
+            if r > self.graph_max_on:
+                self.graph_max_on = r
+        else:
+            self.graph_off += 1
+            if self.graph_min_off is None or r < self.graph_min_off:
+                self.graph_min_off = r
+
     def _extras(self, d: dict[str, Any]) -> None:
         """Throughputs, prefix-cache tokens and secondary pools: present on some lines only."""
+        graph, r = d.get("graph"), d.get("running")
+        if graph is not None and r is not None:
+            self._graph(graph, r)
         for key in ("gen_tps", "prompt_tps", "input_tps", "hit_pct", "external_hit_pct"):
             v = d.get(key)
             if v is not None:

@@ -102,6 +102,15 @@ def _prefix(st: Stream, acc: Any) -> dict[str, Any] | None:
     return None
 
 
+def _graph(st: Stream) -> dict[str, Any] | None:
+    """SGLang decode lines say whether the batch ran as a CUDA graph (only up to --cuda-graph-max-bs)."""
+    n = st.graph_on + st.graph_off
+    if not n:
+        return None
+    return {"decode_without_graph_fraction": _r(st.graph_off / n), "largest_batch_with_graph": st.graph_max_on or None,
+            "smallest_batch_without_graph": st.graph_min_off}
+
+
 def _timeline(st: Stream) -> dict[str, Any]:
     pts = st.timeline.finished()
     t0 = st.first_t or 0.0
@@ -144,6 +153,7 @@ def summarize(acc: Any) -> dict[str, Any] | None:
             "prefix_cache": _prefix(hot, acc),
             "other_pools": {k: _r(v) for k, v in hot.peaks.items() if k != "swapped"},
             "swapped_peak": hot.peaks.get("swapped"),
+            "cuda_graph": _graph(hot),
             "timeline": _timeline(hot),
         })
         if len(streams) > 1:

@@ -24,7 +24,8 @@ SAFETY_MARGIN_GIB = 2.0  # same margin as findings/sglang.py keeps free at ready
 SAFETY_MARGIN_FRACTION = 0.05
 SATURATED_SHARE = 0.05  # this share of the queued samples at ≥ 90 % usage makes the queue memory's doing
 CAP_SHARE = 0.98
-MAX_FRACTION = 0.95  # a memory fraction above this leaves no room for activations and graphs  # running within 2 % of the cap counts as "at the cap"
+MAX_FRACTION = 0.95
+GRAPHLESS_SHARE = 0.5  # this share of decode batches without a CUDA graph names the graph batch as the limit  # a memory fraction above this leaves no room for activations and graphs  # running within 2 % of the cap counts as "at the cap"
 
 
 def _num(x: Any) -> float | None:
@@ -223,8 +224,24 @@ def _not_memory(s: Startup, rt: dict[str, Any]) -> tuple[Finding, dict[str, Any]
         numbers.update(limit="max_running_requests", cap=cap, running_peak_while_queued=running)
         detail = (f"{head}, and {running:,} requests were running — the {flag} cap of {cap:,}. The cap, not memory, was the limit: "
                   f"raising {flag} lets more requests share the pool, which still had room.")
-        return Finding("not-memory-bound", "warning", f"Not memory: the limit was {flag} ({cap:,})", detail,
-                       Suggestion(flag, cap, None, note="raise it; KV usage had room")), numbers
+        # Room for more running requests: as many as keep usage under 90 %, at most twice as many.
+        room = min(2.0, 0.9 / max(queued_p95 or peak or 0.05, 0.05))
+        to = int(cap * room) if room > 1.05 else None
+        sug = Suggestion(flag, cap, to, note="KV usage had room for about this many") if to else None
+        return Finding("not-memory-bound", "warning", f"Not memory: the limit was {flag} ({cap:,})", detail, sug), numbers
+    running_txt = f" with at most {running:,} running" + (f" (cap {cap:,})" if cap else "") if running is not None else ""
+    graph = rt.get("cuda_graph") or {}
+    off, gmax = graph.get("decode_without_graph_fraction") or 0, graph.get("largest_batch_with_graph")
+    if s.engine == "sglang" and off >= GRAPHLESS_SHARE and gmax:
+        numbers.update(limit="cuda_graph_batch", cap=cap, running_peak_while_queued=running, largest_graph_batch=gmax,
+                       decode_without_graph_fraction=off)
+        detail = (f"{head}{running_txt}. Not memory: {off:.0%} of the decode batches ran without a CUDA graph — more requests "
+                  f"than the {gmax} the captured graphs cover — so every decode step was slower and requests waited longer. "
+                  f"Raise --cuda-graph-max-bs (each captured size takes a little of the reserve: see the 'Capture cuda graph "
+                  f"end … mem usage' line), or keep --max-running-requests near {gmax}.")
+        sug = Suggestion("--cuda-graph-max-bs", gmax, _next_graph_bs(running or gmax), note="graphs take reserve memory")
+        return Finding("not-memory-bound", "warning", f"Not memory: decode outgrew the CUDA-graph batch ({gmax})", detail,
+                       sug), numbers
     numbers.update(limit="scheduler", cap=cap, running_peak_while_queued=running)
     running_txt = f" with at most {running:,} running" + (f" (cap {cap:,})" if cap else "") if running is not None else ""
     if s.engine == "sglang":
@@ -244,8 +261,14 @@ def _not_memory(s: Startup, rt: dict[str, Any]) -> tuple[Finding, dict[str, Any]
                   f"{f' ({budget:,})' if isinstance(budget, int) else ''} per step, so a burst of long prompts waits for "
                   f"prefill, not for KV blocks{f' (prompt throughput averaged {tps:,.0f} tokens/s)' if tps else ''}. A larger "
                   "--max-num-batched-tokens (or more replicas) drains such a queue; more KV memory would not.")
-        sug = Suggestion("--max-num-batched-tokens", budget, None, note="raise it; KV usage had room")
+        sug = (Suggestion("--max-num-batched-tokens", budget, 2 * budget, note="admits prompts faster; KV usage had room")
+               if isinstance(budget, int) else None)
     return Finding("not-memory-bound", "warning", "Not memory: requests waited while the KV pool had room", detail, sug), numbers
+
+
+def _next_graph_bs(running: int) -> int:
+    """A --cuda-graph-max-bs that covers ``running``: the next multiple of 8 (SGLang captures in steps of 8)."""
+    return max(8, -(-running // 8) * 8)
 
 
 def verdict(s: Startup, rt: dict[str, Any]) -> tuple[Finding | None, dict[str, Any]]:
