@@ -29,7 +29,7 @@ import datetime as _dt
 import re
 
 from kvscope import events as ev
-from kvscope.engines.base import LineContext, Parsed
+from kvscope.engines.base import LineContext, Parsed, to_float, to_int
 
 ANCHORS: tuple[bytes, ...] = (b" batch", b"throughput", b"reempt", b"etract", b"hit rate")
 
@@ -60,10 +60,11 @@ HALF_DAY_S = 43200
 
 
 def _sg_int(pairs: dict[str, str], *keys: str) -> int | None:
+    """The general reader's values may be any word (``nan``, ``inf``, ``True``): only finite numbers pass."""
     for k in keys:
         v = pairs.get(k)
         if v is not None:
-            return int(v)
+            return to_int(v)
     return None
 
 
@@ -71,7 +72,7 @@ def _sg_float(pairs: dict[str, str], *keys: str) -> float | None:
     for k in keys:
         v = pairs.get(k)
         if v is not None:
-            return float(v.rstrip("%"))
+            return to_float(v.rstrip("%"))
     return None
 
 
@@ -207,9 +208,9 @@ def _sglang_batch(text: str, at: int, word: str, clock: _Clock) -> list[Parsed]:
         data["hit_pct"] = _sg_float(pairs, "cache hit rate")
     if swa is not None:
         data["swa_usage"] = swa
-    mamba = pairs.get("mamba usage")
+    mamba = _sg_float(pairs, "mamba usage")
     if mamba is not None:
-        data["mamba_usage"] = float(mamba)
+        data["mamba_usage"] = mamba
     if data["usage"] is None and data["running"] is None:
         return []
     return [Parsed(ev.RUNTIME, data, label, stamp)]

@@ -21,6 +21,7 @@ TOP_EPISODES = 8
 TIMELINE_POINTS = 500
 MAX_RUNNING_KEYS = 512  # distinct running-request counts remembered while requests waited
 SATURATED = 0.90
+MAX_USAGE = 1.05  # usage above this is no reading of a pool (rounding can print 1.00 + a hair, never more)
 FULL = 0.99
 
 
@@ -203,6 +204,8 @@ class Stream:
         elif t is None:
             t = self.last_t
         u = d["usage"]
+        if u is not None and not 0.0 <= u <= MAX_USAGE:
+            u = None  # a mangled line (usage is a fraction of the pool): keep its other numbers only
         q = d["queued"]
         r = d["running"]
         prev = self.last_t
@@ -225,8 +228,6 @@ class Stream:
             self.last_t = t
             self.last_stamp = stamp
         if u is not None:
-            if u < 0:
-                u = 0.0
             i = int(u * 1000 + 0.5)
             self.hist[i if i < USAGE_BINS else USAGE_BINS - 1] += 1
             self.usage_n += 1
