@@ -159,3 +159,28 @@ def test_whole_cache_rank_is_not_an_oversized_gpu(tmp_path):
     [s] = analyze([_write(tmp_path, log)], {"gpu": "RTX 4090"}).startups
     assert next(r for r in s.ranks if r.rank == "(all devices)").pool("target").gib == 96.0
     assert not any(f.code == "log-inconsistent" for f in s.findings)
+
+
+@pytest.mark.parametrize(
+    ("line", "settings"),
+    [
+        # llama-server 2026, compact format (a public log of b10xxx at -lv 4)
+        ("0.07.146.887 I slot   load_model: id  0 | task -1 | new slot, n_ctx = 8192", {"n_ctx_slot": 8192}),
+        ("srv  load_model: initializing, n_slots = 4, n_ctx_slot = 8192, kv_unified = 'true'",
+         {"n_slots": 4, "n_ctx_slot": 8192, "kv_unified": True}),
+        # llama-server 2024-2025
+        ("slot         init: id  0 | task -1 | new slot n_ctx_slot = 131072", {"n_ctx_slot": 131072}),
+        ("srv          init: initializing slots, n_slots = 1", {"n_slots": 1}),
+        # ik_llama.cpp / 2024 server
+        ('INFO [                    init] initializing slots | tid="22970858381312" timestamp=1740670875 n_slots=1',
+         {"n_slots": 1}),
+    ],
+)
+def test_slot_lines_every_era(line, settings):
+    [p] = parse(line)
+    assert p.kind == ev.SETTINGS and p.data == settings
+
+
+def test_slot_capped_to_training_context():
+    out = parse("slot context (131072) exceeds the training context of the model (32768) - capping")
+    assert out[0].data["code"] == "slot-context-capped" and out[1].data == {"n_ctx_train": 32768}

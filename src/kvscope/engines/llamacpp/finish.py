@@ -15,6 +15,7 @@ from collections import defaultdict
 from typing import Any
 
 from kvscope.capacity.catalog import load_architecture
+from kvscope.engines.base import MAX_PLAUSIBLE
 from kvscope.engines.llamacpp import rules
 from kvscope.engines.llamacpp.lines import BUF_PREFIX, HOST_RANK, SUMMARY_RANK, failure_events
 from kvscope.ledger.model import KvPool, LedgerRow, Rank, Reconciliation, Startup
@@ -169,9 +170,11 @@ def _int(s: Startup, key: str) -> int | None:
     if isinstance(value, bool):
         return None
     try:
-        return int(value) if value is not None else None
-    except (TypeError, ValueError):
+        number = int(value) if value is not None else None
+    except (TypeError, ValueError, OverflowError):
         return None
+    # A setting kept as printed text can hold any number of digits (a mangled log): no real count.
+    return number if number is None or abs(number) <= MAX_PLAUSIBLE else None
 
 
 def _target(caches: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -80,7 +80,8 @@ _BENCH = re.compile(r"\bn_kv_max\s*=\s*(\d+)|^(?:generate|main): n_ctx\s*=\s*(\d
 _KV_PAIRS = re.compile(r"(\w+)\s*=\s*([\w.]+)")
 _SLOTS = re.compile(r"\bn_slots\s*[=:]\s*\"?(\d+)")
 _CTX_SLOT = re.compile(r"\bn_ctx_slot\s*[=:]\s*\"?(\d+)")
-_SLOT_MAX = re.compile(r"Slot \d+ - max context: (\d+)")
+_SLOT_MAX = re.compile(r"Slot \d+ - max context: (\d+)|new slot,? n_ctx(?:_slot)? = (\d+)")
+_SLOT_CAP = re.compile(r"slot context \((\d+)\) exceeds the training context of the model \((\d+)\)")
 _KV_UNIFIED_SRV = re.compile(r"kv_unified\s*=\s*'?(true|false)")
 _PIPELINE = re.compile(r"pipeline parallelism enabled \(n_copies=(\d+)\)")
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
@@ -130,6 +131,8 @@ ANCHORS: tuple[bytes, ...] = (
     b"n_kv_max",
     b"n_slots",
     b"max context",
+    b"new slot",
+    b"slot context",
     b"n_batch",
     b"n_ubatch",
     b"flash_attn",
@@ -462,7 +465,11 @@ def _server(msg: str, st: dict[str, Any]) -> list[Parsed]:
         data["n_ctx_slot"] = to_int(m.group(1))
     m = _SLOT_MAX.search(msg)
     if m:
-        data["n_ctx_slot"] = to_int(m.group(1))
+        data["n_ctx_slot"] = to_int(m.group(1) or m.group(2))
+    m = _SLOT_CAP.search(msg)
+    if m:
+        return [Parsed(ev.WARNING, {"code": "slot-context-capped", "message": msg.strip(), "from": to_int(m.group(1)),
+                                    "to": to_int(m.group(2))}), Parsed(ev.SETTINGS, {"n_ctx_train": to_int(m.group(2))})]
     if data:
         m = _KV_UNIFIED_SRV.search(msg)
         if m:
@@ -574,7 +581,8 @@ _HANDLERS = (
     (("cells", "self size", "KV self indexer"), _summaries),
     (("n_ctx", "n_seq_max", "n_batch", "n_ubatch", "flash_attn", "kv_unified", "causal_attn", "mla_attn", "type_k",
       "type_v", "n_rs_seq", "print_info", "llm_load_print_meta", "n_embd_k_gqa", "n_kv_max"), _params),
-    (("n_slots", "n_ctx_slot", "max context", "pipeline parallelism", "offloaded", "size per device"), _server),
+    (("n_slots", "n_ctx_slot", "max context", "new slot", "slot context", "pipeline parallelism", "offloaded",
+      "size per device"), _server),
     (("using device", " devices", "Device ", "memory_breakdown", "llama_params_fit"), _devices),
     (("VRAM", "mem required", "system memory used", "compute buffer total"), _old_era),
     (("build", "loaded meta data", "draft", "loading model", "general.name"), _boundary),
