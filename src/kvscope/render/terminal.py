@@ -134,7 +134,8 @@ def _findings(s: Startup) -> list[Any]:
         body = Text(f.detail)
         if f.suggestion is not None:
             sg = f.suggestion
-            body.append(f"\n→ {sg.flag} {sg.from_value} → {sg.to_value}", style="bold")
+            before = "(not set)" if sg.from_value is None else sg.from_value
+            body.append(f"\n→ {sg.flag} {before} → {sg.to_value}", style="bold")
             if sg.kv_tokens_after:
                 body.append(f"  ({sg.kv_tokens_after:,} KV tokens)")
             if sg.note:
