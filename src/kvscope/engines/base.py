@@ -10,22 +10,26 @@ from typing import Any, Protocol
 NUM = r"[-+]?(?:\d[\d,]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)"
 
 
+# No memory figure, token, block or request count any engine prints comes near 1e15 (a petabyte, a
+# quadrillion tokens). A larger number is corrupt text, and letting it through only moves the
+# failure downstream: 1e308 × 2 is inf, and int(inf) raises in whatever code derives figures from it.
+MAX_PLAUSIBLE = 1e15
+
+
 def to_float(text: str | None) -> float | None:
-    """Parse a printed number; anything non-finite or unreadable is None (never garbage)."""
+    """Parse a printed number; anything non-finite, implausibly large or unreadable is None (never garbage)."""
     if text is None:
         return None
     try:
         value = float(text.replace(",", ""))
-    except ValueError:
+    except (ValueError, OverflowError):
         return None
-    return value if math.isfinite(value) else None
+    return value if math.isfinite(value) and abs(value) <= MAX_PLAUSIBLE else None
 
 
 def to_int(text: str | None) -> int | None:
     value = to_float(text)
-    if value is None or abs(value) > 1e18:
-        return None
-    return int(value)
+    return None if value is None else int(value)
 
 
 @dataclass(slots=True)

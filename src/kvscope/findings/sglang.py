@@ -190,7 +190,7 @@ def findings(s: Startup) -> list:
         out.extend(f for f in (_reserve(s, mfs, pre, bpt), _headroom(s, mfs, pre, bpt)) if f)
     out.extend(f for f in (_pool(s), _mla_replicated(s, bpt or 0)) if f)
     for w in s.warnings:
-        if w.get("code") == "max-total-tokens-above-profile":
+        if w.get("code") == "max-total-tokens-above-profile" and None not in (w.get("requested"), w.get("profiled")):
             out.append(Finding("max-total-tokens-clamped", "warning",
                                f"--max-total-tokens {w.get('requested'):,} was more than memory allows",
                                f"SGLang profiled room for {w.get('profiled'):,} tokens and used that. To get more, raise "

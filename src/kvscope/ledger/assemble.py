@@ -189,7 +189,7 @@ def assemble(events: Iterable[ev.Event]) -> Iterator[Startup]:
     for e in events:
         s = b.current
         if s is None or _is_restart(b, s, e):
-            if s is not None and s.has_content():
+            if s is not None and _worth_reporting(s):
                 yield s
             s = b.new(e)
             if e.kind == ev.BOUNDARY:
@@ -201,5 +201,11 @@ def assemble(events: Iterable[ev.Event]) -> Iterator[Startup]:
             s.last_line = max(s.last_line, e.line_no)
         if e.kind != ev.RUNTIME and len(s.evidence) < MAX_EVIDENCE:
             s.evidence.append(_source(e))
-    if b.current is not None and b.current.has_content():
+    if b.current is not None and _worth_reporting(b.current):
         yield b.current
+
+
+def _worth_reporting(s: Startup) -> bool:
+    """A startup with content from an engine. Engine-neutral lines alone (a torch OOM with no engine
+    line before it) belong to a run the input does not show; they are no engine's startup."""
+    return s.has_content() and s.engine != "common"

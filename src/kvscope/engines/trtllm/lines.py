@@ -284,8 +284,11 @@ def _settings(text: str, st: dict[str, Any]) -> list[Parsed]:
         return [Parsed(ev.SETTINGS, data)]
     m = _TP_RANK.search(text)
     if m:
+        rank = to_int(m.group(1))
+        if rank is None:  # a mangled rank number says nothing about the world size
+            return []
         ranks = st.setdefault("ranks", set())
-        ranks.add(int(m.group(1)))
+        ranks.add(rank)
         return [Parsed(ev.SETTINGS, {"world_size_seen": max(ranks) + 1})]
     m = _MPI.search(text)
     if m and _is_trtllm(text):
