@@ -28,12 +28,12 @@ def _features(s: Startup) -> dict[str, Any]:
         "server_args_repr": "server_args=ServerArgs(" in joined,
         "ready_without_gpu_mem": "max_total_num_tokens=" in joined and "available_gpu_mem" not in joined,
     }
-    ref = s.reference_rank
-    if ref:
-        target, draft = ref.pool("target"), ref.pool("draft")
+    for r in s.ranks:  # any rank that logged both pools (excerpts often show the draft on one rank only)
+        target, draft = r.pool("target"), r.pool("draft")
         if target and draft and target.tokens and draft.tokens:
             f["draft_same_tokens"] = draft.tokens == target.tokens
             f["draft_more_tokens"] = draft.tokens > target.tokens
+            break
     return f
 
 
