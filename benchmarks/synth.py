@@ -2,7 +2,7 @@
 
 Why synthetic: the real logs in tests/fixtures/logs are startup excerpts of a few KiB, while the
 question the benchmarks answer is "what does a week of ``journalctl -u sglang`` cost?". So each
-restart here replays the startup lines of real fixture logs (verbatim wording, journald prefix
+restart here replays the startup lines of a real SGLang log (verbatim wording, journald prefix
 added), then a long run of ``Decode batch`` / ``Prefill batch`` lines in SGLang's own wording.
 Generation is seeded, so two runs of one size give the same bytes.
 """
@@ -13,11 +13,8 @@ import random
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURE_STARTUPS = (  # real SGLang startup excerpts replayed at each restart
-    "sglang/000-case-study-kimi-k25-int4-tp8-rtxpro6000",
-    "sglang/031-qwen3-30b-a3b-eagle3-tuning-tp4",
-    "sglang/033-llama-8b-l40s-page-granular-free-rfc",
-)
+# A real SGLang 0.5.18 startup (server_args line to the ready line), replayed at each restart.
+STARTUP = ROOT / "tests" / "fixtures" / "runtime" / "sglang-0.5.18-qwen3-4b-saturated-retract.txt"
 HOST = "gpu-node-3"
 CHUNK_LINES = 4096
 
@@ -36,10 +33,10 @@ def _engine_ts(second: int) -> str:
 
 
 def startup_lines(index: int) -> list[str]:
-    """One restart's startup: the lines of one real fixture log, cut lines and all."""
-    case = ROOT / "tests" / "fixtures" / "logs" / FIXTURE_STARTUPS[index % len(FIXTURE_STARTUPS)] / "log.txt"
-    text = case.read_text(encoding="utf-8", errors="replace")
-    return [line for line in text.splitlines() if line.strip()]
+    """One restart's startup: the real log's lines up to and including its ready line."""
+    lines = STARTUP.read_text(encoding="utf-8").splitlines()
+    ready = next(i for i, line in enumerate(lines) if "max_total_num_tokens=" in line)
+    return lines[: ready + 1]
 
 
 def _serving_chunk(rng: random.Random, second: int, pid: int, ranks: int) -> str:
@@ -50,8 +47,8 @@ def _serving_chunk(rng: random.Random, second: int, pid: int, ranks: int) -> str
     for i in range(CHUNK_LINES):
         rank = f"TP{i % ranks}"
         running = rng.randrange(1, 64)
-        tokens = rng.randrange(1000, 150000)
-        usage = tokens / 159277
+        tokens = rng.randrange(1000, 87552)
+        usage = tokens / 87552
         if i % 16 == 0:
             out.append(
                 f"{prefix}[{ts} {rank}] Prefill batch, #new-seq: {rng.randrange(1, 4)}, "
@@ -82,11 +79,11 @@ def generate(path: str | Path, size_bytes: int, restarts: int = 4, seed: int = 0
             lines += startup.count("\n")
             goal = per_restart * (r + 1) if r < restarts - 1 else size_bytes
             # A few distinct chunks, re-stamped with the current second (fast: two C-level replaces).
-            chunks = [(_serving_chunk(rng, 0, pid, 8), k) for k in range(8)]
+            chunks = [_serving_chunk(rng, 0, pid, 8) for _ in range(8)]
             old_prefix, old_ts = _journald(0, pid), _engine_ts(0)
             while written < goal:
                 second += 1
-                chunk = chunks[second % len(chunks)][0]
+                chunk = chunks[second % len(chunks)]
                 chunk = chunk.replace(old_prefix, _journald(second, pid)).replace(old_ts, _engine_ts(second))
                 fh.write(chunk)
                 written += len(chunk)
