@@ -8,6 +8,7 @@ name the flag a user would change.
 from __future__ import annotations
 
 import ast
+import math
 import re
 import shlex
 from typing import Any
@@ -55,10 +56,9 @@ def human_int(text: str) -> int | None:
     if not m:
         return None
     number, suffix = float(m.group(1)), m.group(2)
-    if not suffix:
-        return int(number)
-    scale = _DECIMAL.get(suffix) or _BINARY[suffix]
-    return int(number * scale)
+    scale = (_DECIMAL.get(suffix) or _BINARY[suffix]) if suffix else 1
+    value = number * scale
+    return int(value) if math.isfinite(value) and value < 1e18 else None
 
 
 def _scalar(text: str) -> Any:
@@ -79,11 +79,20 @@ def _scalar(text: str) -> Any:
         return text
 
 
+def _sane(value: Any) -> bool:
+    """Numbers that can be computed with: finite floats, ints of a printable size."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return abs(value) < 10**18
+    return True
+
+
 def _normalise(raw: dict[str, Any]) -> dict[str, Any]:
     """Drop secrets and noise, coerce sizes, add the short aliases the rest of kvscope reads."""
     out: dict[str, Any] = {}
     for key, value in raw.items():
-        if not isinstance(key, str) or _SECRET.search(key) or key in _NOISE:
+        if not isinstance(key, str) or _SECRET.search(key) or key in _NOISE or not _sane(value):
             continue
         if key in _INT_KEYS and isinstance(value, str):
             value = human_int(value) if human_int(value) is not None else value
@@ -111,7 +120,7 @@ def parse_non_default_args(text: str) -> dict[str, Any]:
             return _normalise(value)
     except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
         pass
-    pairs = re.findall(r"'(\w+)': ('[^']*'|\"[^\"]*\"|[\w.+\-]+)", body)
+    pairs = re.findall(r"'(\w+)': ('[^']*'|\"[^\"]*\"|True|False|None|[-+]?[\d.]+(?:[eE][-+]?\d+)?)\s*(?=[,}])", body)
     return _normalise({k: _scalar(v) for k, v in pairs})
 
 

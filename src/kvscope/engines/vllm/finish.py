@@ -7,6 +7,7 @@ bytes per token the findings price changes with.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -24,10 +25,14 @@ THIN_HEADROOM_GIB = 1.0  # vLLM's own warning: "CUDA graphs can take additional 
 
 
 def _num(value: Any) -> float | None:
-    try:
-        return float(value) if value is not None and not isinstance(value, bool) else None
-    except (TypeError, ValueError):
+    """A setting as a finite number, else None (settings come from text; anything can be in them)."""
+    if value is None or isinstance(value, bool):
         return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) and abs(number) < 1e18 else None
 
 
 def setting_int(s: Startup, key: str, default: int | None = None) -> int | None:
@@ -145,7 +150,7 @@ def finish(s: Startup) -> None:
     inside = {e.graphs_in_budget for e in inferred.eras}
     s.assumptions["_vllm_graphs_inside"] = inside.pop() if len(inside) == 1 else None
     s.assumptions.setdefault("_version_clues", inferred.clues)
-    _settings(s)
+    _settings(s, inferred.eras)
     for r in s.ranks:
         _derive_rank(s, r)
     _capacity(s)
@@ -157,11 +162,26 @@ def finish(s: Startup) -> None:
         r.ledger = ledger_rows(s, r, era)
 
 
-def _settings(s: Startup) -> None:
+def _settings(s: Startup, candidates: list[Era]) -> None:
     if s.settings.get("tp_size") is None and s.settings.get("tensor_parallel_size") is not None:
         s.settings["tp_size"] = s.settings["tensor_parallel_size"]
     if s.model is None and isinstance(s.setting("model"), str):
         s.model = s.setting("model")
+    _default_util(s, candidates)
+
+
+def _default_util(s: Startup, candidates: list[Era]) -> None:
+    """'non-default args' without gpu_memory_utilization means the release default was used.
+
+    Recorded as an assumption (not a setting): the default is 0.90 up to v0.19 and 0.92 from v0.20,
+    so it is filled only when every release the wording allows agrees.
+    """
+    if util(s) is not None or not any("non-default args:" in e.text for e in s.evidence):
+        return
+    defaults = {e.default_util for e in candidates}
+    if len(defaults) == 1:
+        s.assumptions["gpu_memory_utilization"] = defaults.pop()
+        s.assumptions["gpu_memory_utilization_source"] = "vLLM default of this release (absent from non-default args)"
 
 
 def _derive_rank(s: Startup, r: Rank) -> None:
@@ -607,8 +627,13 @@ def ledger_rows(s: Startup, r: Rank, era: Era) -> list[LedgerRow]:  # noqa: C901
         add("device total", total, "total_gib")
     u = util(s)
     budget = r.usable_gib
-    add(f"budget = total × gpu_memory_utilization {u if u is not None else '?'}", budget, "usable_gib",
-        "a fraction of the device total, never of free memory")
+    if budget is None and total is not None and u is not None:
+        budget = total * u
+        add(f"budget = total × gpu_memory_utilization {u}", budget, how="derived",
+            note="from the assumed device total" if r.total_gib is None else "")
+    else:
+        add(f"budget = total × gpu_memory_utilization {u if u is not None else '?'}", budget, "usable_gib",
+            "a fraction of the device total, never of free memory")
     x = r.extras
     inside = graphs_inside(s)
     estimate = x.get("cuda_graph_estimate_gib")
@@ -636,6 +661,9 @@ def ledger_rows(s: Startup, r: Rank, era: Era) -> list[LedgerRow]:  # noqa: C901
         non_kv = sum(t for t, n in zip(terms, names, strict=True) if n != "CUDA graphs")
         add("left for KV" + (" and the CUDA-graph estimate" if inside is not False else ""), budget - non_kv,
             how="derived", note="budget − the terms above (this log line does not print K)")
+    if budget is not None and kv is not None and not terms and r.weights_gib is None:
+        add("everything else in the budget (weights, activation, non-torch)", budget - kv, how="derived",
+            note="budget − KV; this log does not print the parts")
     if budget is not None and kv is not None and not terms and r.weights_gib is not None:
         graphs_in = estimate if (estimate is not None and inside) else 0.0
         add("activation peak + non-torch (not printed separately)", budget - r.weights_gib - kv - graphs_in,
