@@ -25,6 +25,10 @@ from kvscope.examples import example_path
 
 
 def build_prediction(startup, changes: dict[str, Any], context: int | None, host_ram_gb: float | None) -> dict[str, Any]:
+    """Calibrate on the startup and predict: the requested change, the standard knobs, the fraction curve."""
+    if startup.engine == "vllm":
+        return _build_vllm(startup, changes, host_ram_gb)
+    changes = normalise_changes(changes)
     cal = calibrate(startup)
     baseline = predict(cal, {}, context, host_ram_gb, label="as logged")
     requested = predict(cal, changes, context, host_ram_gb) if changes else None
@@ -37,6 +41,22 @@ def build_prediction(startup, changes: dict[str, Any], context: int | None, host
         "requested": requested.as_dict() if requested else None,
         "table": [sc.as_dict() for sc in table],
         "mfs_curve": mfs_curve(cal),
+    }
+
+
+def _build_vllm(startup, changes: dict[str, Any], host_ram_gb: float | None) -> dict[str, Any]:
+    from kvscope.capacity import predict_vllm as pv
+
+    cal = pv.calibrate(startup)
+    requested = pv.predict(cal, changes, host_ram_gb) if changes else None
+    return {
+        "engine": "vllm",
+        "calibration": cal.as_dict(),
+        "tokens_per_0_01_util": pv.tokens_per_step(cal),
+        "baseline": pv.predict(cal, {}, host_ram_gb, label="as logged").as_dict(),
+        "requested": requested.as_dict() if requested else None,
+        "table": [pv.predict(cal, ch, host_ram_gb).as_dict() for ch in pv.standard_scenarios(cal)],
+        "util_curve": pv.util_curve(cal),
     }
 
 
@@ -59,10 +79,16 @@ def render_terminal(pred: dict[str, Any]) -> str:
     buf = StringIO()
     console = Console(file=buf, width=150, color_system=None)
     cal = pred["calibration"]
-    console.print(f"Calibrated on the logged run: {cal['kv_tokens']:,} tokens × {cal['bytes_per_token']:,} B, "
-                  f"mem_fraction_static {cal['mem_fraction_static']}, free before weights "
-                  f"{cal['pre_load_free_gib_low']:.3f} – {cal['pre_load_free_gib_high']:.3f} GiB; "
-                  f"+0.01 mfs = +{pred['tokens_per_0_01_mfs']:,} tokens")
+    if pred["engine"] == "vllm":
+        step = pred.get("tokens_per_0_01_util")
+        console.print(f"Calibrated on the logged run: {cal['num_gpu_blocks']:,} blocks × {cal['block_size']} tokens, "
+                      f"{cal['block_bytes']:,} B per block, KV memory {cal['available_kv_gib_low']:.3f} – "
+                      f"{cal['available_kv_gib_high']:.3f} GiB" + (f"; +0.01 utilization = +{step:,} tokens" if step else ""))
+    else:
+        console.print(f"Calibrated on the logged run: {cal['kv_tokens']:,} tokens × {cal['bytes_per_token']:,} B, "
+                      f"mem_fraction_static {cal['mem_fraction_static']}, free before weights "
+                      f"{cal['pre_load_free_gib_low']:.3f} – {cal['pre_load_free_gib_high']:.3f} GiB; "
+                      f"+0.01 mfs = +{pred['tokens_per_0_01_mfs']:,} tokens")
     for note in cal["notes"]:
         console.print(f"  · {note}")
     t = Table(title="flag → KV tokens per GPU → concurrent requests → reserve left (GiB) → OOM risk", header_style="bold")
@@ -119,12 +145,10 @@ def command(logs, example, sets, assume, model, host_ram, context, fmt, output, 
         host_ram = float(assumptions["host_ram_gb"])
     if not paths:
         raise InputError("give a log file (or --example NAME) to calibrate on")
-    try:
-        changes = normalise_changes(parse_assignments(sets, "--set"))
-    except PredictionError as exc:
-        raise InputError(str(exc)) from None
+    changes = parse_assignments(sets, "--set")
     analysis = analyze(paths, assumptions, model)
-    candidates = [s for s in analysis.startups if s.reconciliation is not None]
+    candidates = [s for s in analysis.startups if s.reconciliation is not None
+                  or (s.engine == "vllm" and (s.capacity.num_gpu_blocks or s.capacity.kv_tokens))]
     if not candidates:
         raise InputError("no startup with a KV pool line to calibrate on" if analysis.startups else "no engine startup found")
     startup = candidates[-1]

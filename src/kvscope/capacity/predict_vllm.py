@@ -1,0 +1,211 @@
+"""``whatif`` for vLLM: calibrate on the logged block count, then move one budget term at a time.
+
+vLLM's KV memory is K = T × util − (non-KV terms), and none of the non-KV terms depend on util, so
+K' = K + Δutil × T exactly (vllm-memory.md §7). The logged block count B pins K to
+[B·P, (B+1)·P) where P is the bytes of one block across the worker's layers; predictions inherit
+only the ±0.005 GiB of the printed device total times Δutil.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvscope.capacity.arch import dtype_bytes
+from kvscope.capacity.predict import PredictionError, Scenario, _risk, _truthy
+from kvscope.engines.vllm import finish as vfinish
+from kvscope.engines.vllm import rules as vrules
+from kvscope.ledger.model import Startup
+
+GIB = 1 << 30
+SUPPORTED = {"gpu_memory_utilization", "kv_cache_dtype", "max_model_len", "block_size", "kv_cache_memory_bytes",
+             "kv_offloading_size", "tensor_parallel_size", "max_num_seqs"}
+ALIASES = {"util": "gpu_memory_utilization", "context_length": "max_model_len", "max_len": "max_model_len",
+           "tp_size": "tensor_parallel_size", "tp": "tensor_parallel_size", "kv_cache_memory": "kv_cache_memory_bytes",
+           "mem_fraction_static": "gpu_memory_utilization"}
+FLAGS = {"gpu_memory_utilization": "--gpu-memory-utilization", "kv_cache_dtype": "--kv-cache-dtype",
+         "max_model_len": "--max-model-len", "block_size": "--block-size", "kv_cache_memory_bytes": "--kv-cache-memory-bytes",
+         "kv_offloading_size": "--kv-offloading-size", "tensor_parallel_size": "--tensor-parallel-size",
+         "max_num_seqs": "--max-num-seqs"}
+
+
+@dataclass
+class VllmCalibration:
+    blocks: int
+    block_size: int
+    block_bytes: float  # bytes of one block id across the worker's KV layers
+    kv_low_bytes: float
+    kv_high_bytes: float
+    util: float | None
+    total_gib: float | None
+    max_model_len: int | None
+    kv_bytes: int
+    tp: int
+    capacity_rule: str
+    free_at_ready_gib: float | None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def bytes_per_token(self) -> float:
+        return self.block_bytes / self.block_size
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"num_gpu_blocks": self.blocks, "block_size": self.block_size, "block_bytes": round(self.block_bytes),
+                "bytes_per_token": round(self.bytes_per_token), "kv_tokens": self.blocks * self.block_size,
+                "available_kv_gib_low": round(self.kv_low_bytes / GIB, 4), "available_kv_gib_high": round(self.kv_high_bytes / GIB, 4),
+                "gpu_memory_utilization": self.util, "total_gib": self.total_gib, "max_model_len": self.max_model_len,
+                "tp_size": self.tp, "notes": self.notes}
+
+
+def _normalise(changes: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for key, value in changes.items():
+        key = ALIASES.get(key, key)
+        if key not in SUPPORTED:
+            raise PredictionError(f"--set {key}: not a vLLM setting kvscope can predict (known: {', '.join(sorted(SUPPORTED))})")
+        out[key] = value
+    return out
+
+
+def calibrate(s: Startup) -> VllmCalibration:
+    """Pin K from the logged blocks (or tokens) and the block bytes of the reconciled layout."""
+    cap = s.capacity
+    bs = vfinish.block_size(s)
+    blocks = cap.num_gpu_blocks or (cap.kv_tokens // bs if cap.kv_tokens else None)
+    if not blocks:
+        raise PredictionError("the log has no '# GPU blocks' / 'GPU KV cache size' line to calibrate on")
+    arch, _ = vfinish.arch_context(s)
+    plan = vfinish.kv_plan(s, arch) if arch is not None else None
+    notes: list[str] = []
+    if plan is not None and not plan.hybrid:
+        block_bytes = float(vrules.bytes_per_block(plan.row_bytes, plan.layers, bs))
+        extra = cap.extras.get("draft_kv_layers")
+        if isinstance(extra, int) and extra:
+            block_bytes = float(vrules.bytes_per_block(plan.row_bytes, plan.layers + extra, bs))
+    elif cap.available_kv_gib:
+        low, high = vrules.implied_block_bytes(cap.available_kv_gib, blocks)
+        block_bytes = (low + high) / 2
+        notes.append("block bytes implied by the logged KV memory and block count (architecture not known; pass --model)")
+    else:
+        raise PredictionError("bytes per block unknown: pass --model (a config.json or model id)")
+    total = vfinish.total_gib(s)
+    ref = s.reference_rank
+    util = vfinish.util(s)
+    if util is None:
+        notes.append("gpu_memory_utilization is not in the log and the release (hence its default) is not pinned: "
+                     "pass --assume gpu_memory_utilization=… to predict utilization changes")
+    return VllmCalibration(
+        blocks=blocks, block_size=bs, block_bytes=block_bytes, kv_low_bytes=blocks * block_bytes,
+        kv_high_bytes=(blocks + 1) * block_bytes - 1, util=util, total_gib=total, max_model_len=cap.max_model_len,
+        kv_bytes=vfinish.kv_bytes(s, arch), tp=vfinish.tp_size(s), capacity_rule=vfinish.era_of(s).capacity_rule,
+        free_at_ready_gib=ref.avail_at_ready_gib if ref else None, notes=notes,
+    )
+
+
+def _capacity(cal: VllmCalibration, kv_bytes: float, block_bytes: float, bs: int, m: int | None) -> tuple[int, int, float | None]:
+    blocks = max(0, int(kv_bytes // block_bytes))
+    c = vrules.capacity(blocks, bs, m, cal.capacity_rule)
+    return blocks, c.tokens, (c.concurrency if m else None)
+
+
+def predict(cal: VllmCalibration, changes: dict[str, Any], host_ram_gb: float | None = None,
+            label: str | None = None) -> Scenario:
+    changes = _normalise(changes)
+    notes: list[str] = []
+    low, high = cal.kv_low_bytes, cal.kv_high_bytes
+    reserve = cal.free_at_ready_gib
+    approximate = False
+    if "kv_cache_memory_bytes" in changes:
+        low = high = float(_bytes(changes["kv_cache_memory_bytes"]))
+        notes.append("--kv-cache-memory-bytes fixes the KV size; gpu_memory_utilization no longer sizes it")
+    elif "gpu_memory_utilization" in changes:
+        if cal.util is None or cal.total_gib is None:
+            raise PredictionError("utilization or device total not in the log: pass --assume gpu_memory_utilization=… and gpu=…")
+        delta = (float(changes["gpu_memory_utilization"]) - cal.util)
+        low += delta * (cal.total_gib - 0.005) * GIB if delta >= 0 else delta * (cal.total_gib + 0.005) * GIB
+        high += delta * (cal.total_gib + 0.005) * GIB if delta >= 0 else delta * (cal.total_gib - 0.005) * GIB
+        if reserve is not None:
+            reserve -= delta * cal.total_gib
+    block_bytes, bs = cal.block_bytes, cal.block_size
+    if "kv_cache_dtype" in changes:
+        block_bytes = block_bytes * dtype_bytes(str(changes["kv_cache_dtype"])) / cal.kv_bytes
+    if "block_size" in changes:
+        new_bs = int(changes["block_size"])
+        block_bytes, bs = block_bytes * new_bs / cal.block_size, new_bs
+    if "tensor_parallel_size" in changes:
+        approximate = True
+        notes.append("TP change: weights and KV heads per GPU both change; not predicted from this log")
+    m = int(changes.get("max_model_len") or cal.max_model_len or 0) or None
+    b_low, t_low, c_low = _capacity(cal, low, block_bytes, bs, m)
+    b_high, t_high, _ = _capacity(cal, high, block_bytes, bs, m)
+    if m and b_low < vrules.cdiv(m, bs):
+        notes.append(f"max_model_len {m:,} needs {vrules.cdiv(m, bs):,} blocks; only {b_low:,} fit: vLLM refuses to start")
+    risk, words = _risk(reserve, 0.0) if reserve is not None else ("unknown", "free memory at ready not in the log")
+    host = _offload(changes, cal, host_ram_gb)
+    flags = [f"{FLAGS[k]} {v}" for k, v in changes.items()]
+    return Scenario(label=label or (", ".join(f"{k}={v}" for k, v in changes.items()) or "as logged"), changes=changes,
+                    kv_tokens_low=t_low, kv_tokens_high=t_high, node_kv_tokens_low=t_low, node_kv_tokens_high=t_high,
+                    context_tokens=m, concurrency_at_context=round(c_low, 2) if c_low is not None else None,
+                    reserve_left_gib=round(reserve, 2) if reserve is not None else None,
+                    reserve_basis="free at ready (observed, adjusted)" if reserve is not None else "unknown",
+                    risk=risk, risk_words=words, flags=flags, notes=notes, host=host, approximate=approximate)
+
+
+def _bytes(value: Any) -> int:
+    text = str(value).strip().upper()
+    for suffix, scale in (("GIB", GIB), ("G", GIB), ("MIB", 1 << 20), ("M", 1 << 20), ("K", 1 << 10)):
+        if text.endswith(suffix):
+            return int(float(text[: -len(suffix)]) * scale)
+    return int(float(text))
+
+
+def _offload(changes: dict[str, Any], cal: VllmCalibration, host_ram_gb: float | None) -> dict[str, Any] | None:
+    """--kv-offloading-size is GiB in total across TP × PP ranks (v0.12+); each rank pins its share."""
+    if "kv_offloading_size" not in changes:
+        return None
+    total_gib = float(changes["kv_offloading_size"])
+    per_rank_bytes = total_gib * GIB / cal.tp
+    tokens = int(per_rank_bytes // cal.bytes_per_token)
+    out: dict[str, Any] = {"host_tokens_per_rank": tokens, "extra_cacheable_tokens": tokens,
+                           "per_rank_gib": round(per_rank_bytes / GIB, 2), "ranks_on_host": cal.tp,
+                           "total_gb": round(total_gib * GIB / 1e9, 2), "replicated": False}
+    if host_ram_gb is not None:
+        margin = host_ram_gb - total_gib * GIB / 1e9
+        out.update(host_ram_gb=host_ram_gb, fits=margin >= 10.0, margin_gb=round(margin, 2))
+    return out
+
+
+def standard_scenarios(cal: VllmCalibration) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if cal.util is not None and cal.total_gib is not None:
+        for step in (-0.02, 0.01, 0.02, 0.04):
+            value = round(cal.util + step, 2)
+            if 0 < value <= 0.99:
+                out.append({"gpu_memory_utilization": value})
+    if cal.kv_bytes > 1:
+        out.append({"kv_cache_dtype": "fp8"})
+    if cal.max_model_len:
+        out.append({"max_model_len": max(cal.block_size, cal.max_model_len // 2)})
+    return out
+
+
+def util_curve(cal: VllmCalibration, points: int = 21) -> list[dict[str, Any]]:
+    if cal.util is None or cal.total_gib is None:
+        return []
+    out = []
+    lo, hi = max(0.3, cal.util - 0.1), min(0.99, cal.util + 0.1)
+    for i in range(points):
+        u = round(lo + (hi - lo) * i / (points - 1), 3)
+        sc = predict(cal, {"gpu_memory_utilization": u})
+        out.append({"gpu_memory_utilization": u, "kv_tokens": sc.kv_tokens, "reserve_left_gib": sc.reserve_left_gib,
+                    "risk": sc.risk})
+    return out
+
+
+def tokens_per_step(cal: VllmCalibration) -> int | None:
+    if cal.total_gib is None:
+        return None
+    return vrules.tokens_per_util_step(cal.total_gib, int(cal.block_bytes), cal.block_size)
+
+
+__all__ = ["VllmCalibration", "_truthy", "calibrate", "predict", "standard_scenarios", "tokens_per_step", "util_curve"]

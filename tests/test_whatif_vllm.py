@@ -1,0 +1,60 @@
+"""vLLM what-if on the worked example of ../shared/docs/vllm-memory.md §6.1 (vLLM issue #19996)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvscope.api import analyze
+from kvscope.capacity import predict_vllm as pv
+from kvscope.capacity.predict import PredictionError
+from tests.conftest import case_dir, case_files
+
+LINES = [
+    "INFO 06-23 14:21:48 [gpu_worker.py:232] Available KV cache memory: 51.63 GiB",
+    "INFO 06-23 14:21:48 [kv_cache_utils.py:716] GPU KV cache size: 410,128 tokens",
+    "INFO 06-23 14:21:48 [kv_cache_utils.py:720] Maximum concurrency for 131,072 tokens per request: 3.13x",
+]
+
+
+@pytest.fixture
+def cal(tmp_path):
+    log = tmp_path / "log.txt"
+    log.write_text("\n".join(LINES) + "\n")
+    [s] = analyze([str(log)], {"gpu": "H100 SXM", "gpu_memory_utilization": 0.9}, "meta-llama/Llama-3.1-8B-Instruct").startups
+    return pv.calibrate(s)
+
+
+def test_calibration_reproduces_the_log(cal):
+    assert cal.blocks == 25_633 and cal.block_size == 16
+    assert cal.block_bytes == 2_162_688  # 33 layers (32 + EAGLE head) × 16 × 4,096 B
+    base = pv.predict(cal, {})
+    assert base.kv_tokens_low == 410_128 and base.concurrency_at_context == 3.13
+
+
+def test_max_model_len_change(cal):
+    sc = pv.predict(cal, {"max_model_len": 32_768})
+    assert sc.kv_tokens_low == 410_128  # the pool does not depend on the length
+    assert sc.concurrency_at_context == 12.52
+    assert sc.flags == ["--max-model-len 32768"]
+
+
+def test_fp8_and_util(cal):
+    assert pv.predict(cal, {"kv_cache_dtype": "fp8"}).kv_tokens_low == 820_256
+    sc = pv.predict(cal, {"gpu_memory_utilization": 0.91})
+    assert sc.kv_tokens_low - 410_128 in range(6_300, 6_340)  # 0.01 × 79.65 GiB / 2,162,688 B × 16
+
+
+def test_utilization_needs_a_total(tmp_path):
+    log = tmp_path / "log.txt"
+    log.write_text("\n".join(LINES) + "\n")
+    [s] = analyze([str(log)], {}, "meta-llama/Llama-3.1-8B-Instruct").startups
+    with pytest.raises(PredictionError):
+        pv.predict(pv.calibrate(s), {"gpu_memory_utilization": 0.95})
+
+
+def test_real_v0_log_util_step():
+    [s] = analyze(case_files(case_dir("vllm", "002"))).startups
+    cal = pv.calibrate(s)
+    assert cal.blocks == 1952 and cal.util == 0.9
+    sc = pv.predict(cal, {"gpu_memory_utilization": 0.92})
+    assert sc.kv_tokens_low > 31_232
