@@ -54,6 +54,33 @@ CRASHES = {
         "Feb 28 12:26:11 host python3[1]: Feb 28 12:26:11 host python3[1]: [2025-12-26 20:03:09] KV Cache is "
         "allocated. #tokens: 23063, K size: 2.73 GB, V size: 2.73 GB",
     ],
+    # vllm/003: "total_gpu_memory=0x10GiB" read as a 0 GiB device, then ΔU = need / total divided by
+    # zero in the utilization suggestion (findings/vllm.py, engines/vllm/rules.py).
+    "vllm-total-gpu-memory-zero": [
+        "Memory profiling results: total_gpu_memory=0x10GiB initial_memory_usage=15.34GiB peak_torch_memory=17.98GiB "
+        "memory_usage_post_profile=15.35GiB non_torch_memory=0.35GiB kv_cache_size=2.89GiB gpu_memory_utilization=0.90",
+        "The model's max seq len (29000) is larger than the maximum number of tokens that can be stored in KV cache "
+        "(23648). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
+    ],
+    # vllm/048: a 400-digit --kv-cache-memory suggestion became an int no float holds (findings/vllm.py).
+    "vllm-kv-cache-memory-400-digits": [
+        "Free memory on device (177.66/178.36 GiB) on startup. Desired GPU memory utilization is (0.9, 160.53 GiB). "
+        "Actual usage is 8.58 GiB for weight, 9.96 GiB for peak activation, 0.07 GiB for non-torch memory, and 0.65 "
+        "GiB for CUDAGraph memory. Replace gpu_memory_utilization config with `--kv-cache-memory=" + ONES + "` to fit "
+        "into requested memory, or `--kv-cache-memory=" + ONES + "` to fully utilize gpu memory.",
+    ],
+    # trtllm/008: a pool of "0 GiB" divided the half-cent tolerance by zero (engines/trtllm/finish.py).
+    "trtllm-pool-zero-gib": [
+        "[TensorRT-LLM][INFO] Memory usage when calculating max tokens in paged kv cache: total: 23.99 GiB, "
+        "available: 12.22 GiB",
+        "[TensorRT-LLM][INFO] [MemUsageChange] Allocated 0 GiB for max tokens in paged KV cache (288384).",
+    ],
+    # trtllm/008: a pool of 1e-10 GiB rounds the implied fraction to 0, then tokens / 0 (findings/trtllm.py).
+    "trtllm-pool-tiny-gib": [
+        "[TensorRT-LLM][INFO] Memory usage when calculating max tokens in paged kv cache: total: 23.99 GiB, "
+        "available: 12.22 GiB",
+        "[TensorRT-LLM][INFO] [MemUsageChange] Allocated 0.0000000001 GiB for max tokens in paged KV cache (288384).",
+    ],
     # llamacpp/011: only a torch OOM line left (the engine's lines cut away) made a startup of
     # engine "common", which the contract does not allow (ledger/assemble.py).
     "only-an-engine-neutral-oom-line": [

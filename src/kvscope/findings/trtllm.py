@@ -45,7 +45,7 @@ def _budget(s: Startup) -> Finding | None:
               f"{avail - target.gib:.2f} GiB stays free for everything else.")
     if ref.total_gib:
         detail += f" The pool is {target.gib / ref.total_gib:.0%} of the device's {ref.total_gib:.2f} GiB."
-    after = int(tokens * RAISED_FRACTION / frac) if frac < RAISED_FRACTION else None
+    after = int(tokens * RAISED_FRACTION / frac) if 0 < frac < RAISED_FRACTION else None
     sug = Suggestion("kv_cache_free_gpu_mem_fraction", frac, RAISED_FRACTION, kv_tokens_after=after,
                      note="more tokens, less headroom; lower it instead to leave memory to other processes") if after else None
     return Finding("trtllm-kv-budget", "info", title, detail, sug)

@@ -69,7 +69,7 @@ def _max_len(s: Startup) -> list[Finding]:
 
 def _util_for_need(s: Startup, need: float | None, k: float | None) -> Finding | None:
     u, total = util(s), total_gib(s)
-    if need is None or k is None or u is None or total is None:
+    if need is None or k is None or u is None or not total:  # a total of 0 is a mangled line, not a device
         return None
     to = rules.util_for_kv(need, k, total, u)
     after = rules.kv_after_util(k, total, u, to)

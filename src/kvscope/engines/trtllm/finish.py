@@ -216,7 +216,7 @@ def _check_budget(s: Startup, r: Rank, lo: float | None, hi: float | None, check
     frac, how = fraction(s)
     implied = target.gib / avail if avail else None
     if frac is None:
-        if implied is None:
+        if implied is None or not target.gib:  # a 0 GiB pool (a mangled line) implies no fraction
             return None, None
         s.capacity.extras["implied_kv_cache_free_gpu_mem_fraction"] = round(implied, 4)
         near_default = abs(implied - DEFAULT_FRACTION) <= (HALF_CENT / avail + HALF_CENT / target.gib) * implied + 0.002

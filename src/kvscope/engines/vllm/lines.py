@@ -264,9 +264,9 @@ def _free_on_device(msg: str) -> list[Parsed]:
             data[key] = _f(pm, 1)
     fit, full, in_use = _KV_FIT.search(msg), _KV_FULL.search(msg), _KV_IN_USE.search(msg)
     if fit:
-        data["kv_cache_memory_fit_bytes"] = int(fit.group(1))
+        data["kv_cache_memory_fit_bytes"] = to_int(fit.group(1))  # bounded: a mangled one reads as unknown
     if full:
-        data["kv_cache_memory_full_bytes"] = int(full.group(1))
+        data["kv_cache_memory_full_bytes"] = to_int(full.group(1))
     out = [Parsed(ev.SETTINGS, {"gpu_memory_utilization": _f(m, 3)})]
     if in_use:
         value = to_float(in_use.group(1))
