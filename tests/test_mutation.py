@@ -8,7 +8,7 @@ analysis runs in-process (the CLI's own code path minus process start) so thousa
 a few run through the real CLI.
 
 Reproduce a failure: the message names the case and variant; ``variant(case, index)`` rebuilds it.
-``KVSCOPE_MUTATIONS=N`` sets the variants per case (default 40).
+``KVSCOPE_MUTATIONS=N`` sets the variants per case (default 25).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import pytest
 from tests.conftest import LOGS, all_cases, case_files
 from tests.test_properties_contract import assert_valid, explain_json
 
-PER_CASE = int(os.environ.get("KVSCOPE_MUTATIONS", "40"))
+PER_CASE = int(os.environ.get("KVSCOPE_MUTATIONS", "25"))
 
 NUMBER = re.compile(rb"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 WEIRD_NUMBERS = [

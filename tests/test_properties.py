@@ -24,7 +24,7 @@ from tests.conftest import LOGS
 from tests.test_mutation import WEIRD_NUMBERS
 from tests.test_properties_contract import assert_valid, explain_json
 
-EXAMPLES = int(os.environ.get("KVSCOPE_PROPERTY_EXAMPLES", "150"))
+EXAMPLES = int(os.environ.get("KVSCOPE_PROPERTY_EXAMPLES", "100"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 SWALLOWED = (ValueError, IndexError, KeyError, OverflowError, RecursionError)  # see engines._parse_one

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import sys
 import tracemalloc
 from pathlib import Path
@@ -26,7 +27,7 @@ from kvscope.reading.scan import AnchorScanner
 from kvscope.render import json_out
 from tests.conftest import all_cases, case_dir, case_files
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+SETTINGS = settings(max_examples=int(os.environ.get("KVSCOPE_PROPERTY_EXAMPLES", "100")), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 
 def reference(data: bytes, anchors: tuple[bytes, ...], max_line: int) -> tuple[list[tuple], int, int]:
