@@ -15,6 +15,16 @@ from kvscope.engines.base import EngineLines, LineContext
 from kvscope.engines.common import CommonLines
 from kvscope.engines.sglang.lines import SGLangLines
 from kvscope.reading import Line, clean_line
+from kvscope.reading.source import Bulk
+
+try:  # the bulk lane for the dominant serving-line shapes (see kvscope.runtime.lines.BULK)
+    from kvscope.runtime.accumulate import _label as _bulk_label
+    from kvscope.runtime.accumulate import _times as _bulk_times
+    from kvscope.runtime.accumulate import _valid as _bulk_valid
+    from kvscope.runtime.lines import BULK, RuntimeLines
+except ImportError:
+    BULK = None
+    RuntimeLines = None  # type: ignore[assignment,misc]
 
 
 def _optional(module: str, cls: str) -> EngineLines | None:
@@ -45,6 +55,9 @@ def _registry() -> list[EngineLines]:
 
 ENGINES: list[EngineLines] = _registry()
 ANCHORS: tuple[bytes, ...] = tuple(dict.fromkeys(a for e in ENGINES for a in e.anchors))
+_RUNTIME = next((e for e in ENGINES if RuntimeLines is not None and isinstance(e, RuntimeLines)), None)
+if _RUNTIME is None:
+    BULK = None
 _NEW_RECORD = re.compile(r"^\s*(?:\[\d{4}-|\(\w|INFO|WARNING|ERROR|DEBUG|\d{4}-\d\d-\d\d|[A-Z][a-z]{2} +\d|\w+\s+\|)")
 MAX_JOIN = 3
 
@@ -64,8 +77,29 @@ def _wants_join(text: str) -> bool:
     return any(e.wants_join(text) for e in ENGINES)
 
 
-def parse_lines(lines: Iterable[Line]) -> Iterator[ev.Event]:
-    """Events from candidate lines, re-joining lines a terminal hard-wrapped."""
+def _bulk_event(item: Bulk, order: list[EngineLines]) -> Iterator[ev.Event]:
+    """One RUNTIME event for a run of bulk-lane rows: what the per-line path would make of each
+    line, folded by ``kvscope.runtime.accumulate``. The event carries the first convertible row's
+    rank and stamp (a row whose numbers do not convert is no event on the per-line path either),
+    and the runtime parser moves to the front of ``order`` as it would after such a line."""
+    rows = item.rows
+    first = next((i for i, row in enumerate(rows) if _bulk_valid(row)), None)
+    if first is None:
+        return
+    rows = rows[first:] if first else rows
+    runtime = _RUNTIME
+    if order[0] is not runtime:
+        order.remove(runtime)
+        order.insert(0, runtime)
+    runtime.engine = "sglang"
+    _, stamp = _bulk_times(rows[0][0])
+    yield ev.Event("sglang", ev.RUNTIME, {"src": "bulk", "rows": rows}, _bulk_label(rows[0][1]), item.file,
+                   item.line_no, "", stamp, {"last_line": item.last_line})
+
+
+def parse_lines(lines: Iterable[Line | Bulk]) -> Iterator[ev.Event]:
+    """Events from candidate lines, re-joining lines a terminal hard-wrapped; a ``Bulk`` run of
+    serving lines becomes one RUNTIME event (the same samples, folded in one call)."""
     ctx = LineContext()
     order = list(ENGINES)
     pending: list[str] = []
@@ -82,6 +116,12 @@ def parse_lines(lines: Iterable[Line]) -> Iterator[ev.Event]:
             yield ev.Event(engine.engine, p.kind, p.data, p.rank, line.file, line.line_no, text, p.timestamp)
 
     for line in lines:
+        if line.__class__ is Bulk:
+            if pending and pending_line is not None:  # a bulk line starts a new record
+                yield from emit("".join(pending), pending_line)
+                pending, pending_line = [], None
+            yield from _bulk_event(line, order)  # type: ignore[arg-type]
+            continue
         for text in clean_line(line.text):
             if pending and pending_line is not None:
                 if not _NEW_RECORD.match(text) and len(pending) < MAX_JOIN:

@@ -198,7 +198,7 @@ def assemble(events: Iterable[ev.Event]) -> Iterator[Startup]:
             continue
         _apply(b, s, e)
         if e.file == s.file:
-            s.last_line = max(s.last_line, e.line_no)
+            s.last_line = max(s.last_line, e.extra.get("last_line", e.line_no) if e.extra else e.line_no)
         if e.kind != ev.RUNTIME and len(s.evidence) < MAX_EVIDENCE:
             s.evidence.append(_source(e))
     if b.current is not None and _worth_reporting(b.current):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import stat
 import sys
 import zlib
@@ -39,6 +40,10 @@ MIN_GZIP_ALLOWANCE = 64 << 20
 PLAN_SAMPLE_BYTES = 64 << 10
 REPLAN_BYTES = 64 << 20
 DIRECT_REPLAN_BYTES = 8 << 20
+# Bulk lane: a stretch of at most this many bytes is split by the bulk pattern at once (its rows are
+# transient Python objects, so this bounds their memory), and the byte that marks a removed line.
+BULK_BYTES = 1 << 20
+BULK_MARK = b"\x01"
 
 
 @dataclass(slots=True)
@@ -47,6 +52,20 @@ class Line:
     line_no: int
     text: str
     context: bool = False  # True: only the line after a candidate, offered for re-joining wraps
+
+
+@dataclass(slots=True)
+class Bulk:
+    """Consecutive matches of the bulk pattern (no candidate line between them): one tuple of groups each.
+
+    Why: the serving lines of one dominant shape are most of a journal; handing them on as one item
+    per run instead of one ``Line`` per line is what keeps their cost near that of the regex alone.
+    """
+
+    file: str
+    line_no: int  # of the first matched line
+    last_line: int
+    rows: list[tuple[bytes | None, ...]]
 
 
 @dataclass
@@ -166,12 +185,20 @@ def _blocks(fh: BinaryIO | _BoundedGzip, name: str, stats: ReadStats) -> Iterato
 
 
 def iter_candidate_lines(
-    paths: Iterable[str], anchors: tuple[bytes, ...], stats: ReadStats | None = None
-) -> Iterator[Line]:
+    paths: Iterable[str],
+    anchors: tuple[bytes, ...],
+    stats: ReadStats | None = None,
+    bulk: re.Pattern[bytes] | None = None,
+) -> Iterator[Line | Bulk]:
     """Yield the lines of all inputs that contain an anchor, each followed by its successor as context.
 
     Line numbers are 1-based physical lines (split on ``\\n``). A line longer than MAX_LINE_BYTES is
     never yielded, as candidate or context; it is counted in ``stats.overlong_lines``.
+
+    With ``bulk`` (a bytes pattern whose match starts with the newline before a line and ends
+    before the newline after it), the lines it matches are not yielded as lines: each run of them
+    between two candidate lines comes as one ``Bulk`` of ``findall``-style tuples, in input order.
+    A matched line is never a candidate nor offered as context.
     """
     stats = stats if stats is not None else ReadStats()
     scanner = AnchorScanner(anchors)
@@ -181,7 +208,7 @@ def iter_candidate_lines(
         stats.files.append(name)
         stream: BinaryIO | _BoundedGzip = _BoundedGzip(fh, name, stats) if _is_gzip(fh) else fh
         try:
-            yield from _FileScan(name, scanner, stats).run(_blocks(stream, name, stats))
+            yield from _FileScan(name, scanner, stats, bulk).run(_blocks(stream, name, stats))
         finally:
             if fh is not sys.stdin.buffer:
                 fh.close()
@@ -190,8 +217,9 @@ def iter_candidate_lines(
 class _FileScan:
     """The per-file state of one streaming scan: line number, the partial last line, context."""
 
-    def __init__(self, name: str, scanner: AnchorScanner, stats: ReadStats):
+    def __init__(self, name: str, scanner: AnchorScanner, stats: ReadStats, bulk: re.Pattern[bytes] | None = None):
         self.name = name
+        self.bulk = bulk
         self.scanner = scanner
         self.stats = stats
         self.line_no = 0  # lines completed so far
@@ -200,7 +228,7 @@ class _FileScan:
         self.last_plan = 0
         self.file_bytes = 0
 
-    def run(self, blocks: Iterator[bytes]) -> Iterator[Line]:
+    def run(self, blocks: Iterator[bytes]) -> Iterator[Line | Bulk]:
         carry = b""  # the start of a line whose newline has not been read yet
         skipping = False  # inside an overlong line: drop bytes until its newline
         for block in blocks:
@@ -275,8 +303,42 @@ class _FileScan:
             self.last_plan = self.stats.bytes_read
             self.next_plan = self.stats.bytes_read + REPLAN_BYTES
 
-    def _region(self, buf: bytes, lo: int, hi: int) -> Iterator[Line]:
+    def _region(self, buf: bytes, lo: int, hi: int) -> Iterator[Line | Bulk]:
         """Candidate lines (and their successors) of ``buf[lo:hi]``, which holds whole lines."""
+        if self.bulk is None:
+            yield from self._lines(buf, lo, hi)
+            return
+        while lo < hi:  # stretches of about BULK_BYTES, cut at line ends
+            cut = buf.find(b"\n", lo + BULK_BYTES, hi) + 1 if hi - lo > 2 * BULK_BYTES else hi
+            cut = cut or hi
+            split = self._bulk_split(buf, lo, cut)
+            if split is None:
+                yield from self._lines(buf, lo, cut)
+            else:
+                yield from self._lines(split[0], 1, len(split[0]), split[1])
+            lo = cut
+
+    def _bulk_split(self, buf: bytes, lo: int, hi: int) -> tuple[bytes, list[tuple]] | None:
+        """(``buf[lo:hi]`` with each bulk-matched line replaced by BULK_MARK, after a leading newline;
+        the match groups, in order), or None where the lane does not apply.
+
+        The lane stays off a stretch that holds an overlong line (the per-line path skips those) or
+        the mark byte itself. One ``split`` call gives both the text between matches and the groups.
+        """
+        assert self.bulk is not None
+        if buf.find(BULK_MARK, lo, hi) != -1 or (hi - lo > MAX_LINE_BYTES + 1 and _overlong_lines(buf, lo, hi)):
+            return None
+        view = buf[lo - 1 : hi] if lo and buf[lo - 1] == 10 else b"\n" + buf[lo:hi]
+        parts = self.bulk.split(view)
+        if len(parts) == 1:
+            return None
+        k = self.bulk.groups + 1
+        rows = list(zip(*[parts[i::k] for i in range(1, k)], strict=True))
+        return b"\n\x01".join(parts[::k]), rows
+
+    def _lines(self, buf: bytes, lo: int, hi: int, rows: list[tuple] | None = None) -> Iterator[Line | Bulk]:
+        """Candidate lines of ``buf[lo:hi]`` as in ``_region``; with ``rows``, ``buf`` is a bulk-split
+        stretch whose marked lines stand for those rows, yielded as ``Bulk`` runs in their place."""
         big = hi - lo >= PLAN_SAMPLE_BYTES or self.stats.bytes_read < PLAN_SAMPLE_BYTES
         if big and self.stats.bytes_read >= self.next_plan:
             self._plan(buf, lo, hi, 0)
@@ -287,25 +349,52 @@ class _FileScan:
         self.stats.overlong_lines += len(overlong)
         name, find, count = self.name, buf.find, buf.count
         start_set = set(starts)
+        if rows is not None:  # a marked line is no context: the per-line path saw it as a candidate
+            start_set.update([i + 1 for i in _marks(buf, lo, starts)])
         if self.want_context and lo not in start_set and lo not in overlong:
             yield Line(name, self.line_no + 1, _decode(buf[lo : find(b"\n", lo, hi)]), context=True)
         line_no, counted_to = self.line_no, lo  # line_no: newlines in buf[lo:counted_to], plus before
         last_end = -1
+        done, taken = lo, 0  # rows before offset ``done`` have been yielded: ``taken`` of them
         for start in starts:
+            if rows is not None and taken < len(rows):
+                n = count(BULK_MARK, done, start)
+                if n:
+                    yield self._bulk(buf, done, start, line_no, counted_to, rows[taken : taken + n])
+                    taken += n
             line_no += count(b"\n", counted_to, start)
             counted_to = start
             if start in overlong:
                 continue
             end = find(b"\n", start, hi)
-            last_end = end
+            last_end = done = end
             yield Line(name, line_no + 1, _decode(buf[start:end]))
             nxt = end + 1
             if nxt < hi and nxt not in start_set and nxt not in overlong:
                 yield Line(name, line_no + 2, _decode(buf[nxt : find(b"\n", nxt, hi)]), context=True)
+        if rows is not None and taken < len(rows):
+            yield self._bulk(buf, done, hi, line_no, counted_to, rows[taken:])
         line_no += count(b"\n", counted_to, hi)
         self.stats.lines += line_no - self.line_no
         self.line_no = line_no
         self.want_context = last_end == hi - 1
+
+    def _bulk(self, buf: bytes, lo: int, hi: int, line_no: int, counted_to: int, rows: list[tuple]) -> Bulk:
+        """The rows whose marks lie in ``buf[lo:hi]``, with the line numbers of the first and last."""
+        first, last = buf.find(BULK_MARK, lo, hi), buf.rfind(BULK_MARK, lo, hi)
+        first_no = line_no + buf.count(b"\n", counted_to, first) + 1
+        return Bulk(self.name, first_no, first_no + buf.count(b"\n", first, last), rows)
+
+
+def _marks(buf: bytes, lo: int, starts: list[int]) -> Iterator[int]:
+    """Offsets of the newlines before marked lines that directly follow a candidate line (or begin
+    the stretch), so the caller can keep them from being offered as context."""
+    if buf.startswith(BULK_MARK, lo):
+        yield lo - 1
+    for start in starts:
+        end = buf.find(b"\n", start)
+        if end != -1 and buf.startswith(BULK_MARK, end + 1):
+            yield end
 
 
 def _overlong_lines(buf: bytes, lo: int, hi: int) -> set[int]:

@@ -13,6 +13,7 @@ within a group only the first rank seen speaks (otherwise TP16 would count each 
 
 from __future__ import annotations
 
+import datetime as _dt
 import re
 from typing import Any
 
@@ -78,6 +79,32 @@ class Accumulator:
             v = data["hit_pct"]
             self.v0_hit = [self.v0_hit[0] + v, self.v0_hit[1] + 1, v] if self.v0_hit else [v, 1, v]
 
+    def add_rows(self, rows: list[tuple]) -> None:
+        """Rows of the bulk lane (``kvscope.runtime.lines.BULK`` groups), in input order.
+
+        Each scheduler's rows go to its stream in one call; routes are made in order of first
+        appearance, as ``add`` makes them line by line, so the same rank speaks for its group.
+        """
+        labels = dict.fromkeys(row[1] for row in rows)
+        if len(labels) == 1:
+            self._rows(_label(rows[0][1]), rows)
+            return
+        buckets: dict[bytes, list[tuple]] = {ranks: [] for ranks in labels}
+        for row in rows:
+            buckets[row[1]].append(row)
+        for ranks, bucket in buckets.items():
+            self._rows(_label(ranks), bucket)
+
+    def _rows(self, label: str | None, rows: list[tuple]) -> None:
+        stream = self.routes.get((label, True))
+        if stream is None:
+            stream = self._route(label, True)
+        self._label, self._stream = label, stream
+        if stream.__class__ is Stream:
+            stream.sample_rows(rows, _times)  # type: ignore[union-attr]
+        else:
+            self.ignored += sum(1 for row in rows if _valid(row))
+
     def _route(self, label: str | None, sample: bool) -> Stream | str | None:
         """The stream a rank's lines go to; ``"skip"`` when another rank of its group already speaks."""
         key = (label, sample)
@@ -105,6 +132,48 @@ class Accumulator:
         return stream
 
 
+_LABELS: dict[bytes, str | None] = {}
+_DAYS: dict[bytes, float] = {}
+
+
+def _label(ranks: bytes) -> str | None:
+    """``b" DP0 TP0"`` → ``"DP0 TP0"``, as ``_Clock.sglang`` makes it (cached: a journal has few)."""
+    label = _LABELS.get(ranks, _UNSET)
+    if label is _UNSET:
+        label = ranks.strip().decode() or None
+        if len(_LABELS) < 4096:
+            _LABELS[ranks] = label
+    return label  # type: ignore[return-value]
+
+
+def _times(stamp: bytes) -> tuple[float, str]:
+    """``b"2026-09-01 12:00:05"`` → (seconds on ``_Clock``'s scale for dated stamps, stamp text).
+
+    A dated SGLang stamp needs no clock state (only time-only and yearless stamps wrap), so the
+    bulk lane computes exactly what ``_Clock.sglang`` would. ValueError for an impossible date.
+    """
+    day = _DAYS.get(stamp[:10])
+    if day is None:
+        day = _dt.date(int(stamp[:4]), int(stamp[5:7]), int(stamp[8:10])).toordinal() * 86400.0
+        if len(_DAYS) < 100_000:
+            _DAYS[stamp[:10]] = day
+    return day + (int(stamp[11:13]) * 3600 + int(stamp[14:16]) * 60 + int(stamp[17:19])), stamp.decode()
+
+
+def _valid(row: tuple) -> bool:
+    """Whether the per-line path would have made an event of this row (its numbers convert)."""
+    try:
+        _times(row[0])
+        if row[2] is not None:
+            int(row[3]), int(row[4]), float(row[5]), float(row[6]), int(row[7])
+        else:
+            int(row[12]), int(row[13]), float(row[11]), int(row[8]), int(row[9])
+            row[10] and float(row[10]), row[14] is not None and float(row[14])
+    except ValueError:
+        return False
+    return True
+
+
 def _group(label: str | None) -> str:
     """DP group of a SGLang rank label (``DP3 TP3 EP3`` → ``DP3``), vLLM engine label as is, else ''."""
     if not label:
@@ -120,7 +189,11 @@ def add_event(startup: Startup, event: Any) -> None:
     acc = startup.runtime
     if acc.__class__ is not Accumulator:
         acc = _start(startup, event)
-    acc.add(event.data, event.rank, event.timestamp)
+    rows = event.data.get("rows")
+    if rows is not None:
+        acc.add_rows(rows)
+    else:
+        acc.add(event.data, event.rank, event.timestamp)
 
 
 def _start(startup: Startup, event: Any) -> Accumulator:

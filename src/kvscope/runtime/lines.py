@@ -55,6 +55,33 @@ _CUMULATIVE = re.compile(r"cumulative_preemption(?:_cnt)?=(\d+)")
 _PREEMPT_MODE = re.compile(r"PreemptionMode\.(\w+)")
 _HIT_GPU = re.compile(r"hit rate: GPU: ([\d.]+)%")
 
+# The bulk lane (``kvscope.reading.source``): the two SGLang shapes that make up nearly all of a
+# journal, matched over a whole block at once by ONE bytes pattern, so that their lines never become
+# per-line Python objects. It matches only lines on which it provably gives what the per-line path
+# gives (``parse_lines`` → ``RuntimeLines.parse`` → ``_sglang_fast``), so any other line (other
+# wordings, time-only stamps, ``rank=`` prefixes, ANSI colour, CR, non-ASCII, another shipper's
+# prefix, an ending that asks for a join) is left in the block for the per-line path:
+# * an optional journald prefix (the one ``clean_line`` strips), then ``[YYYY-MM-DD HH:MM:SS ranks] ``
+#   at the start of the cleaned line, so the stamp and rank label are the ones ``_Clock.sglang`` reads;
+# * the numbers read by the per-line fast patterns themselves (same sub-patterns, ``.`` narrowed to
+#   printable ASCII without ``[``, which is the whole line here, so the same first match is found);
+# * a line that ends in a digit, ``,``, ``.``, ``%`` or ``)``, so no engine's ``wants_join`` fires
+#   on it (the reader keeps the lane off a stretch holding an overlong line).
+# Groups: 1 stamp, 2 ranks, 3 decode body, 4-8 decode r, tok, usage, gen, queue; 9-15 prefill
+# new, cached, hit %, usage, r, queue, input tps.
+_T = rb"[\t\x20-\x5a\x5c-\x7e]"  # printable ASCII and tab, no '[': no colour code can hide in it
+_END = rb"(?:" + _T + rb"*[\d,.%)])?"
+BULK = re.compile(
+    rb"\n(?:(?:[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)?|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[\d.,:+\-]*)"
+    rb" [\w.\-]+ [\w.@/\-]+(?:\[\d+\])?: )?"
+    rb"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)?((?: [A-Z_]+\d+)*)\] "
+    rb"(?:Decode batch[.,] (#running-req: (\d+), #token: (\d+), token usage: ([\d.]+), "
+    + _T + rb"*?gen throughput \(token/s\): ([\d.]+)," + _T + rb"*?#queue-req: (\d+)" + _END + rb")"
+    rb"|Prefill batch[.,] #new-seq: \d+, #new-token: (\d+), #cached-token: (\d+), "
+    rb"(?:cache hit rate: ([\d.]+)%, )?token usage: ([\d.]+), #running-req: (\d+), #queue-req: (\d+)"
+    rb"(?:" + _T + rb"*?input throughput \(token/s\): ([\d.]+))?" + _END + rb")[ \t]*\r?(?=\n)"
+)
+
 HALF_YEAR_S = 183 * 86400
 HALF_DAY_S = 43200
 
