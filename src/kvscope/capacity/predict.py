@@ -97,12 +97,15 @@ class Scenario:
         return out
 
 
-def normalise_changes(changes: dict[str, Any]) -> dict[str, Any]:
+def normalise_changes(changes: dict[str, Any], supported: set[str] = SUPPORTED, aliases: dict[str, str] = ALIASES,
+                      engine: str = "SGLang") -> dict[str, Any]:
+    """--set keys in the engine's own option names; an unknown key is a usage error, not a silent no-op."""
     out = {}
     for key, value in changes.items():
-        key = ALIASES.get(key, key)
-        if key not in SUPPORTED:
-            raise PredictionError(f"--set {key}: not a setting kvscope can predict (known: {', '.join(sorted(SUPPORTED))})")
+        key = aliases.get(key, key)
+        if key not in supported:
+            raise PredictionError(f"--set {key}: not a{'n' if engine[0] in 'AEIOU' else ''} {engine} setting kvscope "
+                                  f"can predict (known: {', '.join(sorted(supported))})")
         out[key] = value
     return out
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvscope.capacity.arch import dtype_bytes
-from kvscope.capacity.predict import PredictionError, Scenario, _risk, _truthy
+from kvscope.capacity.predict import PredictionError, Scenario, _risk, _truthy, normalise_changes
 from kvscope.engines.vllm import finish as vfinish
 from kvscope.engines.vllm import rules as vrules
 from kvscope.ledger.model import Startup
@@ -55,16 +55,6 @@ class VllmCalibration:
                 "available_kv_gib_low": round(self.kv_low_bytes / GIB, 4), "available_kv_gib_high": round(self.kv_high_bytes / GIB, 4),
                 "gpu_memory_utilization": self.util, "total_gib": self.total_gib, "max_model_len": self.max_model_len,
                 "tp_size": self.tp, "notes": self.notes}
-
-
-def _normalise(changes: dict[str, Any]) -> dict[str, Any]:
-    out = {}
-    for key, value in changes.items():
-        key = ALIASES.get(key, key)
-        if key not in SUPPORTED:
-            raise PredictionError(f"--set {key}: not a vLLM setting kvscope can predict (known: {', '.join(sorted(SUPPORTED))})")
-        out[key] = value
-    return out
 
 
 def calibrate(s: Startup) -> VllmCalibration:
@@ -110,7 +100,7 @@ def _capacity(cal: VllmCalibration, kv_bytes: float, block_bytes: float, bs: int
 
 def predict(cal: VllmCalibration, changes: dict[str, Any], host_ram_gb: float | None = None,
             label: str | None = None) -> Scenario:
-    changes = _normalise(changes)
+    changes = normalise_changes(changes, SUPPORTED, ALIASES, "vLLM")
     notes: list[str] = []
     low, high = cal.kv_low_bytes, cal.kv_high_bytes
     reserve = cal.free_at_ready_gib

@@ -45,3 +45,17 @@ def write_output(text: str, output: str | None) -> None:
 
 
 FORMATS = click.Choice(["terminal", "json", "markdown", "html"])
+
+
+def gather_inputs(logs: tuple[str, ...], example: str | None, assume: tuple[str, ...]) -> tuple[list[str], dict[str, Any]]:
+    """Paths to read and the assumptions to apply: a bundled example brings its log and its known flags."""
+    from kvscope.examples import example_path
+
+    assumptions: dict[str, Any] = {}
+    paths = list(logs)
+    if example:
+        ex, path = example_path(example)
+        assumptions.update(ex.assumptions)
+        paths.append(path)
+    assumptions.update(parse_assignments(assume))
+    return paths, assumptions

@@ -7,9 +7,8 @@ import sys
 import click
 
 from kvscope.api import analyze
-from kvscope.cli.common import FORMATS, parse_assignments, write_output
+from kvscope.cli.common import FORMATS, gather_inputs, write_output
 from kvscope.errors import InputError
-from kvscope.examples import example_path
 
 
 def render(analysis, fmt: str, redact: bool, extra=None) -> str:
@@ -30,13 +29,7 @@ def render(analysis, fmt: str, redact: bool, extra=None) -> str:
 @click.option("--debug", is_flag=True, help="Show tracebacks of internal errors.")
 def command(logs, example, fmt, output, assume, model, no_redact, debug) -> None:
     """Explain where each GPU's memory went at startup, from SGLang / vLLM / llama.cpp / TensorRT-LLM logs."""
-    assumptions: dict = {}
-    paths = list(logs)
-    if example:
-        ex, path = example_path(example)
-        assumptions.update(ex.assumptions)
-        paths.append(path)
-    assumptions.update(parse_assignments(assume))
+    paths, assumptions = gather_inputs(logs, example, assume)
     if not paths:
         raise InputError("give one or more log files (or - for stdin), or --example NAME")
     analysis = analyze(paths, assumptions, model)

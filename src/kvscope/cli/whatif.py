@@ -19,9 +19,8 @@ from kvscope.capacity.predict import (
     standard_scenarios,
     tokens_per_step,
 )
-from kvscope.cli.common import FORMATS, parse_assignments, write_output
+from kvscope.cli.common import FORMATS, gather_inputs, parse_assignments, write_output
 from kvscope.errors import InputError
-from kvscope.examples import example_path
 
 
 def build_prediction(startup, changes: dict[str, Any], context: int | None, host_ram_gb: float | None) -> dict[str, Any]:
@@ -133,13 +132,7 @@ def render_terminal(pred: dict[str, Any]) -> str:
 @click.option("--debug", is_flag=True)
 def command(logs, example, sets, assume, model, host_ram, context, fmt, output, no_redact, debug) -> None:
     """Predict KV tokens, concurrency and OOM risk for changed settings, calibrated on a logged startup."""
-    assumptions: dict[str, Any] = {}
-    paths = list(logs)
-    if example:
-        ex, path = example_path(example)
-        assumptions.update(ex.assumptions)
-        paths.append(path)
-    assumptions.update(parse_assignments(assume))
+    paths, assumptions = gather_inputs(logs, example, assume)
     if host_ram is None and isinstance(assumptions.get("host_ram_gb"), (int, float)) and any(
             k.startswith("hicache") for k in parse_assignments(sets, "--set")):
         host_ram = float(assumptions["host_ram_gb"])
