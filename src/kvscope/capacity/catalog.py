@@ -54,21 +54,29 @@ def catalog_entry(name: str) -> dict[str, Any] | None:
     return best[1] if best else None
 
 
+def read_local_config(model: str) -> tuple[dict[str, Any], Path] | None:
+    """A local config.json (the file, or the one in a model directory), parsed; None if absent or unreadable."""
+    path = Path(model).expanduser()
+    cfg_path = path / "config.json" if path.is_dir() else path
+    if not (cfg_path.is_file() and cfg_path.suffix == ".json"):
+        return None
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except (OSError, ValueError):
+        return None
+    return (cfg, cfg_path) if isinstance(cfg, dict) else None
+
+
 def load_architecture(model: str | None) -> tuple[Architecture | None, str]:
     """Architecture for a model path/id: local config.json first, then the catalog. (arch, where from)."""
     if not model:
         return None, ""
-    path = Path(model).expanduser()
-    cfg_path = path / "config.json" if path.is_dir() else path
-    if cfg_path.is_file() and cfg_path.suffix == ".json":
-        try:
-            cfg = json.loads(cfg_path.read_text())
-        except (OSError, ValueError):
-            cfg = None
-        if isinstance(cfg, dict):
-            arch = architecture_from_config(cfg, name=str(path))
-            if arch:
-                return arch, f"config.json at {cfg_path}"
+    local = read_local_config(model)
+    if local is not None:
+        cfg, cfg_path = local
+        arch = architecture_from_config(cfg, name=str(Path(model).expanduser()))
+        if arch:
+            return arch, f"config.json at {cfg_path}"
     entry = catalog_entry(model)
     if entry:
         merged = {k: v for k, v in (entry.get("config_extra") or {}).items() if not k.endswith("_note")}

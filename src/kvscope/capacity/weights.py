@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kvscope.capacity.catalog import catalog_entry
+from kvscope.capacity.catalog import catalog_entry, read_local_config
 
 GIB = 1 << 30
 VOCAB_PAD = 64  # engines pad the vocabulary to a multiple of 64 before splitting it over TP
@@ -88,21 +88,16 @@ def _flatten_text_config(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def load_model_config(model: str) -> ModelConfig | None:
     """config.json of a local directory/file first, then the built-in catalog; None if neither."""
-    path = Path(model).expanduser()
-    cfg_path = path / "config.json" if path.is_dir() else path
-    if cfg_path.is_file() and cfg_path.suffix == ".json":
-        try:
-            cfg = json.loads(cfg_path.read_text())
-        except (OSError, ValueError):
-            cfg = None
-        if isinstance(cfg, dict):
-            if cfg.get("quantization_config") is None:
-                hq = cfg_path.parent / "hf_quant_config.json"
-                if hq.is_file():
-                    with contextlib.suppress(OSError, ValueError):
-                        cfg["quantization_config"] = _from_hf_quant_config(json.loads(hq.read_text()))
-            return ModelConfig(_flatten_text_config(cfg), f"config.json at {cfg_path}",
-                               cfg_path.parent, str(path))
+    local = read_local_config(model)
+    if local is not None:
+        cfg, cfg_path = local
+        if cfg.get("quantization_config") is None:
+            hq = cfg_path.parent / "hf_quant_config.json"
+            if hq.is_file():
+                with contextlib.suppress(OSError, ValueError):
+                    cfg["quantization_config"] = _from_hf_quant_config(json.loads(hq.read_text()))
+        return ModelConfig(_flatten_text_config(cfg), f"config.json at {cfg_path}",
+                           cfg_path.parent, str(Path(model).expanduser()))
     entry = catalog_entry(model)
     if entry:
         cfg = _normalise_catalog_config(entry)
