@@ -165,10 +165,10 @@ def _valid(row: tuple) -> bool:
     try:
         _times(row[0])
         if row[2] is not None:
-            int(row[3]), int(row[4]), float(row[5]), float(row[6]), int(row[7])
+            int(row[2]), int(row[3]), float(row[4]), float(row[6]), int(row[8])
         else:
-            int(row[12]), int(row[13]), float(row[11]), int(row[8]), int(row[9])
-            row[10] and float(row[10]), row[14] is not None and float(row[14])
+            int(row[14]), int(row[15]), float(row[13]), int(row[10]), int(row[11])
+            row[12] and float(row[12]), row[16] is not None and float(row[16])
     except ValueError:
         return False
     return True

@@ -67,16 +67,18 @@ _HIT_GPU = re.compile(r"hit rate: GPU: ([\d.]+)%")
 #   printable ASCII without ``[``, which is the whole line here, so the same first match is found);
 # * a line that ends in a digit, ``,``, ``.``, ``%`` or ``)``, so no engine's ``wants_join`` fires
 #   on it (the reader keeps the lane off a stretch holding an overlong line).
-# Groups: 1 stamp, 2 ranks, 3 decode body, 4-8 decode r, tok, usage, gen, queue; 9-15 prefill
-# new, cached, hit %, usage, r, queue, input tps.
+# Groups: 1 stamp, 2 ranks; 3-10 decode r, tok, usage, (text before gen), gen, (text before
+# queue), queue, (text after queue); 11-17 prefill new, cached, hit %, usage, r, queue, input tps.
+# The decode line's free text comes in three short groups because the per-line path asks whether
+# the line holds ``graph: `` / ``graph: True``, and no fixed part of the line can hold either.
 _T = rb"[\t\x20-\x5a\x5c-\x7e]"  # printable ASCII and tab, no '[': no colour code can hide in it
 _END = rb"(?:" + _T + rb"*[\d,.%)])?"
 BULK = re.compile(
     rb"\n(?:(?:[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)?|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[\d.,:+\-]*)"
     rb" [\w.\-]+ [\w.@/\-]+(?:\[\d+\])?: )?"
     rb"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)?((?: [A-Z_]+\d+)*)\] "
-    rb"(?:Decode batch[.,] (#running-req: (\d+), #token: (\d+), token usage: ([\d.]+), "
-    + _T + rb"*?gen throughput \(token/s\): ([\d.]+)," + _T + rb"*?#queue-req: (\d+)" + _END + rb")"
+    rb"(?:Decode batch[.,] #running-req: (\d+), #token: (\d+), token usage: ([\d.]+), "
+    rb"(" + _T + rb"*?)gen throughput \(token/s\): ([\d.]+), (" + _T + rb"*?)#queue-req: (\d+)(" + _END + rb")"
     rb"|Prefill batch[.,] #new-seq: \d+, #new-token: (\d+), #cached-token: (\d+), "
     rb"(?:cache hit rate: ([\d.]+)%, )?token usage: ([\d.]+), #running-req: (\d+), #queue-req: (\d+)"
     rb"(?:" + _T + rb"*?input throughput \(token/s\): ([\d.]+))?" + _END + rb")[ \t]*\r?(?=\n)"

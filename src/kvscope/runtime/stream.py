@@ -25,6 +25,18 @@ MAX_USAGE = 1.05  # usage above this is no reading of a pool (rounding can print
 FULL = 0.99
 
 
+CACHE_MAX = 65536  # values kept by the bulk lane's number caches
+_FLOATS: dict[bytes, float] = {}
+_INTS: dict[bytes, int] = {}
+_GRAPHS: dict[bytes, bool | None] = {}
+_NO = object()
+
+
+def _graph_flag(text: bytes) -> bool | None:
+    """The per-line path's CUDA-graph flag of a decode line: None without ``graph: ``."""
+    return None if b"graph: " not in text else b"graph: True" in text
+
+
 class Timeline:
     """At most ``TIMELINE_POINTS`` buckets [t0, t1, usage min, usage max, queue max, running max, n]."""
 
@@ -290,21 +302,34 @@ class Stream:
         pool_u, pool_tok = self.pool_u, self.pool_tok
         sat_n, sat_u_per_req, sat_tok_per_req, sat_tok_n = self.sat_n, self.sat_u_per_req, self.sat_tok_per_req, self.sat_tok_n
         prev_stamp_b, t0, stamp = None, 0.0, None
+        floats, ints, graphs = _FLOATS, _INTS, _GRAPHS
+        if len(floats) > CACHE_MAX or len(ints) > CACHE_MAX or len(graphs) > CACHE_MAX:
+            floats.clear(), ints.clear(), graphs.clear()
         try:
             for row in rows:
-                body = row[2]
+                decode = row[2] is not None
                 try:
                     if row[0] != prev_stamp_b:
                         t0, stamp = times(row[0])
                         prev_stamp_b = row[0]
-                    if body is not None:
-                        r, tok, u, g, q = int(row[3]), int(row[4]), float(row[5]), float(row[6]), int(row[7])
+                    if decode:
+                        # usage, running and queued repeat all the time: converted once per value
+                        u = floats.get(row[4])
+                        if u is None:
+                            u = floats[row[4]] = float(row[4])
+                        r = ints.get(row[2])
+                        if r is None:
+                            r = ints[row[2]] = int(row[2])
+                        q = ints.get(row[8])
+                        if q is None:
+                            q = ints[row[8]] = int(row[8])
+                        tok, g = int(row[3]), float(row[6])
                         src = "decode"
                     else:
-                        r, q, u = int(row[12]), int(row[13]), float(row[11])
-                        new_tok, cached = int(row[8]), int(row[9])
-                        hit = float(row[10]) if row[10] else None
-                        tps = float(row[14]) if row[14] is not None else None
+                        r, q, u = int(row[14]), int(row[15]), float(row[13])
+                        new_tok, cached = int(row[10]), int(row[11])
+                        hit = float(row[12]) if row[12] else None
+                        tps = float(row[16]) if row[16] is not None else None
                         tok, src = None, "prefill"
                 except ValueError:
                     prev_stamp_b = None
@@ -366,9 +391,15 @@ class Stream:
                         if q > self.peak_q_sat:
                             self.peak_q_sat = q
                 tl.add(t, u if u is not None else 0.0, q, r)
-                if body is not None:
-                    if b"graph: " in body:
-                        self._graph(b"graph: True" in body, r)
+                if decode:
+                    if len(row[7]) > 6 or len(row[9]) > 6:  # shorter text cannot hold "graph: "
+                        graph = _graph_flag(row[5] + b"|" + row[7] + b"|" + row[9])
+                    else:
+                        graph = graphs.get(row[5], _NO)
+                        if graph is _NO:
+                            graph = graphs[row[5]] = _graph_flag(row[5])
+                    if graph is not None:
+                        self._graph(graph, r)
                     gen[0] += g
                     gen[1] += 1
                     if g > gen[2]:
