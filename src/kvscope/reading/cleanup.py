@@ -32,7 +32,7 @@ def strip_prefixes(text: str) -> str:
 
 def clean_line(text: str) -> list[str]:
     """One physical line → the logical lines in it (CR-separated progress bars split apart)."""
-    if "\x1b" in text or "m" in text:
+    if "\x1b" in text or ("m" in text and "[" in text):  # every colour code has ESC, or '[' and 'm'
         text = _ANSI.sub("", text)
     if not text.isascii():
         text = text.translate(_SMART)
