@@ -110,13 +110,6 @@ def normalise_changes(changes: dict[str, Any], supported: set[str] = SUPPORTED, 
     return out
 
 
-def _float(s: Startup, key: str) -> float | None:
-    try:
-        v = s.setting(key)
-        return float(v) if v is not None else None
-    except (TypeError, ValueError):
-        return None
-
 
 def calibrate(s: Startup) -> Calibration:
     """Pin the exact profiled budget of an SGLang startup from its logged token count."""
@@ -128,7 +121,7 @@ def calibrate(s: Startup) -> Calibration:
         raise PredictionError("the log has no 'KV Cache is allocated. #tokens: …' line to calibrate on")
     if s.reconciliation is None:
         raise PredictionError("bytes per token unknown (no pool size and no architecture); pass --model")
-    mfs = _float(s, "mem_fraction_static")
+    mfs = s.setting_number("mem_fraction_static")
     if mfs is None:
         implied = s.capacity.extras.get("implied_mem_fraction_static")
         if implied is None:

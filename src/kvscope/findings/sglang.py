@@ -12,13 +12,6 @@ SAFETY_MARGIN_GIB = 2.0
 SAFETY_MARGIN_FRACTION = 0.05
 
 
-def _mfs(s: Startup) -> float | None:
-    try:
-        v = s.setting("mem_fraction_static")
-        return float(v) if v is not None else None
-    except (TypeError, ValueError):
-        return None
-
 
 def _margin(pre: float) -> float:
     return max(SAFETY_MARGIN_GIB, SAFETY_MARGIN_FRACTION * pre)
@@ -180,7 +173,7 @@ def _oom(s: Startup, f, mfs: float | None, pre: float | None) -> Finding:
 def findings(s: Startup) -> list:
     out: list = []
     ref = s.reference_rank
-    mfs = _mfs(s)
+    mfs = s.setting_number("mem_fraction_static")
     pre = ref.pre_load_free_gib if ref else None
     bpt = s.reconciliation.bytes_per_token if s.reconciliation else None
     fail = _failure(s, mfs, pre)

@@ -14,15 +14,6 @@ RAISED_FRACTION = 0.95
 LARGE_CONTEXT_GIB = 1.0
 
 
-def _num(s: Startup, key: str) -> float | None:
-    value = s.setting(key)
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
 
 def _budget(s: Startup) -> Finding | None:
     ref = s.reference_rank
@@ -65,7 +56,7 @@ def _greedy(s: Startup) -> Finding | None:
             return None
     elif abs(frac - DEFAULT_FRACTION) > 0.01 or (ref.total_gib and target.gib < 0.5 * ref.total_gib):
         return None
-    batch, seq = _num(s, "max_batch_size") or _num(s, "max_num_sequences"), _num(s, "max_seq_len")
+    batch, seq = s.setting_number("max_batch_size") or s.setting_number("max_num_sequences"), s.setting_number("max_seq_len")
     need = int(batch * seq) if batch and seq else None
     tokens = s.capacity.kv_tokens
     basis = f" ({others:.2f} GiB of engine / TensorRT allocations)" if others else ""
@@ -84,8 +75,8 @@ def _greedy(s: Startup) -> Finding | None:
 
 
 def _concurrency(s: Startup) -> Finding | None:
-    tokens, seq = s.capacity.kv_tokens, _num(s, "max_seq_len")
-    batch = _num(s, "max_batch_size") or _num(s, "max_num_sequences") or _num(s, "max_num_requests")
+    tokens, seq = s.capacity.kv_tokens, s.setting_number("max_seq_len")
+    batch = s.setting_number("max_batch_size") or s.setting_number("max_num_sequences") or s.setting_number("max_num_requests")
     if not tokens or not seq or not batch:
         return None
     full = tokens / seq
@@ -114,7 +105,7 @@ def _context(s: Startup) -> Finding | None:
     ctx = ref.extras.get("execution_context_gib") if ref else None
     if ctx is None or ctx < LARGE_CONTEXT_GIB:
         return None
-    tokens = _num(s, "max_num_tokens")
+    tokens = s.setting_number("max_num_tokens")
     detail = (f"The TensorRT execution context (activation memory) takes {ctx:.2f} GiB before the KV cache is sized. "
               "It is fixed at engine build by max_num_tokens (and max_batch_size); rebuilding with a smaller "
               "max_num_tokens shrinks it and leaves that memory to the KV cache.")
@@ -125,7 +116,7 @@ def _context(s: Startup) -> Finding | None:
 
 def _limits(s: Startup) -> Finding | None:
     """No KV line in the log: say what the engine's build limits demand of the KV cache."""
-    batch, seq = _num(s, "max_batch_size") or _num(s, "max_num_sequences"), _num(s, "max_seq_len")
+    batch, seq = s.setting_number("max_batch_size") or s.setting_number("max_num_sequences"), s.setting_number("max_seq_len")
     if s.capacity.kv_tokens is not None or not batch or not seq:
         return None
     need = int(batch * seq)

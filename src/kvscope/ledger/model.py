@@ -7,6 +7,7 @@ Objects here are plain dataclasses so the Python API returns exactly what the CL
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,17 @@ CAPACITY_FIELDS = (
     "max_model_len",
     "max_concurrency",
 )
+
+
+def finite_number(value: Any) -> float | None:
+    """A setting as a finite number, else None (settings come from text; anything can be in them)."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) and abs(number) < 1e18 else None
 
 
 @dataclass
@@ -202,6 +214,10 @@ class Startup:
         if self.settings.get(key) is not None:
             return self.settings[key]
         return self.assumptions.get(key, default)
+
+    def setting_number(self, key: str) -> float | None:
+        """A setting (or assumption) as a finite number; None when absent or not a number."""
+        return finite_number(self.setting(key))
 
     @property
     def reference_rank(self) -> Rank | None:

@@ -54,13 +54,6 @@ def _int_setting(s: Startup, key: str, default: int | None = None) -> int | None
         return default
 
 
-def _float_setting(s: Startup, key: str) -> float | None:
-    value = s.setting(key)
-    try:
-        return float(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
-
 
 def tp_size(s: Startup) -> int:
     logged = _int_setting(s, "tp_size") or _int_setting(s, "tp")
@@ -217,7 +210,7 @@ def _derive_from_reserve(s: Startup, cell: rules.CellSize | None) -> None:
     budget; both are marked derived.
     """
     ref = s.reference_rank
-    mfs = _float_setting(s, "mem_fraction_static")
+    mfs = s.setting_number("mem_fraction_static")
     target = ref.pool("target") if ref else None
     rec = s.reconciliation
     if (ref is None or target is None or rec is None or mfs is None or not 0 < mfs < 1
@@ -254,7 +247,7 @@ def _request_pool_estimate(s: Startup) -> float:
 
 def _budget_check(s, ref, tokens, bpt, page, rec, checks, consistent, era) -> None:
     """Replay rest = A − F(1 − mfs) from the printed F and A; the logged count must fall inside."""
-    mfs = _float_setting(s, "mem_fraction_static")
+    mfs = s.setting_number("mem_fraction_static")
     pre = ref.pre_load_free_gib
     at_profile = ref.avail_after_weights_gib
     if era.draft_in_static_budget and ref.extras.get("avail_after_draft_weights_gib") is not None:
@@ -295,7 +288,7 @@ def ledger_rows(s: Startup, r: Rank) -> list[LedgerRow]:
     add("free before weights (budget basis F)", r.pre_load_free_gib, "pre_load_free_gib")
     add("model weights", r.weights_gib, "weights_gib")
     add("free after weights (A)", r.avail_after_weights_gib, "avail_after_weights_gib")
-    mfs = _float_setting(s, "mem_fraction_static")
+    mfs = s.setting_number("mem_fraction_static")
     for pool in r.kv_pools:
         if pool.name in ("draft", "host"):
             continue

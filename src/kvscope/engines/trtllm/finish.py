@@ -37,15 +37,6 @@ def finish(s: Startup) -> None:
         r.ledger = ledger_rows(s, r)
 
 
-def _num(s: Startup, key: str) -> float | None:
-    value = s.setting(key)
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
 
 def _settle_pools(r: Rank) -> None:
     """The last KV allocation on a rank serves; earlier ones were the estimation pass (or a repeat)."""
@@ -71,13 +62,13 @@ def _capacity(s: Startup) -> None:
         target = r.pool("target")
         if target is not None and target.tokens is None:
             target.tokens = cap.kv_tokens
-    seq = _num(s, "max_seq_len")
+    seq = s.setting_number("max_seq_len")
     if seq:
         cap.max_model_len = int(seq)
         cap.context_len = int(seq)
         if cap.kv_tokens:
             cap.max_concurrency = round(cap.kv_tokens / seq, 2)
-    requests = _num(s, "max_num_sequences") or _num(s, "max_num_requests") or _num(s, "max_batch_size")
+    requests = s.setting_number("max_num_sequences") or s.setting_number("max_num_requests") or s.setting_number("max_batch_size")
     if requests:
         cap.max_running_requests = int(requests)
     ref = s.reference_rank
@@ -86,7 +77,7 @@ def _capacity(s: Startup) -> None:
 
 
 def _settings(s: Startup) -> None:
-    tp = _num(s, "tp_size") or _num(s, "world_size") or _num(s, "world_size_seen")
+    tp = s.setting_number("tp_size") or s.setting_number("world_size") or s.setting_number("world_size_seen")
     if tp and s.settings.get("tp_size") is None:
         s.settings["tp_size"] = int(tp)
 
@@ -127,7 +118,7 @@ def era(s: Startup) -> str | None:
 def fraction(s: Startup) -> tuple[float | None, str]:
     """kv_cache_free_gpu_mem_fraction as logged (and whether it was the default), else unknown."""
     for key in ("kv_cache_free_gpu_mem_fraction", "free_gpu_memory_fraction"):
-        value = _num(s, key)
+        value = s.setting_number(key)
         if value is not None:
             how = "default (the backend said it was not specified)" if s.setting(f"{key}_default") else "logged"
             return value, how
@@ -148,7 +139,7 @@ def effective_fraction(s: Startup) -> tuple[float | None, str]:
 def bytes_per_token(s: Startup, r: Rank) -> tuple[float | None, float | None, str]:
     """(low, high) bytes per token of the target pool and how we know."""
     target = r.pool("target")
-    logged = _num(s, "kv_size_per_token")
+    logged = s.setting_number("kv_size_per_token")
     if logged:
         return logged, logged, "logged ('kv size is …')"
     tokens = target.tokens if target else None
@@ -226,7 +217,7 @@ def _check_budget(s: Startup, r: Rank, lo: float | None, hi: float | None, check
             return None, None
         frac, how = DEFAULT_FRACTION, "assumed: the default, as implied"
     tpb = s.capacity.extras.get("tokens_per_block") or 1
-    limit = _num(s, "max_tokens_in_paged_kv_cache")
+    limit = s.setting_number("max_tokens_in_paged_kv_cache")
     if lo is None or hi is None:
         budget = frac * avail
         good = abs(budget - target.gib) <= frac * HALF_CENT + HALF_CENT + 1e-9

@@ -7,16 +7,14 @@ bytes per token the findings price changes with.
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
-from typing import Any
 
 from kvscope.capacity.arch import Architecture, dtype_bytes
 from kvscope.capacity.catalog import catalog_entry, load_architecture
 from kvscope.engines.vllm import eras, rules
 from kvscope.engines.vllm.eras import Era
 from kvscope.engines.vllm.rules import GIB, HALF_CENT
-from kvscope.ledger.model import Failure, KvPool, LedgerRow, Rank, Reconciliation, Startup
+from kvscope.ledger.model import Failure, KvPool, LedgerRow, Rank, Reconciliation, Startup, finite_number
 
 THIN_HEADROOM_GIB = 1.0  # vLLM's own warning: "CUDA graphs can take additional 1~3 GiB memory per GPU"
 
@@ -24,24 +22,14 @@ THIN_HEADROOM_GIB = 1.0  # vLLM's own warning: "CUDA graphs can take additional 
 # --- small accessors ------------------------------------------------------------------------------------
 
 
-def _num(value: Any) -> float | None:
-    """A setting as a finite number, else None (settings come from text; anything can be in them)."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return number if math.isfinite(number) and abs(number) < 1e18 else None
-
 
 def setting_int(s: Startup, key: str, default: int | None = None) -> int | None:
-    value = _num(s.setting(key))
+    value = finite_number(s.setting(key))
     return int(value) if value is not None else default
 
 
 def util(s: Startup) -> float | None:
-    return _num(s.setting("gpu_memory_utilization"))
+    return finite_number(s.setting("gpu_memory_utilization"))
 
 
 def block_size(s: Startup) -> int:
@@ -77,7 +65,7 @@ def total_gib(s: Startup, r: Rank | None = None) -> float | None:
     for x in ranks:
         if x.total_gib is not None:
             return x.total_gib
-    return _num(s.assumptions.get("gpu_total_gib"))
+    return finite_number(s.assumptions.get("gpu_total_gib"))
 
 
 def era_of(s: Startup) -> Era:
@@ -205,7 +193,7 @@ def _capacity(s: Startup) -> None:
     per_rank = [r.extras["available_kv_gib"] for r in s.ranks if r.extras.get("available_kv_gib") is not None]
     if per_rank:
         cap.available_kv_gib = min(per_rank)  # the engine sizes every worker by the smallest
-    fixed = _num(s.setting("kv_cache_memory_bytes"))
+    fixed = finite_number(s.setting("kv_cache_memory_bytes"))
     if fixed is not None:
         cap.extras["kv_cache_memory_bytes"] = int(fixed)
         if cap.available_kv_gib is None or abs(cap.available_kv_gib - fixed / GIB) <= HALF_CENT:
@@ -620,8 +608,8 @@ def ledger_rows(s: Startup, r: Rank, era: Era) -> list[LedgerRow]:  # noqa: C901
         rows.append(LedgerRow(item, gib, kind, note))
 
     total = r.total_gib
-    if total is None and _num(s.assumptions.get("gpu_total_gib")):
-        total = _num(s.assumptions["gpu_total_gib"])
+    if total is None and finite_number(s.assumptions.get("gpu_total_gib")):
+        total = finite_number(s.assumptions["gpu_total_gib"])
         add("device total", total, how="assumed")
     else:
         add("device total", total, "total_gib")
