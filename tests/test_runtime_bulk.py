@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 import kvscope.api as api
-from kvscope.engines import BULK, ENGINES
+from kvscope.engines import BULK, BULK_LANE, ENGINES
 from kvscope.engines.base import LineContext
 from kvscope.reading import clean_line, source
 from kvscope.render.json_out import render
-from kvscope.runtime.lines import RuntimeLines
+from kvscope.runtime.lines import NATIVE, BulkLane, RuntimeLines
 
 FIX = Path(__file__).parent / "fixtures"
 RUNTIME = sorted((FIX / "runtime").glob("*.txt"))
@@ -28,15 +28,22 @@ LOGS = sorted((FIX / "logs").glob("*/*/log.txt"))
 SATURATED = FIX / "runtime" / "sglang-0.5.18-qwen3-4b-saturated-retract.txt"
 
 
-def _report(paths: list[Path], bulk: bool, monkeypatch: pytest.MonkeyPatch) -> dict:
-    monkeypatch.setattr(api, "BULK", BULK if bulk else None)
+REGEX_LANE = BulkLane(BULK, None)  # the pure-Python lane, also where the C lane was built
+
+
+def _report(paths: list[Path], bulk: bool | BulkLane, monkeypatch: pytest.MonkeyPatch) -> dict:
+    lane = (BULK_LANE if bulk is True else bulk) or None
+    monkeypatch.setattr(api, "BULK_LANE", lane)
     return json.loads(render(api.analyze([str(p) for p in paths])))
 
 
 def _same(paths: list[Path], monkeypatch: pytest.MonkeyPatch) -> dict:
+    """The same report with the lane as installed (C where built), the regex lane, and no lane."""
     with_lane = _report(paths, True, monkeypatch)
     without = _report(paths, False, monkeypatch)
     assert with_lane == without
+    if NATIVE is not None:
+        assert _report(paths, REGEX_LANE, monkeypatch) == without
     return with_lane
 
 
@@ -168,6 +175,6 @@ def test_bulk_runs_keep_line_numbers(tmp_path: Path):
            "gen throughput (token/s): 1.00, #queue-req: 0")
     retract = "[2026-03-01 12:26:15 TP0] KV cache pool is full. Retract requests. #retracted_reqs: 1"
     path.write_text("\n".join(["x", dec.format(1), dec.format(2), "y", retract, dec.format(3), "z"]) + "\n")
-    items = list(source.iter_candidate_lines([str(path)], api.ANCHORS, None, BULK))
+    items = list(source.iter_candidate_lines([str(path)], api.ANCHORS, None, BULK_LANE))
     got = [(i.line_no, i.last_line, len(i.rows)) if isinstance(i, source.Bulk) else (i.line_no, i.context) for i in items]
     assert got == [(2, 3, 2), (5, False), (6, 6, 1)]

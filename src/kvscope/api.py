@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvscope.engines import ANCHORS, BULK, parse_lines
+from kvscope.engines import ANCHORS, BULK_LANE, parse_lines
 from kvscope.ledger.assemble import assemble
 from kvscope.ledger.model import Startup
 from kvscope.reading import ReadStats, iter_candidate_lines
@@ -36,7 +36,7 @@ def analyze(paths: Iterable[str], assumptions: dict[str, Any] | None = None, mod
     assumptions = dict(assumptions or {})
     if model:
         assumptions.setdefault("model", model)
-    lines = iter_candidate_lines(list(paths), ANCHORS, stats, BULK)
+    lines = iter_candidate_lines(list(paths), ANCHORS, stats, BULK_LANE)
     startups = list(assemble(parse_lines(lines)))
     for s in startups:
         finish_startup(s, assumptions)

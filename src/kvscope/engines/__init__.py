@@ -21,9 +21,9 @@ try:  # the bulk lane for the dominant serving-line shapes (see kvscope.runtime.
     from kvscope.runtime.accumulate import _label as _bulk_label
     from kvscope.runtime.accumulate import _times as _bulk_times
     from kvscope.runtime.accumulate import _valid as _bulk_valid
-    from kvscope.runtime.lines import BULK, RuntimeLines
+    from kvscope.runtime.lines import BULK, BULK_LANE, RuntimeLines
 except ImportError:
-    BULK = None
+    BULK = BULK_LANE = None
     RuntimeLines = None  # type: ignore[assignment,misc]
 
 
@@ -57,7 +57,7 @@ ENGINES: list[EngineLines] = _registry()
 ANCHORS: tuple[bytes, ...] = tuple(dict.fromkeys(a for e in ENGINES for a in e.anchors))
 _RUNTIME = next((e for e in ENGINES if RuntimeLines is not None and isinstance(e, RuntimeLines)), None)
 if _RUNTIME is None:
-    BULK = None
+    BULK = BULK_LANE = None
 _NEW_RECORD = re.compile(r"^\s*(?:\[\d{4}-|\(\w|INFO|WARNING|ERROR|DEBUG|\d{4}-\d\d-\d\d|[A-Z][a-z]{2} +\d|\w+\s+\|)")
 MAX_JOIN = 3
 
@@ -83,7 +83,8 @@ def _bulk_event(item: Bulk, order: list[EngineLines]) -> Iterator[ev.Event]:
     rank and stamp (a row whose numbers do not convert is no event on the per-line path either),
     and the runtime parser moves to the front of ``order`` as it would after such a line."""
     rows = item.rows
-    first = next((i for i, row in enumerate(rows) if _bulk_valid(row)), None)
+    listed = rows.__class__ is list  # the regex lane's tuples; else the C lane's Batch
+    first = next((i for i, row in enumerate(rows) if _bulk_valid(row)), None) if listed else rows.first_valid()
     if first is None:
         return
     rows = rows[first:] if first else rows
@@ -92,8 +93,8 @@ def _bulk_event(item: Bulk, order: list[EngineLines]) -> Iterator[ev.Event]:
         order.remove(runtime)
         order.insert(0, runtime)
     runtime.engine = "sglang"
-    _, stamp = _bulk_times(rows[0][0])
-    yield ev.Event("sglang", ev.RUNTIME, {"src": "bulk", "rows": rows}, _bulk_label(rows[0][1]), item.file,
+    stamp, ranks = (_bulk_times(rows[0][0])[1], rows[0][1]) if listed else rows.head(0)
+    yield ev.Event("sglang", ev.RUNTIME, {"src": "bulk", "rows": rows}, _bulk_label(ranks), item.file,
                    item.line_no, "", stamp, {"last_line": item.last_line})
 
 

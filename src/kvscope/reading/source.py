@@ -22,7 +22,7 @@ import sys
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 from kvscope.errors import InputError
 from kvscope.reading.scan import AnchorScanner
@@ -54,6 +54,12 @@ class Line:
     context: bool = False  # True: only the line after a candidate, offered for re-joining wraps
 
 
+class BulkSplitter(Protocol):
+    """A bulk lane that splits a stretch itself: (text with matched lines marked, rows) or None."""
+
+    def split_rows(self, view: bytes) -> tuple[bytes, Any] | None: ...
+
+
 @dataclass(slots=True)
 class Bulk:
     """Consecutive matches of the bulk pattern (no candidate line between them): one tuple of groups each.
@@ -65,7 +71,7 @@ class Bulk:
     file: str
     line_no: int  # of the first matched line
     last_line: int
-    rows: list[tuple[bytes | None, ...]]
+    rows: Any  # list of group tuples (the regex lane) or the C lane's Batch: a sequence either way
 
 
 @dataclass
@@ -188,7 +194,7 @@ def iter_candidate_lines(
     paths: Iterable[str],
     anchors: tuple[bytes, ...],
     stats: ReadStats | None = None,
-    bulk: re.Pattern[bytes] | None = None,
+    bulk: re.Pattern[bytes] | BulkSplitter | None = None,
 ) -> Iterator[Line | Bulk]:
     """Yield the lines of all inputs that contain an anchor, each followed by its successor as context.
 
@@ -198,7 +204,9 @@ def iter_candidate_lines(
     With ``bulk`` (a bytes pattern whose match starts with the newline before a line and ends
     before the newline after it), the lines it matches are not yielded as lines: each run of them
     between two candidate lines comes as one ``Bulk`` of ``findall``-style tuples, in input order.
-    A matched line is never a candidate nor offered as context.
+    ``bulk`` may also be an object whose ``split_rows(view)`` does that split itself (an engine's
+    faster lane; its rows are then whatever sequence it returns). A matched line is never a
+    candidate nor offered as context.
     """
     stats = stats if stats is not None else ReadStats()
     scanner = AnchorScanner(anchors)
@@ -217,7 +225,9 @@ def iter_candidate_lines(
 class _FileScan:
     """The per-file state of one streaming scan: line number, the partial last line, context."""
 
-    def __init__(self, name: str, scanner: AnchorScanner, stats: ReadStats, bulk: re.Pattern[bytes] | None = None):
+    def __init__(
+        self, name: str, scanner: AnchorScanner, stats: ReadStats, bulk: re.Pattern[bytes] | BulkSplitter | None = None
+    ):
         self.name = name
         self.bulk = bulk
         self.scanner = scanner
@@ -329,6 +339,9 @@ class _FileScan:
         if buf.find(BULK_MARK, lo, hi) != -1 or (hi - lo > MAX_LINE_BYTES + 1 and _overlong_lines(buf, lo, hi)):
             return None
         view = buf[lo - 1 : hi] if lo and buf[lo - 1] == 10 else b"\n" + buf[lo:hi]
+        lane = getattr(self.bulk, "split_rows", None)
+        if lane is not None:  # an engine's lane object (kvscope.runtime.lines.BulkLane)
+            return lane(view)
         parts = self.bulk.split(view)
         if len(parts) == 1:
             return None

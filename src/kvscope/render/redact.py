@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 import re
 from typing import Any
@@ -97,8 +98,10 @@ def _url(m: re.Match[str]) -> str:
     return m.group("scheme") + MARK + "@"
 
 
+@functools.lru_cache(maxsize=8192)
 def _plain(text: str) -> str:
-    """Apply every text pattern; idempotent (a redacted text comes back unchanged)."""
+    """Apply every text pattern; idempotent (a redacted text comes back unchanged). Cached: a report
+    repeats the same strings (rank labels, settings, stamps) many times over."""
     text = _URL_CREDS.sub(_url, text)
     for shape, prefix in _SHAPES:
         text = shape.sub(prefix + MARK, text)

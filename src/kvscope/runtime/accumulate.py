@@ -18,6 +18,7 @@ import re
 from typing import Any
 
 from kvscope.ledger.model import Startup
+from kvscope.runtime.lines import NATIVE
 from kvscope.runtime.stream import Stream
 
 SAMPLES = frozenset(("decode", "prefill", "stats"))
@@ -85,6 +86,10 @@ class Accumulator:
         Each scheduler's rows go to its stream in one call; routes are made in order of first
         appearance, as ``add`` makes them line by line, so the same rank speaks for its group.
         """
+        if rows.__class__ is not list and self._fold_native(rows):
+            return
+        if rows.__class__ is not list:
+            rows = rows.rows()  # a stream holds a value the C fold does not take: fold the tuples
         labels = dict.fromkeys(row[1] for row in rows)
         if len(labels) == 1:
             self._rows(_label(rows[0][1]), rows)
@@ -94,6 +99,26 @@ class Accumulator:
             buckets[row[1]].append(row)
         for ranks, bucket in buckets.items():
             self._rows(_label(ranks), bucket)
+
+    def _fold_native(self, batch: Any) -> bool:
+        """The C lane's rows, folded in C into the same streams ``_rows`` would use (routes made in
+        the same order). False, with nothing folded, when the C fold declines."""
+        streams: list[Stream | None] = []
+        for ranks in batch.labels():
+            label = _label(ranks)
+            stream = self.routes.get((label, True))
+            if stream is None:
+                stream = self._route(label, True)
+            self._label, self._stream = label, stream
+            streams.append(stream if stream.__class__ is Stream else None)  # type: ignore[arg-type]
+        kept = [s for s in streams if s is not None]
+        if len({id(s) for s in kept}) != len(kept):
+            return False
+        ignored = NATIVE.fold(batch, streams)
+        if ignored is None:
+            return False
+        self.ignored += ignored
+        return True
 
     def _rows(self, label: str | None, rows: list[tuple]) -> None:
         stream = self.routes.get((label, True))

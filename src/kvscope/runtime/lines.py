@@ -26,7 +26,9 @@ Timestamps become seconds on a private clock (only differences are used): SGLang
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import re
+from typing import Any
 
 from kvscope import events as ev
 from kvscope.engines.base import LineContext, Parsed, to_float, to_int
@@ -83,6 +85,49 @@ BULK = re.compile(
     rb"(?:cache hit rate: ([\d.]+)%, )?token usage: ([\d.]+), #running-req: (\d+), #queue-req: (\d+)"
     rb"(?:" + _T + rb"*?input throughput \(token/s\): ([\d.]+))?" + _END + rb")[ \t]*\r?(?=\n)"
 )
+
+
+class BulkLane:
+    """``BULK`` over a stretch of whole lines: (the text with each matched line replaced by ``\x01``,
+    the rows), or None when no line matched.
+
+    The rows come from the C lane (``kvscope._bulk``: a ``Batch``, folded in C as well) when it was
+    built, else from the regex (a list of group tuples, folded by ``Stream.sample_rows``); both give
+    the same text, rows and sums (tests/test_bulk_native.py). ``KVSCOPE_PURE_PYTHON=1`` turns the C
+    lane off, e.g. to compare the two.
+    """
+
+    def __init__(self, pattern: re.Pattern[bytes], native: Any = None) -> None:
+        self.pattern = pattern
+        self.native = native
+
+    def split_rows(self, view: bytes) -> tuple[bytes, Any] | None:
+        if self.native is not None:
+            out = self.native.split(view)
+            if out is not False:  # False: a number too long for the C lane; the regex reads this stretch
+                return out
+        parts = self.pattern.split(view)
+        if len(parts) == 1:
+            return None
+        k = self.pattern.groups + 1
+        rows = list(zip(*[parts[i::k] for i in range(1, k)], strict=True))
+        return b"\n\x01".join(parts[::k]), rows
+
+
+def _native() -> Any:
+    """The C bulk lane, or None where it was not built (no compiler at install) or is turned off."""
+    if os.environ.get("KVSCOPE_PURE_PYTHON"):
+        return None
+    try:
+        from kvscope import _bulk
+    except ImportError:
+        return None
+    return _bulk
+
+
+NATIVE = _native()
+BULK_LANE = BulkLane(BULK, NATIVE)
+
 
 HALF_YEAR_S = 183 * 86400
 HALF_DAY_S = 43200

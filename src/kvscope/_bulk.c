@@ -1,0 +1,1388 @@
+/* kvscope._bulk: the bulk lane of the reader (SGLang "Decode batch" / "Prefill batch" lines) in C.
+ *
+ * Why this exists: a week of serving journal is gigabytes of these two line shapes, and in pure
+ * Python each costs a regex match plus a loop turn of the runtime fold (kvscope.runtime.stream);
+ * measured, that is 80x `grep -c 'Decode batch'`. This module does the same two steps at C speed:
+ *
+ *   split(view)  the equivalent of kvscope.runtime.lines.BULK.split() over a stretch that starts with
+ *                "\n": the text with every matched line replaced by "\x01", and a Batch holding the
+ *                groups of each match (Batch.rows() gives them as the regex's tuples) plus the
+ *                numbers they convert to. It returns None where it cannot promise the regex's result
+ *                (a number too long for 64 bits); the caller then uses the regex.
+ *   fold(batch, streams)
+ *                kvscope.runtime.stream.Stream.sample_rows() for every row, each row into the stream
+ *                of its rank label, with the same arithmetic in the same order (the same doubles).
+ *                Rare transitions (a queueing episode starting or ending, the timeline halving) call
+ *                the Python methods themselves, so that logic exists once.
+ *
+ * Equivalence with the Python path is a tested property (tests/test_bulk_native.py): same split on
+ * real logs and generated lines, same Stream state after folding the same rows.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define NGROUPS 17
+#define USAGE_BINS 1001
+#define QUEUED_BINS 101
+#define MAX_RUNNING_KEYS 512
+#define GAP_CAP_S 30.0
+#define SATURATED 0.90
+#define FULL 0.99
+#define MAX_USAGE 1.05
+#define MAX_DIGITS 18
+
+typedef struct {
+    int32_t span[NGROUPS][2]; /* [start, end) in the view; start -1: group did not take part */
+    double t, u, gen, hit, tps;
+    long long r, tok, q, new_tok, cached;
+    Py_ssize_t label;
+    char kind; /* 'd' decode, 'p' prefill */
+    char valid, graph, has_hit, has_tps; /* graph: -1 none, 0 False, 1 True */
+} Row;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *view;   /* bytes the spans point into */
+    Row *rows;
+    Py_ssize_t n;
+    PyObject *labels; /* list of bytes: rank labels in order of first appearance */
+} Batch;
+
+static PyTypeObject BatchType;
+
+/* ---------------------------------------------------------------- matching one line ---- */
+
+/* Character classes of the pattern, one bit each, looked up in one table. */
+enum { C_T = 1, C_DIGIT = 2, C_NUM = 4, C_HOST = 8, C_IDENT = 16, C_ISOTAIL = 32, C_RANK = 64, C_BLANK = 128 };
+static unsigned char CLS[256];
+
+static void init_classes(void) {
+    for (int c = 0; c < 256; c++) {
+        unsigned char k = 0;
+        int digit = c >= '0' && c <= '9', alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+        int word = digit || alpha || c == '_';
+        if (c == '\t' || (c >= 0x20 && c <= 0x7e && c != '[')) k |= C_T; /* printable ASCII and tab, no '[' */
+        if (digit) k |= C_DIGIT | C_NUM | C_ISOTAIL;
+        if (c == '.') k |= C_NUM;
+        if (word || c == '.' || c == '-') k |= C_HOST;                       /* [\w.\-] */
+        if (word || c == '.' || c == '@' || c == '/' || c == '-') k |= C_IDENT; /* [\w.@/\-] */
+        if (c == '.' || c == ',' || c == ':' || c == '+' || c == '-') k |= C_ISOTAIL;
+        if ((c >= 'A' && c <= 'Z') || c == '_') k |= C_RANK;
+        if (c == ' ' || c == '\t') k |= C_BLANK;
+        CLS[c] = k;
+    }
+}
+
+#define IS(c, cls) (CLS[(unsigned char)(c)] & (cls))
+static inline int is_T(unsigned char c) { return IS(c, C_T); }
+static inline int is_digit(unsigned char c) { return IS(c, C_DIGIT); }
+static inline int is_blank(unsigned char c) { return IS(c, C_BLANK); }
+
+typedef struct {
+    const unsigned char *s;
+    Py_ssize_t hi;   /* index of the line's "\n" */
+    Py_ssize_t h2;   /* hi, less a "\r" just before it */
+    Py_ssize_t last; /* index of the last char of s[..h2) that is not blank (may be < line start) */
+} Line;
+
+static int lit(const Line *L, Py_ssize_t *p, const char *text, Py_ssize_t len) {
+    if (*p + len > L->hi || memcmp(L->s + *p, text, len) != 0) return 0;
+    *p += len;
+    return 1;
+}
+#define LIT(L, p, text) lit((L), (p), (text), (Py_ssize_t)(sizeof(text) - 1))
+
+static inline Py_ssize_t run_of(const Line *L, Py_ssize_t p, unsigned char cls) {
+    while (p < L->hi && IS(L->s[p], cls)) p++;
+    return p;
+}
+
+static int digits(const Line *L, Py_ssize_t *p, int n) {
+    for (int i = 0; i < n; i++)
+        if (*p + i >= L->hi || !is_digit(L->s[*p + i])) return 0;
+    *p += n;
+    return 1;
+}
+
+/* `\d\d:\d\d:\d\d` */
+static int hms(const Line *L, Py_ssize_t *p) {
+    return digits(L, p, 2) && LIT(L, p, ":") && digits(L, p, 2) && LIT(L, p, ":") && digits(L, p, 2);
+}
+
+/* The optional journald / ISO prefix (`Mon dd HH:MM:SS(.frac)? host ident[pid]: `), else nothing
+ * (the line then starts with "["): 0 when the line cannot match. */
+static int prefix(const Line *L, Py_ssize_t *p) {
+    const unsigned char *s = L->s;
+    Py_ssize_t q = *p;
+    if (q < L->hi && s[q] == '[') return 1;
+    if (q + 3 <= L->hi && s[q] >= 'A' && s[q] <= 'Z') { /* [A-Z][a-z]{2} +\d{1,2} HH:MM:SS(?:\.\d+)? */
+        if (!(s[q + 1] >= 'a' && s[q + 1] <= 'z' && s[q + 2] >= 'a' && s[q + 2] <= 'z')) return 0;
+        q += 3;
+        Py_ssize_t sp = q;
+        while (q < L->hi && s[q] == ' ') q++;
+        if (q == sp) return 0;
+        Py_ssize_t d = q;
+        while (q < L->hi && is_digit(s[q]) && q - d < 2) q++;
+        if (q == d || !LIT(L, &q, " ") || !hms(L, &q)) return 0;
+        if (q + 1 < L->hi && s[q] == '.' && is_digit(s[q + 1])) {
+            q++;
+            while (q < L->hi && is_digit(s[q])) q++;
+        }
+    } else if (q < L->hi && is_digit(s[q])) { /* YYYY-MM-DDTHH:MM:SS[\d.,:+\-]* */
+        if (!(digits(L, &q, 4) && LIT(L, &q, "-") && digits(L, &q, 2) && LIT(L, &q, "-") && digits(L, &q, 2) &&
+              LIT(L, &q, "T") && hms(L, &q)))
+            return 0;
+        q = run_of(L, q, C_ISOTAIL);
+    } else {
+        return 0;
+    }
+    if (!LIT(L, &q, " ")) return 0;
+    Py_ssize_t h = run_of(L, q, C_HOST);
+    if (h == q || !LIT(L, &h, " ")) return 0;
+    Py_ssize_t id = run_of(L, h, C_IDENT);
+    if (id == h) return 0;
+    if (id < L->hi && s[id] == '[') { /* (?:\[\d+\])? */
+        Py_ssize_t k = id + 1, dd = k;
+        while (k < L->hi && is_digit(s[k])) k++;
+        if (k > dd && k < L->hi && s[k] == ']') id = k + 1;
+    }
+    if (!LIT(L, &id, ": ")) return 0;
+    *p = id;
+    return 1;
+}
+
+/* `_END` then `[ \t]*\r?(?=\n)` from p: the END group's end, or -1. */
+static Py_ssize_t tail_end(const Line *L, Py_ssize_t p) {
+    if (L->last < p) {
+        for (Py_ssize_t k = p; k < L->h2; k++)
+            if (!is_blank(L->s[k])) return -1;
+        return p;
+    }
+    unsigned char c = L->s[L->last];
+    if (!(is_digit(c) || c == ',' || c == '.' || c == '%' || c == ')')) return -1;
+    for (Py_ssize_t k = p; k <= L->last; k++)
+        if (!is_T(L->s[k])) return -1;
+    return L->last + 1;
+}
+
+/* Whether s[a:b) is all `_T`: how far a lazy `_T*?` can reach. */
+static inline int all_T(const Line *L, Py_ssize_t a, Py_ssize_t b) {
+    for (Py_ssize_t k = a; k < b; k++)
+        if (!is_T(L->s[k])) return 0;
+    return 1;
+}
+
+/* First occurrence of needle[0:n) in s[a:b), or -1. memchr on the first byte then memcmp: these
+ * haystacks are one line long, where glibc memmem's per-call setup costs more than the search. */
+static Py_ssize_t find_lit(const unsigned char *s, Py_ssize_t a, Py_ssize_t b, const char *needle, Py_ssize_t n) {
+    while (b - a >= n) {
+        const unsigned char *hit = memchr(s + a, (unsigned char)needle[0], (size_t)(b - a - n + 1));
+        if (hit == NULL) return -1;
+        Py_ssize_t at = hit - s;
+        if (memcmp(hit + 1, needle + 1, (size_t)(n - 1)) == 0) return at;
+        a = at + 1;
+    }
+    return -1;
+}
+
+#define SET(row, g, a, b) ((row)->span[(g)][0] = (int32_t)(a), (row)->span[(g)][1] = (int32_t)(b))
+
+static inline int number_span(const Line *L, Py_ssize_t *p, unsigned char cls) {
+    Py_ssize_t e = run_of(L, *p, cls);
+    if (e == *p) return 0;
+    *p = e;
+    return 1;
+}
+
+static int decode_rest(const Line *L, Py_ssize_t p, Row *row) {
+    static const char GEN[] = "gen throughput (token/s): ";
+    static const char QUE[] = "#queue-req: ";
+    Py_ssize_t t1 = p;
+    for (Py_ssize_t g = find_lit(L->s, t1, L->hi, GEN, 26); g >= 0; g = find_lit(L->s, g + 1, L->hi, GEN, 26)) {
+        if (!all_T(L, t1, g)) break; /* the lazy group cannot reach this or any later occurrence */
+        Py_ssize_t q = g + 26, gs = q;
+        if (!number_span(L, &q, C_NUM)) continue;
+        Py_ssize_t ge = q;
+        if (!LIT(L, &q, ", ")) continue;
+        Py_ssize_t t2 = q;
+        for (Py_ssize_t k = find_lit(L->s, t2, L->hi, QUE, 12); k >= 0; k = find_lit(L->s, k + 1, L->hi, QUE, 12)) {
+            if (!all_T(L, t2, k)) break;
+            Py_ssize_t d = k + 12, ds = d;
+            if (!number_span(L, &d, C_DIGIT)) continue;
+            Py_ssize_t end = tail_end(L, d);
+            if (end < 0) continue;
+            SET(row, 5, t1, g);
+            SET(row, 6, gs, ge);
+            SET(row, 7, t2, k);
+            SET(row, 8, ds, d);
+            SET(row, 9, d, end);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int prefill_rest(const Line *L, Py_ssize_t p, Row *row) {
+    static const char TPS[] = "input throughput (token/s): ";
+    for (Py_ssize_t k = find_lit(L->s, p, L->hi, TPS, 28); k >= 0; k = find_lit(L->s, k + 1, L->hi, TPS, 28)) {
+        if (!all_T(L, p, k)) break;
+        Py_ssize_t q = k + 28, ts = q;
+        if (!number_span(L, &q, C_NUM)) continue;
+        if (tail_end(L, q) < 0) continue;
+        SET(row, 16, ts, q);
+        return 1;
+    }
+    return tail_end(L, p) >= 0;
+}
+
+/* Whole-line match of the BULK pattern on s[lo:hi) (hi at "\n"); fills the spans. */
+static int match_line(const unsigned char *s, Py_ssize_t lo, Py_ssize_t hi, Row *row) {
+    Line L = {s, hi, hi, 0};
+    if (hi > lo && s[hi - 1] == '\r') L.h2 = hi - 1;
+    L.last = L.h2 - 1;
+    while (L.last >= lo && is_blank(s[L.last])) L.last--;
+    Py_ssize_t p = lo;
+    if (!prefix(&L, &p)) return 0;
+    if (!LIT(&L, &p, "[")) return 0;
+    Py_ssize_t st = p;
+    if (!(digits(&L, &p, 4) && LIT(&L, &p, "-") && digits(&L, &p, 2) && LIT(&L, &p, "-") && digits(&L, &p, 2) &&
+          LIT(&L, &p, " ") && hms(&L, &p)))
+        return 0;
+    for (int g = 0; g < NGROUPS; g++) SET(row, g, -1, -1);
+    SET(row, 0, st, p);
+    if (p + 1 < hi && (s[p] == '.' || s[p] == ',') && is_digit(s[p + 1])) {
+        p++;
+        while (p < hi && is_digit(s[p])) p++;
+    }
+    Py_ssize_t rs = p;
+    for (;;) { /* ((?: [A-Z_]+\d+)*) */
+        Py_ssize_t q = p;
+        if (!(q < hi && s[q] == ' ')) break;
+        Py_ssize_t a = q + 1, b = run_of(&L, a, C_RANK);
+        if (b == a) break;
+        Py_ssize_t c = run_of(&L, b, C_DIGIT);
+        if (c == b) break;
+        p = c;
+    }
+    SET(row, 1, rs, p);
+    if (!LIT(&L, &p, "] ")) return 0;
+    if (LIT(&L, &p, "Decode batch")) {
+        if (!(p < hi && (s[p] == '.' || s[p] == ','))) return 0;
+        p++;
+        Py_ssize_t a, b;
+        if (!LIT(&L, &p, " #running-req: ")) return 0;
+        a = p;
+        if (!number_span(&L, &p, C_DIGIT)) return 0;
+        SET(row, 2, a, p);
+        if (!LIT(&L, &p, ", #token: ")) return 0;
+        a = p;
+        if (!number_span(&L, &p, C_DIGIT)) return 0;
+        SET(row, 3, a, p);
+        if (!LIT(&L, &p, ", token usage: ")) return 0;
+        a = p;
+        if (!number_span(&L, &p, C_NUM)) return 0;
+        b = p;
+        if (!LIT(&L, &p, ", ")) return 0;
+        SET(row, 4, a, b);
+        row->kind = 'd';
+        return decode_rest(&L, p, row);
+    }
+    if (LIT(&L, &p, "Prefill batch")) {
+        if (!(p < hi && (s[p] == '.' || s[p] == ','))) return 0;
+        p++;
+        Py_ssize_t a;
+        if (!LIT(&L, &p, " #new-seq: ") || !number_span(&L, &p, C_DIGIT)) return 0;
+        if (!LIT(&L, &p, ", #new-token: ")) return 0;
+        a = p;
+        if (!number_span(&L, &p, C_DIGIT)) return 0;
+        SET(row, 10, a, p);
+        if (!LIT(&L, &p, ", #cached-token: ")) return 0;
+        a = p;
+        if (!number_span(&L, &p, C_DIGIT)) return 0;
+        SET(row, 11, a, p);
+        if (!LIT(&L, &p, ", ")) return 0;
+        Py_ssize_t q = p;
+        if (LIT(&L, &q, "cache hit rate: ")) {
+            Py_ssize_t hs = q;
+            if (number_span(&L, &q, C_NUM)) {
+                Py_ssize_t he = q;
+                if (LIT(&L, &q, "%, ")) {
+                    SET(row, 12, hs, he);
+                    p = q;
+                }
+            }
+        }
+        if (!LIT(&L, &p, "token usage: ")) return 0;
+        a = p;
+        if (!number_span(&L, &p, C_NUM)) return 0;
+        SET(row, 13, a, p);
+        if (!LIT(&L, &p, ", #running-req: ")) return 0;
+        a = p;
+        if (!number_span(&L, &p, C_DIGIT)) return 0;
+        SET(row, 14, a, p);
+        if (!LIT(&L, &p, ", #queue-req: ")) return 0;
+        a = p;
+        if (!number_span(&L, &p, C_DIGIT)) return 0;
+        SET(row, 15, a, p);
+        row->kind = 'p';
+        return prefill_rest(&L, p, row);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- converting numbers ---- */
+
+/* int(span) for a digit span; -1 when it has more than MAX_DIGITS digits (then: no C lane). */
+static long long to_int(const unsigned char *s, const int32_t *span) {
+    if (span[1] - span[0] > MAX_DIGITS) return -1;
+    long long v = 0;
+    for (Py_ssize_t k = span[0]; k < span[1]; k++) v = v * 10 + (s[k] - '0');
+    return v;
+}
+
+/* float(span) for a [\d.]+ span, as Python converts it; 0 when Python would raise ValueError. */
+static int to_float(const unsigned char *s, const int32_t *span, double *out) {
+    char buf[64];
+    Py_ssize_t n = span[1] - span[0];
+    int dots = 0, nd = 0;
+    for (Py_ssize_t k = span[0]; k < span[1]; k++) {
+        if (s[k] == '.') dots++;
+        else nd++;
+    }
+    if (dots > 1 || nd == 0) return 0;
+    if (nd <= 15) { /* exact integer / exact power of ten: one correctly rounded division, as float() gives */
+        static const double P10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
+        long long m = 0;
+        int frac = 0, seen_dot = 0;
+        for (Py_ssize_t k = span[0]; k < span[1]; k++) {
+            if (s[k] == '.') {
+                seen_dot = 1;
+                continue;
+            }
+            m = m * 10 + (s[k] - '0');
+            frac += seen_dot;
+        }
+        *out = (double)m / P10[frac];
+        return 1;
+    }
+    if (n >= (Py_ssize_t)sizeof(buf)) { /* long: let Python convert it */
+        PyObject *b = PyBytes_FromStringAndSize((const char *)s + span[0], n);
+        if (b == NULL) return -1;
+        PyObject *f = PyFloat_FromString(b);
+        Py_DECREF(b);
+        if (f == NULL) return -1;
+        *out = PyFloat_AS_DOUBLE(f);
+        Py_DECREF(f);
+        return 1;
+    }
+    memcpy(buf, s + span[0], n);
+    buf[n] = 0;
+    double v = PyOS_string_to_double(buf, NULL, NULL);
+    if (v == -1.0 && PyErr_Occurred()) return -1;
+    *out = v;
+    return 1;
+}
+
+static int leap(long y) { return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0; }
+
+/* kvscope.runtime.accumulate._times: date.toordinal() * 86400 + h*3600 + m*60 + s; 0 for an impossible date. */
+static int stamp_seconds(const unsigned char *s, Py_ssize_t at, double *out) {
+#define D(i) (s[at + (i)] - '0')
+    long y = D(0) * 1000 + D(1) * 100 + D(2) * 10 + D(3), mo = D(5) * 10 + D(6), d = D(8) * 10 + D(9);
+    long h = D(11) * 10 + D(12), mi = D(14) * 10 + D(15), se = D(17) * 10 + D(18);
+#undef D
+    static const int mdays[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (y < 1 || mo < 1 || mo > 12 || d < 1) return 0;
+    int dim = mdays[mo - 1] + (mo == 2 && leap(y));
+    if (d > dim) return 0;
+    long yy = y - 1, ord = yy * 365 + yy / 4 - yy / 100 + yy / 400;
+    for (int m = 1; m < mo; m++) ord += mdays[m - 1] + (m == 2 && leap(y));
+    ord += d;
+    *out = (double)ord * 86400.0 + (double)(h * 3600 + mi * 60 + se);
+    return 1;
+}
+
+/* The per-line path's CUDA-graph flag: None without "graph: ", else whether "graph: True" is there,
+ * looked for in the decode line's three free-text groups (never across them). */
+static char graph_flag(const unsigned char *s, const Row *row) {
+    int any = 0;
+    for (int g = 5; g <= 9; g += 2) {
+        Py_ssize_t a = row->span[g][0], b = row->span[g][1];
+        for (Py_ssize_t at = find_lit(s, a, b, "graph: ", 7); at >= 0; at = find_lit(s, at + 1, b, "graph: ", 7)) {
+            any = 1;
+            if (at + 11 <= b && memcmp(s + at + 7, "True", 4) == 0) return 1;
+        }
+    }
+    return any ? 0 : -1;
+}
+
+/* Numbers of a matched row. 1: done (row->valid says whether Python would convert it);
+ * 0: a number is out of this lane's range; -1: error set. */
+static int convert(const unsigned char *s, Row *row) {
+    row->valid = 0;
+    row->has_hit = row->has_tps = 0;
+    row->graph = -1;
+    if (!stamp_seconds(s, row->span[0][0], &row->t)) return 1;
+    int ok;
+    if (row->kind == 'd') {
+        row->r = to_int(s, row->span[2]);
+        row->tok = to_int(s, row->span[3]);
+        row->q = to_int(s, row->span[8]);
+        if (row->r < 0 || row->tok < 0 || row->q < 0) return 0;
+        if ((ok = to_float(s, row->span[4], &row->u)) <= 0) return ok < 0 ? -1 : 1;
+        if ((ok = to_float(s, row->span[6], &row->gen)) <= 0) return ok < 0 ? -1 : 1;
+        row->graph = graph_flag(s, row);
+    } else {
+        row->r = to_int(s, row->span[14]);
+        row->q = to_int(s, row->span[15]);
+        row->new_tok = to_int(s, row->span[10]);
+        row->cached = to_int(s, row->span[11]);
+        row->tok = 0;
+        if (row->r < 0 || row->q < 0 || row->new_tok < 0 || row->cached < 0) return 0;
+        if ((ok = to_float(s, row->span[13], &row->u)) <= 0) return ok < 0 ? -1 : 1;
+        if (row->span[12][0] >= 0) {
+            if ((ok = to_float(s, row->span[12], &row->hit)) <= 0) return ok < 0 ? -1 : 1;
+            row->has_hit = 1;
+        }
+        if (row->span[16][0] >= 0) {
+            if ((ok = to_float(s, row->span[16], &row->tps)) <= 0) return ok < 0 ? -1 : 1;
+            row->has_tps = 1;
+        }
+    }
+    row->valid = 1;
+    return 1;
+}
+
+/* ---------------------------------------------------------------- Batch ---- */
+
+static void batch_dealloc(Batch *b) {
+    PyMem_Free(b->rows);
+    Py_XDECREF(b->view);
+    Py_XDECREF(b->labels);
+    Py_TYPE(b)->tp_free((PyObject *)b);
+}
+
+static Py_ssize_t batch_len(Batch *b) { return b->n; }
+
+static PyObject *span_bytes(Batch *b, const int32_t *span) {
+    if (span[0] < 0) Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize(PyBytes_AS_STRING(b->view) + span[0], span[1] - span[0]);
+}
+
+static PyObject *row_tuple(Batch *b, Py_ssize_t i) {
+    PyObject *t = PyTuple_New(NGROUPS);
+    if (t == NULL) return NULL;
+    for (int g = 0; g < NGROUPS; g++) {
+        PyObject *v = span_bytes(b, b->rows[i].span[g]);
+        if (v == NULL) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, g, v);
+    }
+    return t;
+}
+
+static Batch *batch_new(PyObject *view, Py_ssize_t cap) {
+    Batch *b = PyObject_New(Batch, &BatchType);
+    if (b == NULL) return NULL;
+    b->rows = PyMem_Malloc(sizeof(Row) * (size_t)(cap ? cap : 1));
+    b->n = 0;
+    Py_INCREF(view);
+    b->view = view;
+    b->labels = PyList_New(0);
+    if (b->rows == NULL || b->labels == NULL) {
+        Py_DECREF(b);
+        return (Batch *)PyErr_NoMemory();
+    }
+    return b;
+}
+
+/* Index of the row's rank label in b->labels, adding it at first appearance. */
+static Py_ssize_t label_index(Batch *b, Py_ssize_t a, Py_ssize_t e) {
+    const char *s = PyBytes_AS_STRING(b->view);
+    Py_ssize_t n = PyList_GET_SIZE(b->labels);
+    for (Py_ssize_t k = n - 1; k >= 0; k--) { /* few labels; the last one is the likely one */
+        PyObject *l = PyList_GET_ITEM(b->labels, k);
+        if (PyBytes_GET_SIZE(l) == e - a && memcmp(PyBytes_AS_STRING(l), s + a, e - a) == 0) return k;
+    }
+    PyObject *l = PyBytes_FromStringAndSize(s + a, e - a);
+    if (l == NULL || PyList_Append(b->labels, l) < 0) {
+        Py_XDECREF(l);
+        return -1;
+    }
+    Py_DECREF(l);
+    return n;
+}
+
+static PyObject *batch_item(Batch *b, Py_ssize_t i) {
+    if (i < 0 || i >= b->n) {
+        PyErr_SetString(PyExc_IndexError, "Batch index out of range");
+        return NULL;
+    }
+    return row_tuple(b, i);
+}
+
+/* Batch[a:] and friends: a new Batch with those rows (labels renumbered in order of appearance). */
+static PyObject *batch_subscript(Batch *b, PyObject *key) {
+    if (PyIndex_Check(key)) {
+        Py_ssize_t i = PyNumber_AsSsize_t(key, PyExc_IndexError);
+        if (i == -1 && PyErr_Occurred()) return NULL;
+        if (i < 0) i += b->n;
+        return batch_item(b, i);
+    }
+    if (!PySlice_Check(key)) {
+        PyErr_SetString(PyExc_TypeError, "Batch indices must be integers or slices");
+        return NULL;
+    }
+    Py_ssize_t start, stop, step, len;
+    if (PySlice_GetIndicesEx(key, b->n, &start, &stop, &step, &len) < 0) return NULL;
+    if (step != 1) {
+        PyErr_SetString(PyExc_ValueError, "Batch slices take no step");
+        return NULL;
+    }
+    Batch *out = batch_new(b->view, len);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < len; i++) {
+        Row *r = &out->rows[i];
+        *r = b->rows[start + i];
+        r->label = label_index(out, r->span[1][0], r->span[1][1]);
+        if (r->label < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        out->n++;
+    }
+    return (PyObject *)out;
+}
+
+static PyObject *batch_rows(Batch *b, PyObject *unused) {
+    PyObject *out = PyList_New(b->n);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < b->n; i++) {
+        PyObject *t = row_tuple(b, i);
+        if (t == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, t);
+    }
+    return out;
+}
+
+static PyObject *batch_labels(Batch *b, PyObject *unused) { return PyList_GetSlice(b->labels, 0, PyList_GET_SIZE(b->labels)); }
+
+static PyObject *batch_first_valid(Batch *b, PyObject *unused) {
+    for (Py_ssize_t i = 0; i < b->n; i++)
+        if (b->rows[i].valid) return PyLong_FromSsize_t(i);
+    Py_RETURN_NONE;
+}
+
+static PyObject *stamp_text(Batch *b, Py_ssize_t i) {
+    return PyUnicode_DecodeASCII(PyBytes_AS_STRING(b->view) + b->rows[i].span[0][0], 19, NULL);
+}
+
+/* (stamp text, rank label bytes) of row i */
+static PyObject *batch_head(Batch *b, PyObject *arg) {
+    Py_ssize_t i = PyNumber_AsSsize_t(arg, PyExc_IndexError);
+    if (i == -1 && PyErr_Occurred()) return NULL;
+    if (i < 0 || i >= b->n) {
+        PyErr_SetString(PyExc_IndexError, "Batch index out of range");
+        return NULL;
+    }
+    PyObject *st = stamp_text(b, i);
+    if (st == NULL) return NULL;
+    PyObject *lab = PyList_GET_ITEM(b->labels, b->rows[i].label);
+    return Py_BuildValue("(NO)", st, lab);
+}
+
+static PyMethodDef batch_methods[] = {
+    {"rows", (PyCFunction)batch_rows, METH_NOARGS, "The rows as the BULK regex's group tuples (bytes or None)."},
+    {"labels", (PyCFunction)batch_labels, METH_NOARGS, "Rank-label bytes of the rows, in order of first appearance."},
+    {"first_valid", (PyCFunction)batch_first_valid, METH_NOARGS, "Index of the first row whose numbers convert, or None."},
+    {"head", (PyCFunction)batch_head, METH_O, "(stamp text, rank-label bytes) of row i."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods batch_as_sequence = {.sq_length = (lenfunc)batch_len, .sq_item = (ssizeargfunc)batch_item};
+static PyMappingMethods batch_as_mapping = {.mp_length = (lenfunc)batch_len, .mp_subscript = (binaryfunc)batch_subscript};
+
+static PyTypeObject BatchType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvscope._bulk.Batch",
+    .tp_basicsize = sizeof(Batch),
+    .tp_dealloc = (destructor)batch_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Rows matched by the bulk lane: spans into the stretch they came from, and their numbers.",
+    .tp_methods = batch_methods,
+    .tp_as_sequence = &batch_as_sequence,
+    .tp_as_mapping = &batch_as_mapping,
+};
+
+/* ---------------------------------------------------------------- split ---- */
+
+static PyObject *bulk_split(PyObject *mod, PyObject *arg) {
+    if (!PyBytes_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "split() takes bytes");
+        return NULL;
+    }
+    const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(arg);
+    Py_ssize_t n = PyBytes_GET_SIZE(arg);
+    if (n >= INT32_MAX) Py_RETURN_FALSE; /* spans are 32-bit offsets */
+    Py_ssize_t cap = 256;
+    Batch *b = batch_new(arg, cap);
+    if (b == NULL) return NULL;
+    char *out = PyMem_Malloc((size_t)n + 1);
+    if (out == NULL) {
+        Py_DECREF(b);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t w = 0, copied = 0; /* out[:w] holds s[:copied] with matched lines replaced */
+    const unsigned char *nl = memchr(s, '\n', (size_t)n);
+    while (nl != NULL) {
+        Py_ssize_t lo = nl - s + 1;
+        const unsigned char *next = lo < n ? memchr(s + lo, '\n', (size_t)(n - lo)) : NULL;
+        if (next == NULL) break;
+        Py_ssize_t hi = next - s;
+        if (b->n == cap) {
+            cap *= 2;
+            Row *grown = PyMem_Realloc(b->rows, sizeof(Row) * (size_t)cap);
+            if (grown == NULL) goto nomem;
+            b->rows = grown;
+        }
+        Row *row = &b->rows[b->n];
+        if (hi - lo >= 40 && match_line(s, lo, hi, row)) {
+            int ok = convert(s, row);
+            if (ok < 0) goto fail;
+            if (ok == 0) { /* a number this lane cannot hold: the regex does this stretch */
+                PyMem_Free(out);
+                Py_DECREF(b);
+                Py_RETURN_FALSE;
+            }
+            row->label = label_index(b, row->span[1][0], row->span[1][1]);
+            if (row->label < 0) goto fail;
+            b->n++;
+            memcpy(out + w, s + copied, (size_t)(lo - copied));
+            w += lo - copied;
+            out[w++] = '\x01';
+            copied = hi;
+        }
+        nl = next;
+    }
+    if (b->n == 0) {
+        PyMem_Free(out);
+        Py_DECREF(b);
+        Py_RETURN_NONE;
+    }
+    memcpy(out + w, s + copied, (size_t)(n - copied));
+    w += n - copied;
+    PyObject *text = PyBytes_FromStringAndSize(out, w);
+    PyMem_Free(out);
+    if (text == NULL) {
+        Py_DECREF(b);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", text, (PyObject *)b);
+nomem:
+    PyErr_NoMemory();
+fail:
+    PyMem_Free(out);
+    Py_DECREF(b);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- fold ---- */
+
+/* The state of one Stream while a batch is folded into it: loaded from its attributes before the
+ * first row, stored back after the last, so that a row costs C arithmetic only. Stamps are kept as
+ * row indexes and become str objects only when stored. */
+typedef struct {
+    PyObject *S; /* the Stream (borrowed from the streams list) */
+    PyObject *timeline, *points, *kinds, *rates, *hist, *queued_hist, *queued_running, *gen_list;
+    int loaded, timed; /* timed: -1 None, 0 False, 1 True */
+    long long n, n_decode, n_prefill;
+    char first_kind;
+    int have_last_t, have_last_u;
+    double last_t, last_u;
+    long long last_q;
+    Py_ssize_t last_stamp_row, peak_u_stamp_row, peak_q_stamp_row; /* -1: unchanged */
+    double span_s, usage_time, above90_s, above99_s, queued_s;
+    long long *hist_delta, *queued_delta;
+    long long usage_n, sum_r, r_n, peak_r, q_seen;
+    double peak_u, pool_u;
+    long long pool_tok;
+    long long sat_n, sat_tok_n, sat_queued_n, peak_q_sat;
+    double sat_u_per_req, sat_tok_per_req;
+    double gen_sum, gen_max, gen_last;
+    long long gen_n;
+    long long new_tokens, cached_tokens;
+    long long graph_on, graph_off, graph_max_on, graph_min_off;
+    int have_min_off;
+    /* rates of prefill lines: input_tps, hit_pct */
+    int rate_have[2], rate_order[2], rate_created;
+    double rate_sum[2], rate_max[2], rate_last[2];
+    long long rate_n[2];
+    /* timeline: the last bucket, cached */
+    double tl_width;
+    Py_ssize_t tl_max;
+    int cb_have, cb_dirty;
+    double cb_t0, cb_t1, cb_umin, cb_umax;
+    long long cb_q, cb_r, cb_n;
+    /* queue: counters cached; the open episode's fields cached while it continues */
+    long long peak_q, queued_n, low_queued_n, peak_r_queued;
+    PyObject *ep; /* owned reference to the open episode list, or NULL when none is open */
+    int ep_dirty;
+    double ep_end, ep_u;
+    long long ep_peak;
+    Py_ssize_t ep_peak_stamp_row;
+} St;
+
+static const char *RATE_KEYS[2] = {"input_tps", "hit_pct"};
+
+static int get_double(PyObject *o, const char *name, double *out) {
+    PyObject *v = PyObject_GetAttrString(o, name);
+    if (v == NULL) return -1;
+    int ok = PyFloat_CheckExact(v) ? 0 : 1;
+    if (!ok) *out = PyFloat_AS_DOUBLE(v);
+    Py_DECREF(v);
+    return ok; /* 1: not a float (the Python path then folds this batch) */
+}
+
+static int get_ll(PyObject *o, const char *name, long long *out) {
+    PyObject *v = PyObject_GetAttrString(o, name);
+    if (v == NULL) return -1;
+    int ok = 1;
+    if (PyLong_CheckExact(v)) {
+        int overflow = 0;
+        *out = PyLong_AsLongLongAndOverflow(v, &overflow);
+        ok = overflow ? 1 : 0;
+    }
+    Py_DECREF(v);
+    return ok;
+}
+
+static int item_double(PyObject *list, Py_ssize_t i, double *out) {
+    PyObject *v = PyList_GET_ITEM(list, i);
+    if (!PyFloat_CheckExact(v)) return 1;
+    *out = PyFloat_AS_DOUBLE(v);
+    return 0;
+}
+
+static int item_ll(PyObject *list, Py_ssize_t i, long long *out) {
+    PyObject *v = PyList_GET_ITEM(list, i);
+    if (!PyLong_CheckExact(v)) return 1;
+    int overflow = 0;
+    *out = PyLong_AsLongLongAndOverflow(v, &overflow);
+    return overflow;
+}
+
+#define TRY(x)               \
+    do {                     \
+        int _r = (x);        \
+        if (_r) return _r;   \
+    } while (0)
+
+static int load_bucket(St *st) {
+    Py_ssize_t k = PyList_GET_SIZE(st->points);
+    st->cb_have = k > 0;
+    st->cb_dirty = 0;
+    if (!k) return 0;
+    PyObject *b = PyList_GET_ITEM(st->points, k - 1);
+    if (!PyList_CheckExact(b) || PyList_GET_SIZE(b) != 7) return 1;
+    TRY(item_double(b, 0, &st->cb_t0));
+    TRY(item_double(b, 1, &st->cb_t1));
+    TRY(item_double(b, 2, &st->cb_umin));
+    TRY(item_double(b, 3, &st->cb_umax));
+    TRY(item_ll(b, 4, &st->cb_q));
+    TRY(item_ll(b, 5, &st->cb_r));
+    TRY(item_ll(b, 6, &st->cb_n));
+    return 0;
+}
+
+static int load_timeline(St *st) {
+    Py_XDECREF(st->points);
+    st->points = PyObject_GetAttrString(st->timeline, "points");
+    if (st->points == NULL) return -1;
+    if (!PyList_CheckExact(st->points)) return 1;
+    TRY(get_double(st->timeline, "width", &st->tl_width));
+    long long mx;
+    TRY(get_ll(st->timeline, "max_points", &mx));
+    st->tl_max = (Py_ssize_t)mx;
+    return load_bucket(st);
+}
+
+static int load_episode(St *st) {
+    Py_CLEAR(st->ep);
+    st->ep_dirty = 0;
+    st->ep_peak_stamp_row = -1;
+    TRY(get_ll(st->S, "peak_q", &st->peak_q));
+    TRY(get_ll(st->S, "queued_n", &st->queued_n));
+    TRY(get_ll(st->S, "low_queued_n", &st->low_queued_n));
+    TRY(get_ll(st->S, "peak_r_queued", &st->peak_r_queued));
+    st->peak_q_stamp_row = -1;
+    PyObject *ep = PyObject_GetAttrString(st->S, "episode");
+    if (ep == NULL) return -1;
+    if (ep == Py_None) {
+        Py_DECREF(ep);
+        return 0;
+    }
+    st->ep = ep;
+    if (!PyList_CheckExact(ep) || PyList_GET_SIZE(ep) != 6) return 1;
+    TRY(item_double(ep, 1, &st->ep_end));
+    TRY(item_ll(ep, 2, &st->ep_peak));
+    TRY(item_double(ep, 5, &st->ep_u));
+    return 0;
+}
+
+static PyObject *attr_obj(PyObject *o, const char *name, PyTypeObject *type) {
+    PyObject *v = PyObject_GetAttrString(o, name);
+    if (v != NULL && Py_TYPE(v) != type) {
+        Py_DECREF(v);
+        return Py_None; /* marker: unexpected type */
+    }
+    return v;
+}
+
+#define OBJ(field, name, type)                                  \
+    do {                                                        \
+        st->field = attr_obj(st->S, name, type);                \
+        if (st->field == NULL) return -1;                       \
+        if (st->field == Py_None) { st->field = NULL; return 1; } \
+    } while (0)
+
+/* 0 loaded; 1 some attribute has a shape this code does not handle (nothing was changed); -1 error */
+static int load(St *st) {
+    PyObject *S = st->S;
+    st->loaded = 1;
+    st->timeline = PyObject_GetAttrString(S, "timeline");
+    if (st->timeline == NULL) return -1;
+    OBJ(kinds, "kinds", &PyDict_Type);
+    OBJ(rates, "rates", &PyDict_Type);
+    OBJ(queued_running, "queued_running", &PyDict_Type);
+    OBJ(hist, "hist", &PyList_Type);
+    OBJ(queued_hist, "queued_hist", &PyList_Type);
+    OBJ(gen_list, "gen", &PyList_Type);
+    if (PyList_GET_SIZE(st->hist) != USAGE_BINS || PyList_GET_SIZE(st->queued_hist) != QUEUED_BINS) return 1;
+    if (PyList_GET_SIZE(st->gen_list) != 4) return 1;
+    TRY(item_double(st->gen_list, 0, &st->gen_sum));
+    TRY(item_ll(st->gen_list, 1, &st->gen_n));
+    TRY(item_double(st->gen_list, 2, &st->gen_max));
+    TRY(item_double(st->gen_list, 3, &st->gen_last));
+    for (int k = 0; k < 2; k++) {
+        PyObject *acc = PyDict_GetItemString(st->rates, RATE_KEYS[k]);
+        st->rate_have[k] = acc != NULL;
+        st->rate_order[k] = -1;
+        if (acc == NULL) continue;
+        if (!PyList_CheckExact(acc) || PyList_GET_SIZE(acc) != 4) return 1;
+        TRY(item_double(acc, 0, &st->rate_sum[k]));
+        TRY(item_ll(acc, 1, &st->rate_n[k]));
+        TRY(item_double(acc, 2, &st->rate_max[k]));
+        TRY(item_double(acc, 3, &st->rate_last[k]));
+    }
+    st->rate_created = 0;
+    PyObject *timed = PyObject_GetAttrString(S, "timed");
+    if (timed == NULL) return -1;
+    st->timed = timed == Py_None ? -1 : PyObject_IsTrue(timed);
+    Py_DECREF(timed);
+    TRY(get_ll(S, "n", &st->n));
+    PyObject *v = PyObject_GetAttrString(S, "last_t");
+    if (v == NULL) return -1;
+    st->have_last_t = v != Py_None;
+    if (st->have_last_t) {
+        int bad = !PyFloat_CheckExact(v);
+        if (!bad) st->last_t = PyFloat_AS_DOUBLE(v);
+        Py_DECREF(v);
+        if (bad) return 1;
+    } else {
+        Py_DECREF(v);
+    }
+    v = PyObject_GetAttrString(S, "last_u");
+    if (v == NULL) return -1;
+    st->have_last_u = v != Py_None;
+    if (st->have_last_u) {
+        int bad = !PyFloat_CheckExact(v);
+        if (!bad) st->last_u = PyFloat_AS_DOUBLE(v);
+        Py_DECREF(v);
+        if (bad) return 1;
+    } else {
+        Py_DECREF(v);
+    }
+    TRY(get_ll(S, "last_q", &st->last_q));
+    TRY(get_double(S, "span_s", &st->span_s));
+    TRY(get_double(S, "usage_time", &st->usage_time));
+    TRY(get_double(S, "above90_s", &st->above90_s));
+    TRY(get_double(S, "above99_s", &st->above99_s));
+    TRY(get_double(S, "queued_s", &st->queued_s));
+    TRY(get_ll(S, "usage_n", &st->usage_n));
+    TRY(get_double(S, "peak_u", &st->peak_u));
+    TRY(get_ll(S, "sum_r", &st->sum_r));
+    TRY(get_ll(S, "r_n", &st->r_n));
+    TRY(get_ll(S, "peak_r", &st->peak_r));
+    TRY(get_ll(S, "q_seen", &st->q_seen));
+    TRY(get_double(S, "pool_u", &st->pool_u));
+    TRY(get_ll(S, "pool_tok", &st->pool_tok));
+    TRY(get_ll(S, "sat_n", &st->sat_n));
+    TRY(get_double(S, "sat_u_per_req", &st->sat_u_per_req));
+    TRY(get_double(S, "sat_tok_per_req", &st->sat_tok_per_req));
+    TRY(get_ll(S, "sat_tok_n", &st->sat_tok_n));
+    TRY(get_ll(S, "sat_queued_n", &st->sat_queued_n));
+    TRY(get_ll(S, "peak_q_sat", &st->peak_q_sat));
+    TRY(get_ll(S, "new_tokens", &st->new_tokens));
+    TRY(get_ll(S, "cached_tokens", &st->cached_tokens));
+    TRY(get_ll(S, "graph_on", &st->graph_on));
+    TRY(get_ll(S, "graph_off", &st->graph_off));
+    TRY(get_ll(S, "graph_max_on", &st->graph_max_on));
+    v = PyObject_GetAttrString(S, "graph_min_off");
+    if (v == NULL) return -1;
+    st->have_min_off = v != Py_None;
+    Py_DECREF(v);
+    if (st->have_min_off) TRY(get_ll(S, "graph_min_off", &st->graph_min_off));
+    st->n_decode = st->n_prefill = 0;
+    st->first_kind = 0;
+    st->last_stamp_row = st->peak_u_stamp_row = -1;
+    st->hist_delta = PyMem_Calloc(USAGE_BINS + QUEUED_BINS, sizeof(long long));
+    if (st->hist_delta == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    st->queued_delta = st->hist_delta + USAGE_BINS;
+    TRY(load_timeline(st));
+    TRY(load_episode(st));
+    return 0;
+}
+
+static int set_attr(PyObject *o, const char *name, PyObject *v) { /* steals v */
+    if (v == NULL) return -1;
+    int r = PyObject_SetAttrString(o, name, v);
+    Py_DECREF(v);
+    return r;
+}
+#define SET_LL(name, v) if (set_attr(S, name, PyLong_FromLongLong(v)) < 0) return -1
+#define SET_D(name, v) if (set_attr(S, name, PyFloat_FromDouble(v)) < 0) return -1
+
+static int set_item(PyObject *list, Py_ssize_t i, PyObject *v) { /* steals v */
+    if (v == NULL) return -1;
+    return PyList_SetItem(list, i, v);
+}
+
+static int add_to_item(PyObject *list, Py_ssize_t i, long long delta) {
+    PyObject *old = PyList_GET_ITEM(list, i);
+    PyObject *d = PyLong_FromLongLong(delta);
+    if (d == NULL) return -1;
+    PyObject *sum = PyNumber_Add(old, d);
+    Py_DECREF(d);
+    return set_item(list, i, sum);
+}
+
+static int flush_queue(St *st, Batch *b) {
+    PyObject *S = st->S;
+    SET_LL("peak_q", st->peak_q);
+    if (st->peak_q_stamp_row >= 0 && set_attr(S, "peak_q_stamp", stamp_text(b, st->peak_q_stamp_row)) < 0) return -1;
+    st->peak_q_stamp_row = -1;
+    SET_LL("queued_n", st->queued_n);
+    SET_LL("low_queued_n", st->low_queued_n);
+    SET_LL("peak_r_queued", st->peak_r_queued);
+    for (int k = 0; k < QUEUED_BINS; k++)
+        if (st->queued_delta[k]) {
+            if (add_to_item(st->queued_hist, k, st->queued_delta[k]) < 0) return -1;
+            st->queued_delta[k] = 0;
+        }
+    if (st->ep != NULL && st->ep_dirty) {
+        if (set_item(st->ep, 1, PyFloat_FromDouble(st->ep_end)) < 0) return -1;
+        if (set_item(st->ep, 2, PyLong_FromLongLong(st->ep_peak)) < 0) return -1;
+        if (st->ep_peak_stamp_row >= 0 && set_item(st->ep, 3, stamp_text(b, st->ep_peak_stamp_row)) < 0) return -1;
+        if (set_item(st->ep, 5, PyFloat_FromDouble(st->ep_u)) < 0) return -1;
+    }
+    st->ep_dirty = 0;
+    st->ep_peak_stamp_row = -1;
+    return 0;
+}
+
+static int flush_bucket(St *st) {
+    if (!st->cb_dirty) return 0;
+    PyObject *bk = PyList_GET_ITEM(st->points, PyList_GET_SIZE(st->points) - 1);
+    if (set_item(bk, 1, PyFloat_FromDouble(st->cb_t1)) < 0 || set_item(bk, 2, PyFloat_FromDouble(st->cb_umin)) < 0 ||
+        set_item(bk, 3, PyFloat_FromDouble(st->cb_umax)) < 0 || set_item(bk, 4, PyLong_FromLongLong(st->cb_q)) < 0 ||
+        set_item(bk, 5, PyLong_FromLongLong(st->cb_r)) < 0 || set_item(bk, 6, PyLong_FromLongLong(st->cb_n)) < 0)
+        return -1;
+    st->cb_dirty = 0;
+    return 0;
+}
+
+/* Timeline.add */
+static int timeline_add(St *st, double t, double u, long long q, long long r) {
+    if (st->cb_have && t < st->cb_t0 + st->tl_width) {
+        if (t > st->cb_t1) st->cb_t1 = t;
+        if (u < st->cb_umin) st->cb_umin = u;
+        if (u > st->cb_umax) st->cb_umax = u;
+        if (q > st->cb_q) st->cb_q = q;
+        if (r > st->cb_r) st->cb_r = r;
+        st->cb_n++;
+        st->cb_dirty = 1;
+        return 0;
+    }
+    if (flush_bucket(st) < 0) return -1;
+    PyObject *bk = Py_BuildValue("[ddddLLi]", t, t, u, u, q, r, 1);
+    if (bk == NULL || PyList_Append(st->points, bk) < 0) {
+        Py_XDECREF(bk);
+        return -1;
+    }
+    Py_DECREF(bk);
+    st->cb_have = 1;
+    st->cb_t0 = st->cb_t1 = t;
+    st->cb_umin = st->cb_umax = u;
+    st->cb_q = q;
+    st->cb_r = r;
+    st->cb_n = 1;
+    if (PyList_GET_SIZE(st->points) >= 2 * st->tl_max) {
+        PyObject *res = PyObject_CallMethod(st->timeline, "_halve", NULL);
+        if (res == NULL) return -1;
+        Py_DECREF(res);
+        int ok = load_timeline(st);
+        if (ok) return ok < 0 ? -1 : (PyErr_SetString(PyExc_RuntimeError, "timeline changed shape"), -1);
+    }
+    return 0;
+}
+
+/* Stream._queue for one row: the continuing episode in C, its start and end in Python. */
+static int queue_row(St *st, Batch *b, Py_ssize_t i, double t, long long q, int have_u, double u, long long r) {
+    if (st->ep == NULL || q <= 0) {
+        if (flush_queue(st, b) < 0) return -1;
+        PyObject *stamp = stamp_text(b, i);
+        if (stamp == NULL) return -1;
+        PyObject *uo = have_u ? PyFloat_FromDouble(u) : (Py_INCREF(Py_None), Py_None);
+        PyObject *res = PyObject_CallMethod(st->S, "_queue", "dLNLN", t, q, uo, r, stamp);
+        if (res == NULL) return -1;
+        Py_DECREF(res);
+        int ok = load_episode(st);
+        if (ok) return ok < 0 ? -1 : (PyErr_SetString(PyExc_RuntimeError, "episode changed shape"), -1);
+        return 0;
+    }
+    if (q > st->peak_q) {
+        st->peak_q = q;
+        st->peak_q_stamp_row = i;
+    }
+    st->ep_end = t;
+    st->ep_dirty = 1;
+    if (q > st->ep_peak) {
+        st->ep_peak = q;
+        st->ep_peak_stamp_row = i;
+    }
+    st->queued_n++;
+    if (have_u) {
+        if (u > st->ep_u) st->ep_u = u;
+        long long k = (long long)(u * 100 + 0.5);
+        st->queued_delta[k < QUEUED_BINS - 1 ? k : QUEUED_BINS - 1]++;
+        if (u < 0.8) st->low_queued_n++;
+    }
+    if (r > st->peak_r_queued) st->peak_r_queued = r;
+    PyObject *key = PyLong_FromLongLong(r);
+    if (key == NULL) return -1;
+    PyObject *old = PyDict_GetItemWithError(st->queued_running, key);
+    int rc = 0;
+    if (old == NULL && PyErr_Occurred()) rc = -1;
+    else if (old != NULL || PyDict_GET_SIZE(st->queued_running) < MAX_RUNNING_KEYS) {
+        PyObject *one = PyLong_FromLong(1);
+        PyObject *nv = old ? PyNumber_Add(old, one) : (Py_INCREF(one), one);
+        Py_XDECREF(one);
+        rc = nv == NULL ? -1 : PyDict_SetItem(st->queued_running, key, nv);
+        Py_XDECREF(nv);
+    }
+    Py_DECREF(key);
+    return rc;
+}
+
+static void rate(St *st, int k, double v) {
+    if (!st->rate_have[k]) {
+        st->rate_have[k] = 1;
+        st->rate_order[k] = st->rate_created++;
+        st->rate_n[k] = 0;
+    }
+    if (st->rate_n[k] == 0) {
+        st->rate_sum[k] = st->rate_max[k] = st->rate_last[k] = v;
+        st->rate_n[k] = 1;
+        return;
+    }
+    st->rate_sum[k] += v;
+    st->rate_n[k]++;
+    if (v > st->rate_max[k]) st->rate_max[k] = v;
+    st->rate_last[k] = v;
+}
+
+/* One row into its stream: Stream.sample_rows' loop body, the same operations in the same order. */
+static int fold_row(St *st, Batch *b, Py_ssize_t i) {
+    const Row *row = &b->rows[i];
+    int decode = row->kind == 'd';
+    st->n++;
+    if (decode) {
+        if (!st->first_kind) st->first_kind = 'd';
+        st->n_decode++;
+    } else {
+        if (!st->first_kind) st->first_kind = 'p';
+        st->n_prefill++;
+    }
+    double t = row->t;
+    if (st->timed < 0) {
+        st->timed = 1;
+        if (PyObject_SetAttrString(st->S, "timed", Py_True) < 0) return -1;
+        if (set_attr(st->S, "first_t", PyFloat_FromDouble(t)) < 0) return -1;
+        if (set_attr(st->S, "first_stamp", stamp_text(b, i)) < 0) return -1;
+    }
+    if (!st->timed) t = (double)st->n;
+    double u = row->u;
+    int have_u = 0.0 <= u && u <= MAX_USAGE;
+    long long q = row->q, r = row->r;
+    if (st->have_last_t) {
+        double dt = t - st->last_t;
+        if (dt > 0) {
+            if (dt > GAP_CAP_S) dt = GAP_CAP_S;
+            st->span_s += dt;
+            if (st->have_last_u) {
+                st->usage_time += st->last_u * dt;
+                if (st->last_u >= SATURATED) {
+                    st->above90_s += dt;
+                    if (st->last_u >= FULL) st->above99_s += dt;
+                }
+            }
+            if (st->last_q) st->queued_s += dt;
+        }
+    }
+    if (!st->have_last_t || t >= st->last_t) {
+        st->have_last_t = 1;
+        st->last_t = t;
+        st->last_stamp_row = i;
+    }
+    if (have_u) {
+        long long k = (long long)(u * 1000 + 0.5);
+        st->hist_delta[k < USAGE_BINS ? k : USAGE_BINS - 1]++;
+        st->usage_n++;
+        if (u > st->peak_u) {
+            st->peak_u = u;
+            st->peak_u_stamp_row = i;
+        }
+        st->have_last_u = 1;
+        st->last_u = u;
+    }
+    st->sum_r += r;
+    st->r_n++;
+    if (r > st->peak_r) st->peak_r = r;
+    st->q_seen++;
+    if (q > 0 || st->ep != NULL)
+        if (queue_row(st, b, i, t, q, have_u, u, r) < 0) return -1;
+    st->last_q = q;
+    long long tok = decode ? row->tok : 0;
+    if (tok && have_u && u >= st->pool_u) {
+        st->pool_u = u;
+        st->pool_tok = tok;
+    }
+    if (have_u && u >= SATURATED && r) {
+        st->sat_n++;
+        st->sat_u_per_req += u / (double)r;
+        if (tok) {
+            st->sat_tok_per_req += (double)tok / (double)r;
+            st->sat_tok_n++;
+        }
+        if (q) {
+            st->sat_queued_n++;
+            if (q > st->peak_q_sat) st->peak_q_sat = q;
+        }
+    }
+    if (timeline_add(st, t, have_u ? u : 0.0, q, r) < 0) return -1;
+    if (decode) {
+        if (row->graph == 1) {
+            st->graph_on++;
+            if (r > st->graph_max_on) st->graph_max_on = r;
+        } else if (row->graph == 0) {
+            st->graph_off++;
+            if (!st->have_min_off || r < st->graph_min_off) {
+                st->have_min_off = 1;
+                st->graph_min_off = r;
+            }
+        }
+        double g = row->gen;
+        st->gen_sum += g;
+        st->gen_n++;
+        if (g > st->gen_max) st->gen_max = g;
+        st->gen_last = g;
+    } else {
+        if (row->has_tps) rate(st, 0, row->tps);
+        if (row->has_hit) rate(st, 1, row->hit);
+        st->new_tokens += row->new_tok;
+        st->cached_tokens += row->cached;
+    }
+    return 0;
+}
+
+static int add_kind(St *st, const char *key, long long count) {
+    if (!count) return 0;
+    PyObject *old = PyDict_GetItemString(st->kinds, key);
+    long long base = 0;
+    if (old != NULL) {
+        base = PyLong_AsLongLong(old);
+        if (base == -1 && PyErr_Occurred()) return -1;
+    }
+    PyObject *v = PyLong_FromLongLong(base + count);
+    if (v == NULL) return -1;
+    int rc = PyDict_SetItemString(st->kinds, key, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+static int store_rates(St *st) {
+    for (int pass = 0; pass < 3; pass++) /* existing lists first, then new ones in creation order */
+        for (int k = 0; k < 2; k++) {
+            if (!st->rate_have[k]) continue;
+            int created = st->rate_order[k] >= 0;
+            if (pass == 0 ? created : (!created || st->rate_order[k] != pass - 1)) continue;
+            PyObject *acc = Py_BuildValue("[dLdd]", st->rate_sum[k], st->rate_n[k], st->rate_max[k], st->rate_last[k]);
+            if (acc == NULL) return -1;
+            PyObject *old = created ? NULL : PyDict_GetItemString(st->rates, RATE_KEYS[k]);
+            int rc = old != NULL ? PyList_SetSlice(old, 0, 4, acc) : PyDict_SetItemString(st->rates, RATE_KEYS[k], acc);
+            Py_DECREF(acc);
+            if (rc < 0) return -1;
+        }
+    return 0;
+}
+
+static int store(St *st, Batch *b) {
+    PyObject *S = st->S;
+    SET_LL("n", st->n);
+    if (st->first_kind == 'd') {
+        if (add_kind(st, "decode", st->n_decode) < 0 || add_kind(st, "prefill", st->n_prefill) < 0) return -1;
+    } else if (st->first_kind == 'p') {
+        if (add_kind(st, "prefill", st->n_prefill) < 0 || add_kind(st, "decode", st->n_decode) < 0) return -1;
+    }
+    if (st->have_last_t) SET_D("last_t", st->last_t);
+    if (st->last_stamp_row >= 0 && set_attr(S, "last_stamp", stamp_text(b, st->last_stamp_row)) < 0) return -1;
+    if (st->have_last_u) SET_D("last_u", st->last_u);
+    SET_LL("last_q", st->last_q);
+    SET_D("span_s", st->span_s);
+    SET_D("usage_time", st->usage_time);
+    SET_D("above90_s", st->above90_s);
+    SET_D("above99_s", st->above99_s);
+    SET_D("queued_s", st->queued_s);
+    SET_LL("usage_n", st->usage_n);
+    SET_D("peak_u", st->peak_u);
+    if (st->peak_u_stamp_row >= 0 && set_attr(S, "peak_u_stamp", stamp_text(b, st->peak_u_stamp_row)) < 0) return -1;
+    SET_LL("sum_r", st->sum_r);
+    SET_LL("r_n", st->r_n);
+    SET_LL("peak_r", st->peak_r);
+    SET_LL("q_seen", st->q_seen);
+    SET_D("pool_u", st->pool_u);
+    SET_LL("pool_tok", st->pool_tok);
+    SET_LL("sat_n", st->sat_n);
+    SET_D("sat_u_per_req", st->sat_u_per_req);
+    SET_D("sat_tok_per_req", st->sat_tok_per_req);
+    SET_LL("sat_tok_n", st->sat_tok_n);
+    SET_LL("sat_queued_n", st->sat_queued_n);
+    SET_LL("peak_q_sat", st->peak_q_sat);
+    SET_LL("new_tokens", st->new_tokens);
+    SET_LL("cached_tokens", st->cached_tokens);
+    SET_LL("graph_on", st->graph_on);
+    SET_LL("graph_off", st->graph_off);
+    SET_LL("graph_max_on", st->graph_max_on);
+    if (st->have_min_off) SET_LL("graph_min_off", st->graph_min_off);
+    for (int k = 0; k < USAGE_BINS; k++)
+        if (st->hist_delta[k] && add_to_item(st->hist, k, st->hist_delta[k]) < 0) return -1;
+    if (set_item(st->gen_list, 0, PyFloat_FromDouble(st->gen_sum)) < 0 ||
+        set_item(st->gen_list, 1, PyLong_FromLongLong(st->gen_n)) < 0 ||
+        set_item(st->gen_list, 2, PyFloat_FromDouble(st->gen_max)) < 0 ||
+        set_item(st->gen_list, 3, PyFloat_FromDouble(st->gen_last)) < 0)
+        return -1;
+    if (store_rates(st) < 0) return -1;
+    if (flush_bucket(st) < 0) return -1;
+    return flush_queue(st, b);
+}
+
+static void release(St *st) {
+    Py_CLEAR(st->timeline);
+    Py_CLEAR(st->points);
+    Py_CLEAR(st->kinds);
+    Py_CLEAR(st->rates);
+    Py_CLEAR(st->hist);
+    Py_CLEAR(st->queued_hist);
+    Py_CLEAR(st->queued_running);
+    Py_CLEAR(st->gen_list);
+    Py_CLEAR(st->ep);
+    PyMem_Free(st->hist_delta);
+    st->hist_delta = NULL;
+}
+
+/* fold(batch, streams): streams[k] is the Stream for batch.labels()[k], or None for a rank whose
+ * lines another rank speaks for. Returns the number of convertible rows of those ignored ranks, or
+ * None (nothing changed) when a stream holds a value of a shape this code does not fold. */
+static PyObject *bulk_fold(PyObject *mod, PyObject *args) {
+    Batch *b;
+    PyObject *streams;
+    if (!PyArg_ParseTuple(args, "O!O!", &BatchType, &b, &PyList_Type, &streams)) return NULL;
+    Py_ssize_t nl = PyList_GET_SIZE(b->labels);
+    if (PyList_GET_SIZE(streams) != nl) {
+        PyErr_SetString(PyExc_ValueError, "one stream (or None) per label");
+        return NULL;
+    }
+    St *states = PyMem_Calloc((size_t)(nl ? nl : 1), sizeof(St));
+    if (states == NULL) return PyErr_NoMemory();
+    PyObject *result = NULL;
+    long long ignored = 0;
+    int unsupported = 0;
+    for (Py_ssize_t k = 0; k < nl; k++) {
+        PyObject *S = PyList_GET_ITEM(streams, k);
+        if (S == Py_None) continue;
+        states[k].S = S;
+        int ok = load(&states[k]);
+        if (ok < 0) goto done;
+        if (ok > 0) unsupported = 1;
+    }
+    if (unsupported) {
+        Py_INCREF(Py_None);
+        result = Py_None;
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < b->n; i++) {
+        St *st = &states[b->rows[i].label];
+        if (!b->rows[i].valid) continue;
+        if (st->S == NULL) {
+            ignored++;
+            continue;
+        }
+        if (fold_row(st, b, i) < 0) goto done;
+    }
+    for (Py_ssize_t k = 0; k < nl; k++)
+        if (states[k].S != NULL && store(&states[k], b) < 0) goto done;
+    result = PyLong_FromLongLong(ignored);
+done:
+    for (Py_ssize_t k = 0; k < nl; k++) release(&states[k]);
+    PyMem_Free(states);
+    return result;
+}
+
+static PyMethodDef module_methods[] = {
+    {"split", bulk_split, METH_O,
+     "BULK.split() of a stretch starting with a newline: (text, Batch); None: no line matched; "
+     "False: a number too long for this lane (use the regex)."},
+    {"fold", bulk_fold, METH_VARARGS, "Stream.sample_rows() for a Batch: ignored-row count, or None to fold in Python."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef bulk_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "kvscope._bulk",
+    .m_doc = "The reader's bulk lane in C (see _bulk.c).",
+    .m_size = -1,
+    .m_methods = module_methods,
+};
+
+PyMODINIT_FUNC PyInit__bulk(void) {
+    init_classes();
+    if (PyType_Ready(&BatchType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&bulk_module);
+    if (m == NULL) return NULL;
+    Py_INCREF(&BatchType);
+    if (PyModule_AddObject(m, "Batch", (PyObject *)&BatchType) < 0) {
+        Py_DECREF(&BatchType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,173 @@
+"""The C bulk lane (``kvscope._bulk``) is the regex lane, only faster.
+
+Two claims, each tested directly: ``split`` gives the text and the group tuples that
+``BULK.split`` gives (on every real log, on generated journals, and on lines mutated at random),
+and ``fold`` leaves a ``Stream`` in exactly the state ``Stream.sample_rows`` leaves it (every slot,
+bit for bit), whatever state the stream was in before. The whole-report equivalence of the lanes is
+in test_runtime_bulk.py.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kvscope.runtime import accumulate
+from kvscope.runtime.lines import BULK, NATIVE
+from kvscope.runtime.stream import Stream
+
+FIX = Path(__file__).parent / "fixtures"
+REAL = sorted((FIX / "runtime").glob("*.txt")) + sorted((FIX / "logs").glob("*/*/log.txt"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+pytestmark = pytest.mark.skipif(NATIVE is None, reason="the C bulk lane is not built here")
+
+
+def test_native_lane_is_built_where_ci_asks_for_it():
+    """CI sets KVSCOPE_REQUIRE_NATIVE: there the lane must be built (a compiler is installed)."""
+    if os.environ.get("KVSCOPE_REQUIRE_NATIVE"):
+        assert NATIVE is not None
+
+
+def _regex_split(view: bytes) -> tuple[bytes, list[tuple]] | None:
+    parts = BULK.split(view)
+    if len(parts) == 1:
+        return None
+    k = BULK.groups + 1
+    return b"\n\x01".join(parts[::k]), list(zip(*[parts[i::k] for i in range(1, k)], strict=True))
+
+
+def _same_split(view: bytes) -> None:
+    want = _regex_split(view)
+    got = NATIVE.split(view)
+    if got is False:  # a number too long for the C lane: allowed, the regex then reads the stretch
+        return
+    if want is None:
+        assert got is None
+        return
+    assert got is not None
+    assert got[0] == want[0]
+    assert got[1].rows() == want[1]
+    assert len(got[1]) == len(want[1])
+
+
+@pytest.mark.parametrize("path", REAL, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_split_matches_regex_on_real_logs(path: Path):
+    data = path.read_bytes()
+    _same_split(b"\n" + data + (b"" if data.endswith(b"\n") else b"\n"))
+
+
+def _serving_lines() -> list[str]:
+    lines = []
+    for path in REAL:
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            if "Decode batch" in line or "Prefill batch" in line:
+                lines.append(line)
+    return lines
+
+
+SERVING = _serving_lines()
+JOURNALD = ["", "Sep 01 00:00:00 gpu-node-7 python3[30000]: ", "Mar  1 12:26:11.123 host-1 sglang: ",
+            "2026-03-01T12:26:11.123+00:00 host python3[12]: ", "svc-1  | ", "Sep 1 00:00:00 h x[: "]
+JUNK = ["", " ", "\t", "\r", "[", "]", "x", "0", ".", ",", "%", ")", "graph: True", "graph: False", ", cuda graph: True",
+        "1.2.3", "99999999999999999999", "\x1b[0m", "é", "#queue-req: 3", "gen throughput (token/s): 5.00, ",
+        "input throughput (token/s): 7.5", " TP0", "DP1 ", "2026-02-30 ", "0000-01-01 "]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_split_matches_regex_on_mutated_lines(data: st.DataObject):
+    """Real serving lines, with prefixes and junk cut in at random places, split alike."""
+    lines = []
+    for _ in range(data.draw(st.integers(1, 6))):
+        line = data.draw(st.sampled_from(JOURNALD)) + data.draw(st.sampled_from(SERVING))
+        for _ in range(data.draw(st.integers(0, 3))):
+            at = data.draw(st.integers(0, len(line)))
+            cut = data.draw(st.integers(0, 3))
+            line = line[:at] + data.draw(st.sampled_from(JUNK)) + line[at + cut:]
+        lines.append(line)
+    ending = data.draw(st.sampled_from(["\n", "\r\n", "  \n", ""]))
+    _same_split(("\n" + "\n".join(lines) + ending).encode("utf-8", "surrogateescape"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=300))
+def test_split_matches_regex_on_bytes(blob: bytes):
+    _same_split(b"\n" + blob + b"\n")
+
+
+# --- fold ---------------------------------------------------------------------------------
+
+
+def _state(stream: Stream) -> dict:
+    out = {}
+    for name in Stream.__slots__:
+        value = getattr(stream, name)
+        if name == "timeline":
+            value = (value.width, [list(p) for p in value.points])
+        out[name] = repr(value)  # repr: 0.1 + 0.2 and 0.30000000000000004 differ; types too
+    return out
+
+
+def _journal(seed: int, seconds: int) -> bytes:
+    import runtime_vs_grep  # the benchmark's generator: saturation, queues, retractions, restarts
+
+    rng = random.Random(seed)
+    out: list[str] = []
+    from datetime import datetime
+
+    t = datetime(2026, 9, 1)
+    for i in range(seconds):
+        t = runtime_vs_grep._serving_block(out, t, 30000, 6.2832 * i / seconds, rng)
+    return ("\n" + "\n".join(out) + "\n").encode()
+
+
+def _fold_both(view: bytes, before: list[dict] | None = None) -> tuple[Stream, Stream]:
+    """Fold one stretch into two fresh streams, by sample_rows and by the C fold."""
+    got = NATIVE.split(view)
+    assert got not in (None, False)
+    text, batch = got
+    py, c = Stream("DP0"), Stream("DP0")
+    for d in before or []:
+        py.sample(dict(d), d.get("stamp"))
+        c.sample(dict(d), d.get("stamp"))
+    py.sample_rows(batch.rows(), accumulate._times)
+    streams = [c] + [None] * (len(batch.labels()) - 1)
+    # every label into one stream: with one label that is what the accumulator does
+    if len(batch.labels()) == 1:
+        assert NATIVE.fold(batch, streams) == 0
+    else:
+        pytest.skip("several rank labels")
+    return py, c
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_fold_matches_sample_rows(seed: int):
+    py, c = _fold_both(_journal(seed, 1500))
+    assert _state(py) == _state(c)
+    py.close()
+    c.close()
+    assert _state(py) == _state(c)
+
+
+def test_fold_continues_a_stream_already_fed_line_by_line():
+    before = [
+        {"src": "decode", "t": 63946339200.0 + 5, "usage": 0.95, "running": 7, "queued": 3, "tokens": 100,
+         "graph": True, "gen_tps": 10.0},
+        {"src": "stats", "t": 63946339200.0 + 6, "usage": 0.5, "running": 2, "queued": 0, "prompt_tps": 3.0},
+    ]
+    py, c = _fold_both(_journal(7, 600), before)
+    assert _state(py) == _state(c)
+
+
+def test_fold_into_an_untimed_stream():
+    before = [{"src": "decode", "t": None, "usage": 0.2, "running": 1, "queued": 1, "tokens": 5, "graph": None,
+               "gen_tps": 1.0}]
+    py, c = _fold_both(_journal(3, 300), before)
+    assert _state(py) == _state(c)
