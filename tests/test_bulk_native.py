@@ -137,7 +137,9 @@ def _fold_both(view: bytes, before: list[dict] | None = None) -> tuple[Stream, S
     for d in before or []:
         py.sample(dict(d), d.get("stamp"))
         c.sample(dict(d), d.get("stamp"))
-    py.sample_rows(batch.rows(), accumulate._times)
+    rows = batch.rows()
+    assert [(0, int(r[17])) for r in rows if r[17] is not None] == batch.retracts()  # one label here
+    py.sample_rows([r for r in rows if r[17] is None], accumulate._times)  # retractions go elsewhere
     streams = [c] + [None] * (len(batch.labels()) - 1)
     # every label into one stream: with one label that is what the accumulator does
     if len(batch.labels()) == 1:

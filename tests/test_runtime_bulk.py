@@ -173,8 +173,12 @@ def test_bulk_runs_keep_line_numbers(tmp_path: Path):
     path = tmp_path / "j.log"
     dec = ("[2026-03-01 12:26:1{} TP0] Decode batch, #running-req: 1, #token: 10, token usage: 0.01, "
            "gen throughput (token/s): 1.00, #queue-req: 0")
-    retract = "[2026-03-01 12:26:15 TP0] KV cache pool is full. Retract requests. #retracted_reqs: 1"
-    path.write_text("\n".join(["x", dec.format(1), dec.format(2), "y", retract, dec.format(3), "z"]) + "\n")
-    items = list(source.iter_candidate_lines([str(path)], api.ANCHORS, None, BULK_LANE))
-    got = [(i.line_no, i.last_line, len(i.rows)) if isinstance(i, source.Bulk) else (i.line_no, i.context) for i in items]
-    assert got == [(2, 3, 2), (5, False), (6, 6, 1)]
+    pool = "[2026-03-01 12:26:15 TP0] KV Cache is allocated. #tokens: 1000, K size: 1.00 GB, V size: 1.00 GB"
+    retract = "[2026-03-01 12:26:16 TP0] KV cache pool is full. Retract requests. #retracted_reqs: 1"
+    lines = ["x", dec.format(1), dec.format(2), "y", pool, dec.format(3), retract, "z"]
+    path.write_text("\n".join(lines) + "\n")
+    for lane in (BULK_LANE, REGEX_LANE):
+        items = list(source.iter_candidate_lines([str(path)], api.ANCHORS, None, lane))
+        got = [(i.line_no, i.last_line, len(i.rows)) if isinstance(i, source.Bulk) else (i.line_no, i.context)
+               for i in items]
+        assert got == [(2, 3, 2), (5, False), (6, 7, 2)]  # the retraction line joins the run

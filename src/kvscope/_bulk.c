@@ -23,7 +23,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define NGROUPS 17
+#define NGROUPS 18
 #define USAGE_BINS 1001
 #define QUEUED_BINS 101
 #define MAX_RUNNING_KEYS 512
@@ -36,9 +36,9 @@
 typedef struct {
     int32_t span[NGROUPS][2]; /* [start, end) in the view; start -1: group did not take part */
     double t, u, gen, hit, tps;
-    long long r, tok, q, new_tok, cached;
+    long long r, tok, q, new_tok, cached, retracted;
     Py_ssize_t label;
-    char kind; /* 'd' decode, 'p' prefill */
+    char kind; /* 'd' decode, 'p' prefill, 'r' retraction */
     char valid, graph, has_hit, has_tps; /* graph: -1 none, 0 False, 1 True */
 } Row;
 
@@ -329,6 +329,20 @@ static int match_line(const unsigned char *s, Py_ssize_t lo, Py_ssize_t hi, Row 
         row->kind = 'p';
         return prefill_rest(&L, p, row);
     }
+    if (LIT(&L, &p, "KV cache pool is full. Retract requests. #retracted_reqs: ") ||
+        LIT(&L, &p, "Decode out of memory happened. #retracted_reqs: ")) {
+        Py_ssize_t a = p;
+        if (!number_span(&L, &p, C_DIGIT)) return 0;
+        SET(row, 17, a, p);
+        Py_ssize_t q = p;
+        if (LIT(&L, &q, ", #new_tokens_gained: ") && number_span(&L, &q, C_DIGIT)) p = q;
+        q = p;
+        if (LIT(&L, &q, ", #new_token_ratio: ") && number_span(&L, &q, C_NUM) && LIT(&L, &q, " -> ") &&
+            number_span(&L, &q, C_NUM))
+            p = q;
+        row->kind = 'r';
+        return L.last < p; /* then only [ \t]*\r? is left */
+    }
     return 0;
 }
 
@@ -426,7 +440,10 @@ static int convert(const unsigned char *s, Row *row) {
     row->graph = -1;
     if (!stamp_seconds(s, row->span[0][0], &row->t)) return 1;
     int ok;
-    if (row->kind == 'd') {
+    if (row->kind == 'r') {
+        row->retracted = to_int(s, row->span[17]);
+        if (row->retracted < 0) return 0;
+    } else if (row->kind == 'd') {
         row->r = to_int(s, row->span[2]);
         row->tok = to_int(s, row->span[3]);
         row->q = to_int(s, row->span[8]);
@@ -598,7 +615,55 @@ static PyObject *batch_head(Batch *b, PyObject *arg) {
     return Py_BuildValue("(NO)", st, lab);
 }
 
+/* Label indexes in order of first appearance among the sample (decode / prefill) rows. */
+static PyObject *batch_sample_labels(Batch *b, PyObject *unused) {
+    Py_ssize_t nl = PyList_GET_SIZE(b->labels);
+    char *seen = PyMem_Calloc((size_t)(nl ? nl : 1), 1);
+    PyObject *out = PyList_New(0);
+    if (seen == NULL || out == NULL) {
+        PyMem_Free(seen);
+        Py_XDECREF(out);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < b->n; i++) {
+        Py_ssize_t k = b->rows[i].label;
+        if (b->rows[i].kind == 'r' || seen[k]) continue;
+        seen[k] = 1;
+        PyObject *v = PyLong_FromSsize_t(k);
+        if (v == NULL || PyList_Append(out, v) < 0) {
+            Py_XDECREF(v);
+            Py_DECREF(out);
+            PyMem_Free(seen);
+            return NULL;
+        }
+        Py_DECREF(v);
+    }
+    PyMem_Free(seen);
+    return out;
+}
+
+/* [(label index, retracted requests)] of the retraction rows whose stamp converts, in order. */
+static PyObject *batch_retracts(Batch *b, PyObject *unused) {
+    PyObject *out = PyList_New(0);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < b->n; i++) {
+        const Row *r = &b->rows[i];
+        if (r->kind != 'r' || !r->valid) continue;
+        PyObject *t = Py_BuildValue("(nL)", r->label, r->retracted);
+        if (t == NULL || PyList_Append(out, t) < 0) {
+            Py_XDECREF(t);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(t);
+    }
+    return out;
+}
+
 static PyMethodDef batch_methods[] = {
+    {"sample_labels", (PyCFunction)batch_sample_labels, METH_NOARGS,
+     "Indexes into labels() in order of first appearance among decode / prefill rows."},
+    {"retracts", (PyCFunction)batch_retracts, METH_NOARGS, "[(label index, retracted)] of the retraction rows."},
     {"rows", (PyCFunction)batch_rows, METH_NOARGS, "The rows as the BULK regex's group tuples (bytes or None)."},
     {"labels", (PyCFunction)batch_labels, METH_NOARGS, "Rank-label bytes of the rows, in order of first appearance."},
     {"first_valid", (PyCFunction)batch_first_valid, METH_NOARGS, "Index of the first row whose numbers convert, or None."},
@@ -1341,7 +1406,7 @@ static PyObject *bulk_fold(PyObject *mod, PyObject *args) {
     }
     for (Py_ssize_t i = 0; i < b->n; i++) {
         St *st = &states[b->rows[i].label];
-        if (!b->rows[i].valid) continue;
+        if (!b->rows[i].valid || b->rows[i].kind == 'r') continue; /* retractions: Accumulator._retract */
         if (st->S == NULL) {
             ignored++;
             continue;

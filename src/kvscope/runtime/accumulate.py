@@ -86,10 +86,17 @@ class Accumulator:
         Each scheduler's rows go to its stream in one call; routes are made in order of first
         appearance, as ``add`` makes them line by line, so the same rank speaks for its group.
         """
-        if rows.__class__ is not list and self._fold_native(rows):
-            return
         if rows.__class__ is not list:
+            if self._fold_native(rows):
+                return
             rows = rows.rows()  # a stream holds a value the C fold does not take: fold the tuples
+        if any(row[17] is not None for row in rows):
+            for row in rows:
+                if row[17] is not None and _valid(row):
+                    self._retract(_label(row[1]), int(row[17]))
+            rows = [row for row in rows if row[17] is None]
+            if not rows:
+                return
         labels = dict.fromkeys(row[1] for row in rows)
         if len(labels) == 1:
             self._rows(_label(rows[0][1]), rows)
@@ -102,15 +109,17 @@ class Accumulator:
 
     def _fold_native(self, batch: Any) -> bool:
         """The C lane's rows, folded in C into the same streams ``_rows`` would use (routes made in
-        the same order). False, with nothing folded, when the C fold declines."""
-        streams: list[Stream | None] = []
-        for ranks in batch.labels():
-            label = _label(ranks)
+        the same order: first appearance among the sample rows). False, with nothing folded, when
+        the C fold declines."""
+        labels = batch.labels()
+        streams: list[Stream | None] = [None] * len(labels)
+        for k in batch.sample_labels():
+            label = _label(labels[k])
             stream = self.routes.get((label, True))
             if stream is None:
                 stream = self._route(label, True)
             self._label, self._stream = label, stream
-            streams.append(stream if stream.__class__ is Stream else None)  # type: ignore[arg-type]
+            streams[k] = stream if stream.__class__ is Stream else None  # type: ignore[assignment]
         kept = [s for s in streams if s is not None]
         if len({id(s) for s in kept}) != len(kept):
             return False
@@ -118,7 +127,17 @@ class Accumulator:
         if ignored is None:
             return False
         self.ignored += ignored
+        for k, retracted in batch.retracts():
+            self._retract(_label(labels[k]), retracted)
         return True
+
+    def _retract(self, label: str | None, retracted: int) -> None:
+        """A retraction line (``add`` does the same for one that came line by line)."""
+        if self._route(label, False) is None:
+            self.ignored += 1
+            return
+        self.retracted += retracted
+        self.retract_lines += 1
 
     def _rows(self, label: str | None, rows: list[tuple]) -> None:
         stream = self.routes.get((label, True))
@@ -189,6 +208,8 @@ def _valid(row: tuple) -> bool:
     """Whether the per-line path would have made an event of this row (its numbers convert)."""
     try:
         _times(row[0])
+        if row[17] is not None:
+            return True
         if row[2] is not None:
             int(row[2]), int(row[3]), float(row[4]), float(row[6]), int(row[8])
         else:

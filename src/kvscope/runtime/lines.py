@@ -70,7 +70,9 @@ _HIT_GPU = re.compile(r"hit rate: GPU: ([\d.]+)%")
 # * a line that ends in a digit, ``,``, ``.``, ``%`` or ``)``, so no engine's ``wants_join`` fires
 #   on it (the reader keeps the lane off a stretch holding an overlong line).
 # Groups: 1 stamp, 2 ranks; 3-10 decode r, tok, usage, (text before gen), gen, (text before
-# queue), queue, (text after queue); 11-17 prefill new, cached, hit %, usage, r, queue, input tps.
+# queue), queue, (text after queue); 11-17 prefill new, cached, hit %, usage, r, queue, input tps;
+# 18 retracted requests of a retraction line (its two wordings, with nothing else on the line: a
+# journal at saturation has one every few seconds, and each would otherwise cut the run in two).
 # The decode line's free text comes in three short groups because the per-line path asks whether
 # the line holds ``graph: `` / ``graph: True``, and no fixed part of the line can hold either.
 _T = rb"[\t\x20-\x5a\x5c-\x7e]"  # printable ASCII and tab, no '[': no colour code can hide in it
@@ -83,7 +85,10 @@ BULK = re.compile(
     rb"(" + _T + rb"*?)gen throughput \(token/s\): ([\d.]+), (" + _T + rb"*?)#queue-req: (\d+)(" + _END + rb")"
     rb"|Prefill batch[.,] #new-seq: \d+, #new-token: (\d+), #cached-token: (\d+), "
     rb"(?:cache hit rate: ([\d.]+)%, )?token usage: ([\d.]+), #running-req: (\d+), #queue-req: (\d+)"
-    rb"(?:" + _T + rb"*?input throughput \(token/s\): ([\d.]+))?" + _END + rb")[ \t]*\r?(?=\n)"
+    rb"(?:" + _T + rb"*?input throughput \(token/s\): ([\d.]+))?" + _END +
+    rb"|(?:KV cache pool is full\. Retract requests\.|Decode out of memory happened\.) #retracted_reqs: (\d+)"
+    rb"(?:, #new_tokens_gained: \d+)?(?:, #new_token_ratio: [\d.]+ -> [\d.]+)?"
+    rb")[ \t]*\r?(?=\n)"
 )
 
 
