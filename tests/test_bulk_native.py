@@ -67,7 +67,7 @@ def _serving_lines() -> list[str]:
     lines = []
     for path in REAL:
         for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            if "Decode batch" in line or "Prefill batch" in line:
+            if "Decode batch" in line or "Prefill batch" in line or "#retracted_reqs" in line:
                 lines.append(line)
     return lines
 
@@ -77,7 +77,8 @@ JOURNALD = ["", "Sep 01 00:00:00 gpu-node-7 python3[30000]: ", "Mar  1 12:26:11.
             "2026-03-01T12:26:11.123+00:00 host python3[12]: ", "svc-1  | ", "Sep 1 00:00:00 h x[: "]
 JUNK = ["", " ", "\t", "\r", "[", "]", "x", "0", ".", ",", "%", ")", "graph: True", "graph: False", ", cuda graph: True",
         "1.2.3", "99999999999999999999", "\x1b[0m", "é", "#queue-req: 3", "gen throughput (token/s): 5.00, ",
-        "input throughput (token/s): 7.5", " TP0", "DP1 ", "2026-02-30 ", "0000-01-01 "]
+        "input throughput (token/s): 7.5", " TP0", "DP1 ", "2026-02-30 ", "0000-01-01 ", " -> ", ", #new_tokens_gained: 9",
+        "KV cache pool is full. Retract requests. #retracted_reqs: 2"]
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

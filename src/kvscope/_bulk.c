@@ -87,19 +87,21 @@ typedef struct {
     Py_ssize_t last; /* index of the last char of s[..h2) that is not blank (may be < line start) */
 } Line;
 
-static int lit(const Line *L, Py_ssize_t *p, const char *text, Py_ssize_t len) {
+#define INLINE static inline __attribute__((always_inline))
+
+INLINE int lit(const Line *L, Py_ssize_t *p, const char *text, Py_ssize_t len) {
     if (*p + len > L->hi || memcmp(L->s + *p, text, len) != 0) return 0;
     *p += len;
     return 1;
 }
 #define LIT(L, p, text) lit((L), (p), (text), (Py_ssize_t)(sizeof(text) - 1))
 
-static inline Py_ssize_t run_of(const Line *L, Py_ssize_t p, unsigned char cls) {
+INLINE Py_ssize_t run_of(const Line *L, Py_ssize_t p, unsigned char cls) {
     while (p < L->hi && IS(L->s[p], cls)) p++;
     return p;
 }
 
-static int digits(const Line *L, Py_ssize_t *p, int n) {
+INLINE int digits(const Line *L, Py_ssize_t *p, int n) {
     for (int i = 0; i < n; i++)
         if (*p + i >= L->hi || !is_digit(L->s[*p + i])) return 0;
     *p += n;
@@ -107,7 +109,7 @@ static int digits(const Line *L, Py_ssize_t *p, int n) {
 }
 
 /* `\d\d:\d\d:\d\d` */
-static int hms(const Line *L, Py_ssize_t *p) {
+INLINE int hms(const Line *L, Py_ssize_t *p) {
     return digits(L, p, 2) && LIT(L, p, ":") && digits(L, p, 2) && LIT(L, p, ":") && digits(L, p, 2);
 }
 
@@ -168,7 +170,7 @@ static Py_ssize_t tail_end(const Line *L, Py_ssize_t p) {
 }
 
 /* Whether s[a:b) is all `_T`: how far a lazy `_T*?` can reach. */
-static inline int all_T(const Line *L, Py_ssize_t a, Py_ssize_t b) {
+INLINE int all_T(const Line *L, Py_ssize_t a, Py_ssize_t b) {
     for (Py_ssize_t k = a; k < b; k++)
         if (!is_T(L->s[k])) return 0;
     return 1;
@@ -189,7 +191,7 @@ static Py_ssize_t find_lit(const unsigned char *s, Py_ssize_t a, Py_ssize_t b, c
 
 #define SET(row, g, a, b) ((row)->span[(g)][0] = (int32_t)(a), (row)->span[(g)][1] = (int32_t)(b))
 
-static inline int number_span(const Line *L, Py_ssize_t *p, unsigned char cls) {
+INLINE int number_span(const Line *L, Py_ssize_t *p, unsigned char cls) {
     Py_ssize_t e = run_of(L, *p, cls);
     if (e == *p) return 0;
     *p = e;
@@ -687,6 +689,21 @@ static PyTypeObject BatchType = {
 
 /* ---------------------------------------------------------------- split ---- */
 
+/* The output text is built in one buffer kept between calls (split holds the GIL throughout):
+ * allocating a stretch-sized buffer per call costs more in page faults than the copy itself. */
+static char *scratch_buf = NULL;
+static size_t scratch_len = 0;
+
+static char *scratch(size_t n) {
+    if (n > scratch_len) {
+        char *grown = PyMem_Realloc(scratch_buf, n);
+        if (grown == NULL) return NULL;
+        scratch_buf = grown;
+        scratch_len = n;
+    }
+    return scratch_buf;
+}
+
 static PyObject *bulk_split(PyObject *mod, PyObject *arg) {
     if (!PyBytes_Check(arg)) {
         PyErr_SetString(PyExc_TypeError, "split() takes bytes");
@@ -695,10 +712,10 @@ static PyObject *bulk_split(PyObject *mod, PyObject *arg) {
     const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(arg);
     Py_ssize_t n = PyBytes_GET_SIZE(arg);
     if (n >= INT32_MAX) Py_RETURN_FALSE; /* spans are 32-bit offsets */
-    Py_ssize_t cap = 256;
+    Py_ssize_t cap = n / 160 + 16; /* serving lines are ~200 bytes: one allocation, rarely a second */
     Batch *b = batch_new(arg, cap);
     if (b == NULL) return NULL;
-    char *out = PyMem_Malloc((size_t)n + 1);
+    char *out = scratch((size_t)n + 1);
     if (out == NULL) {
         Py_DECREF(b);
         return PyErr_NoMemory();
@@ -721,7 +738,6 @@ static PyObject *bulk_split(PyObject *mod, PyObject *arg) {
             int ok = convert(s, row);
             if (ok < 0) goto fail;
             if (ok == 0) { /* a number this lane cannot hold: the regex does this stretch */
-                PyMem_Free(out);
                 Py_DECREF(b);
                 Py_RETURN_FALSE;
             }
@@ -736,14 +752,12 @@ static PyObject *bulk_split(PyObject *mod, PyObject *arg) {
         nl = next;
     }
     if (b->n == 0) {
-        PyMem_Free(out);
         Py_DECREF(b);
         Py_RETURN_NONE;
     }
     memcpy(out + w, s + copied, (size_t)(n - copied));
     w += n - copied;
     PyObject *text = PyBytes_FromStringAndSize(out, w);
-    PyMem_Free(out);
     if (text == NULL) {
         Py_DECREF(b);
         return NULL;
@@ -752,7 +766,6 @@ static PyObject *bulk_split(PyObject *mod, PyObject *arg) {
 nomem:
     PyErr_NoMemory();
 fail:
-    PyMem_Free(out);
     Py_DECREF(b);
     return NULL;
 }
