@@ -17,8 +17,23 @@ _KEY_EQ = re.compile(r"(?:^|,\s*)(\w+)=")
 _KEY_COLON = re.compile(r"(?:^|,\s*)'(\w+)':\s*")
 
 
+_CONSTANTS: dict[str, Any] = {"None": None, "True": True, "False": False}
+_INT = re.compile(r"-?(?:0|[1-9]\d*)")  # as Python reads it: no leading zeros
+_FLOAT = re.compile(r"-?\d+\.\d+")
+_PLAIN_STR = re.compile(r"'[^'\\]*'")
+
+
 def _value(text: str) -> Any:
     text = text.strip().rstrip(",").strip()
+    # Most of the ~500 values are these shapes: read them directly, literal_eval (a compile each) the rest.
+    if text in _CONSTANTS:
+        return _CONSTANTS[text]
+    if _INT.fullmatch(text):
+        return int(text)
+    if _FLOAT.fullmatch(text):
+        return float(text)
+    if _PLAIN_STR.fullmatch(text):
+        return text[1:-1]
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
