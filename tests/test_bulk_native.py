@@ -45,7 +45,7 @@ def _regex_split(view: bytes) -> tuple[bytes, list[tuple]] | None:
 
 def _same_split(view: bytes) -> None:
     want = _regex_split(view)
-    got = NATIVE.split(view)
+    got = NATIVE.split(view, 1, len(view))
     if got is False:  # a number too long for the C lane: allowed, the regex then reads the stretch
         return
     if want is None:
@@ -97,6 +97,16 @@ def test_split_matches_regex_on_mutated_lines(data: st.DataObject):
     _same_split(("\n" + "\n".join(lines) + ending).encode("utf-8", "surrogateescape"))
 
 
+@pytest.mark.parametrize("head", [b"", b"\n", b"partial line, no newline ", b"Sep 01 00:00:00 h p[1]: "])
+def test_split_works_in_place_on_a_region(head: bytes):
+    """split(buf, lo, hi) reads buf[lo:hi] as if a newline came before lo: what the reader hands it."""
+    body = "\n".join(SERVING[:50]).encode() + b"\n"
+    buf = head + body + b"trailing bytes not in the region"
+    got = NATIVE.split(buf, len(head), len(head) + len(body))
+    want = _regex_split(b"\n" + body)
+    assert got[0] == want[0] and got[1].rows() == want[1]
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=300))
 def test_split_matches_regex_on_bytes(blob: bytes):
@@ -131,7 +141,7 @@ def _journal(seed: int, seconds: int) -> bytes:
 
 def _fold_both(view: bytes, before: list[dict] | None = None) -> tuple[Stream, Stream]:
     """Fold one stretch into two fresh streams, by sample_rows and by the C fold."""
-    got = NATIVE.split(view)
+    got = NATIVE.split(view, 1, len(view))
     assert got not in (None, False)
     text, batch = got
     py, c = Stream("DP0"), Stream("DP0")
@@ -174,3 +184,25 @@ def test_fold_into_an_untimed_stream():
                "gen_tps": 1.0}]
     py, c = _fold_both(_journal(3, 300), before)
     assert _state(py) == _state(c)
+
+
+def test_flickering_queues_and_many_ranks_report_alike(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The reader benchmark's journal: queues flicker 0..7 (episodes open, merge and close all the
+    time), TP ranks interleave, four restarts. The C lane, the regex lane and no lane agree."""
+    import json
+
+    import synth
+
+    import kvscope.api as api
+    from kvscope.render.json_out import render
+    from kvscope.runtime.lines import BULK_LANE, BulkLane
+
+    path = tmp_path / "journal.log"
+    synth.generate(path, 3 << 20, restarts=3, seed=5)
+    reports = []
+    for lane in (BULK_LANE, BulkLane(BULK, None), None):
+        monkeypatch.setattr(api, "BULK_LANE", lane)
+        reports.append(json.loads(render(api.analyze([str(path)]))))
+    assert reports[0] == reports[1] == reports[2]
+    queue = reports[0]["startups"][0]["runtime"]["queue"]
+    assert queue and json.dumps(queue) != "{}"  # there were queueing episodes to fold

@@ -32,6 +32,7 @@
 #define FULL 0.99
 #define MAX_USAGE 1.05
 #define MAX_DIGITS 18
+#define MERGE_S 15.0
 
 typedef struct {
     int32_t span[NGROUPS][2]; /* [start, end) in the view; start -1: group did not take part */
@@ -562,6 +563,10 @@ static PyObject *batch_subscript(Batch *b, PyObject *key) {
         PyErr_SetString(PyExc_ValueError, "Batch slices take no step");
         return NULL;
     }
+    if (start == 0 && len == b->n) { /* the whole batch: rows never change, so no copy */
+        Py_INCREF(b);
+        return (PyObject *)b;
+    }
     Batch *out = batch_new(b->view, len);
     if (out == NULL) return NULL;
     for (Py_ssize_t i = 0; i < len; i++) {
@@ -704,26 +709,32 @@ static char *scratch(size_t n) {
     return scratch_buf;
 }
 
-static PyObject *bulk_split(PyObject *mod, PyObject *arg) {
-    if (!PyBytes_Check(arg)) {
-        PyErr_SetString(PyExc_TypeError, "split() takes bytes");
-        return NULL;
-    }
+/* split(buf, lo, hi): the lines of buf[lo:hi) (whole lines: it ends after a newline), as if a
+ * newline came before lo. The text returned is "\n" + that region with matched lines marked. */
+static PyObject *bulk_split(PyObject *mod, PyObject *args) {
+    PyObject *arg;
+    Py_ssize_t start, stop;
+    if (!PyArg_ParseTuple(args, "O!nn", &PyBytes_Type, &arg, &start, &stop)) return NULL;
     const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(arg);
     Py_ssize_t n = PyBytes_GET_SIZE(arg);
+    if (start < 0 || stop > n || start > stop) {
+        PyErr_SetString(PyExc_ValueError, "split(): 0 <= lo <= hi <= len(buf)");
+        return NULL;
+    }
     if (n >= INT32_MAX) Py_RETURN_FALSE; /* spans are 32-bit offsets */
-    Py_ssize_t cap = n / 160 + 16; /* serving lines are ~200 bytes: one allocation, rarely a second */
+    n = stop;
+    Py_ssize_t cap = (stop - start) / 160 + 16; /* serving lines are ~200 bytes: one allocation, rarely a second */
     Batch *b = batch_new(arg, cap);
     if (b == NULL) return NULL;
-    char *out = scratch((size_t)n + 1);
+    char *out = scratch((size_t)(stop - start) + 2);
     if (out == NULL) {
         Py_DECREF(b);
         return PyErr_NoMemory();
     }
-    Py_ssize_t w = 0, copied = 0; /* out[:w] holds s[:copied] with matched lines replaced */
-    const unsigned char *nl = memchr(s, '\n', (size_t)n);
-    while (nl != NULL) {
-        Py_ssize_t lo = nl - s + 1;
+    out[0] = '\n';
+    Py_ssize_t w = 1, copied = start; /* out[:w] holds "\n" + s[start:copied], matched lines replaced */
+    Py_ssize_t lo = start;
+    while (lo < n) {
         const unsigned char *next = lo < n ? memchr(s + lo, '\n', (size_t)(n - lo)) : NULL;
         if (next == NULL) break;
         Py_ssize_t hi = next - s;
@@ -749,7 +760,7 @@ static PyObject *bulk_split(PyObject *mod, PyObject *arg) {
             out[w++] = '\x01';
             copied = hi;
         }
-        nl = next;
+        lo = hi + 1;
     }
     if (b->n == 0) {
         Py_DECREF(b);
@@ -809,7 +820,8 @@ typedef struct {
     long long cb_q, cb_r, cb_n;
     /* queue: counters cached; the open episode's fields cached while it continues */
     long long peak_q, queued_n, low_queued_n, peak_r_queued;
-    PyObject *ep; /* owned reference to the open episode list, or NULL when none is open */
+    PyObject *ep;     /* owned reference to the open episode list, or NULL when none is open */
+    PyObject *closed; /* owned reference to the episode just closed (may still merge), or NULL */
     int ep_dirty;
     double ep_end, ep_u;
     long long ep_peak;
@@ -890,8 +902,31 @@ static int load_timeline(St *st) {
     return load_bucket(st);
 }
 
+static int episode_shape(PyObject *ep) {
+    if (!PyList_CheckExact(ep) || PyList_GET_SIZE(ep) != 6) return 1;
+    return !(PyFloat_CheckExact(PyList_GET_ITEM(ep, 1)) && PyLong_CheckExact(PyList_GET_ITEM(ep, 2)) &&
+             PyFloat_CheckExact(PyList_GET_ITEM(ep, 5)));
+}
+
+/* The open episode's end, peak queue and peak usage, cached while it goes on. */
+static int load_ep_fields(St *st) {
+    st->ep_dirty = 0;
+    st->ep_peak_stamp_row = -1;
+    TRY(episode_shape(st->ep));
+    TRY(item_double(st->ep, 1, &st->ep_end));
+    TRY(item_ll(st->ep, 2, &st->ep_peak));
+    TRY(item_double(st->ep, 5, &st->ep_u));
+    return 0;
+}
+
 static int load_episode(St *st) {
     Py_CLEAR(st->ep);
+    Py_CLEAR(st->closed);
+    PyObject *closed = PyObject_GetAttrString(st->S, "closed");
+    if (closed == NULL) return -1;
+    if (closed == Py_None) Py_DECREF(closed);
+    else st->closed = closed;
+    if (st->closed != NULL && episode_shape(st->closed)) return 1;
     st->ep_dirty = 0;
     st->ep_peak_stamp_row = -1;
     TRY(get_ll(st->S, "peak_q", &st->peak_q));
@@ -906,11 +941,7 @@ static int load_episode(St *st) {
         return 0;
     }
     st->ep = ep;
-    if (!PyList_CheckExact(ep) || PyList_GET_SIZE(ep) != 6) return 1;
-    TRY(item_double(ep, 1, &st->ep_end));
-    TRY(item_ll(ep, 2, &st->ep_peak));
-    TRY(item_double(ep, 5, &st->ep_u));
-    return 0;
+    return load_ep_fields(st);
 }
 
 static PyObject *attr_obj(PyObject *o, const char *name, PyTypeObject *type) {
@@ -1053,6 +1084,18 @@ static int add_to_item(PyObject *list, Py_ssize_t i, long long delta) {
     return set_item(list, i, sum);
 }
 
+static int flush_ep_fields(St *st, Batch *b) {
+    if (st->ep != NULL && st->ep_dirty) {
+        if (set_item(st->ep, 1, PyFloat_FromDouble(st->ep_end)) < 0) return -1;
+        if (set_item(st->ep, 2, PyLong_FromLongLong(st->ep_peak)) < 0) return -1;
+        if (st->ep_peak_stamp_row >= 0 && set_item(st->ep, 3, stamp_text(b, st->ep_peak_stamp_row)) < 0) return -1;
+        if (set_item(st->ep, 5, PyFloat_FromDouble(st->ep_u)) < 0) return -1;
+    }
+    st->ep_dirty = 0;
+    st->ep_peak_stamp_row = -1;
+    return 0;
+}
+
 static int flush_queue(St *st, Batch *b) {
     PyObject *S = st->S;
     SET_LL("peak_q", st->peak_q);
@@ -1066,15 +1109,9 @@ static int flush_queue(St *st, Batch *b) {
             if (add_to_item(st->queued_hist, k, st->queued_delta[k]) < 0) return -1;
             st->queued_delta[k] = 0;
         }
-    if (st->ep != NULL && st->ep_dirty) {
-        if (set_item(st->ep, 1, PyFloat_FromDouble(st->ep_end)) < 0) return -1;
-        if (set_item(st->ep, 2, PyLong_FromLongLong(st->ep_peak)) < 0) return -1;
-        if (st->ep_peak_stamp_row >= 0 && set_item(st->ep, 3, stamp_text(b, st->ep_peak_stamp_row)) < 0) return -1;
-        if (set_item(st->ep, 5, PyFloat_FromDouble(st->ep_u)) < 0) return -1;
-    }
-    st->ep_dirty = 0;
-    st->ep_peak_stamp_row = -1;
-    return 0;
+    if (flush_ep_fields(st, b) < 0) return -1;
+    if (PyObject_SetAttrString(S, "episode", st->ep ? st->ep : Py_None) < 0) return -1;
+    return PyObject_SetAttrString(S, "closed", st->closed ? st->closed : Py_None);
 }
 
 static int flush_bucket(St *st) {
@@ -1125,21 +1162,43 @@ static int timeline_add(St *st, double t, double u, long long q, long long r) {
 
 /* Stream._queue for one row: the continuing episode in C, its start and end in Python. */
 static int queue_row(St *st, Batch *b, Py_ssize_t i, double t, long long q, int have_u, double u, long long r) {
-    if (st->ep == NULL || q <= 0) {
-        if (flush_queue(st, b) < 0) return -1;
-        PyObject *stamp = stamp_text(b, i);
-        if (stamp == NULL) return -1;
-        PyObject *uo = have_u ? PyFloat_FromDouble(u) : (Py_INCREF(Py_None), Py_None);
-        PyObject *res = PyObject_CallMethod(st->S, "_queue", "dLNLN", t, q, uo, r, stamp);
-        if (res == NULL) return -1;
-        Py_DECREF(res);
-        int ok = load_episode(st);
-        if (ok) return ok < 0 ? -1 : (PyErr_SetString(PyExc_RuntimeError, "episode changed shape"), -1);
-        return 0;
-    }
     if (q > st->peak_q) {
         st->peak_q = q;
         st->peak_q_stamp_row = i;
+    }
+    if (q <= 0) { /* the episode ends here (it may still merge with one starting soon) */
+        if (st->ep != NULL) {
+            st->ep_end = t;
+            st->ep_dirty = 1;
+            if (flush_ep_fields(st, b) < 0) return -1;
+            Py_XSETREF(st->closed, st->ep);
+            st->ep = NULL;
+        }
+        return 0;
+    }
+    if (st->ep == NULL) {
+        if (st->closed != NULL && t - PyFloat_AS_DOUBLE(PyList_GET_ITEM(st->closed, 1)) <= MERGE_S) {
+            st->ep = st->closed; /* a flicker of the queue: the same episode goes on */
+            st->closed = NULL;
+        } else {
+            if (st->closed != NULL) { /* Stream._close() counts it and keeps it if it is among the longest */
+                if (PyObject_SetAttrString(st->S, "closed", st->closed) < 0) return -1;
+                PyObject *res = PyObject_CallMethod(st->S, "_close", NULL);
+                if (res == NULL) return -1;
+                Py_DECREF(res);
+                Py_CLEAR(st->closed);
+            }
+            PyObject *stamp = stamp_text(b, i);
+            if (stamp == NULL) return -1;
+            st->ep = Py_BuildValue("[ddLOOd]", t, t, 0LL, stamp, stamp, 0.0);
+            Py_DECREF(stamp);
+            if (st->ep == NULL) return -1;
+        }
+        int ok = load_ep_fields(st);
+        if (ok) {
+            if (ok > 0) PyErr_SetString(PyExc_RuntimeError, "queue episode of an unexpected shape");
+            return -1;
+        }
     }
     st->ep_end = t;
     st->ep_dirty = 1;
@@ -1383,6 +1442,7 @@ static void release(St *st) {
     Py_CLEAR(st->queued_running);
     Py_CLEAR(st->gen_list);
     Py_CLEAR(st->ep);
+    Py_CLEAR(st->closed);
     PyMem_Free(st->hist_delta);
     st->hist_delta = NULL;
 }
@@ -1436,9 +1496,9 @@ done:
 }
 
 static PyMethodDef module_methods[] = {
-    {"split", bulk_split, METH_O,
-     "BULK.split() of a stretch starting with a newline: (text, Batch); None: no line matched; "
-     "False: a number too long for this lane (use the regex)."},
+    {"split", bulk_split, METH_VARARGS,
+     "split(buf, lo, hi): BULK.split() of b'\\n' + buf[lo:hi] (whole lines): (text, Batch); None: no line "
+     "matched; False: a number too long for this lane (use the regex)."},
     {"fold", bulk_fold, METH_VARARGS, "Stream.sample_rows() for a Batch: ignored-row count, or None to fold in Python."},
     {NULL, NULL, 0, NULL},
 };

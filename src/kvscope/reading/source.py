@@ -57,7 +57,7 @@ class Line:
 class BulkSplitter(Protocol):
     """A bulk lane that splits a stretch itself: (text with matched lines marked, rows) or None."""
 
-    def split_rows(self, view: bytes) -> tuple[bytes, Any] | None: ...
+    def split_rows(self, buf: bytes, lo: int, hi: int) -> tuple[bytes, Any] | None: ...
 
 
 @dataclass(slots=True)
@@ -204,7 +204,7 @@ def iter_candidate_lines(
     With ``bulk`` (a bytes pattern whose match starts with the newline before a line and ends
     before the newline after it), the lines it matches are not yielded as lines: each run of them
     between two candidate lines comes as one ``Bulk`` of ``findall``-style tuples, in input order.
-    ``bulk`` may also be an object whose ``split_rows(view)`` does that split itself (an engine's
+    ``bulk`` may also be an object whose ``split_rows(buf, lo, hi)`` does that split itself (an engine's
     faster lane; its rows are then whatever sequence it returns). A matched line is never a
     candidate nor offered as context.
     """
@@ -338,10 +338,10 @@ class _FileScan:
         assert self.bulk is not None
         if buf.find(BULK_MARK, lo, hi) != -1 or (hi - lo > MAX_LINE_BYTES + 1 and _overlong_lines(buf, lo, hi)):
             return None
-        view = buf[lo - 1 : hi] if lo and buf[lo - 1] == 10 else b"\n" + buf[lo:hi]
         lane = getattr(self.bulk, "split_rows", None)
         if lane is not None:  # an engine's lane object (kvscope.runtime.lines.BulkLane)
-            return lane(view)
+            return lane(buf, lo, hi)
+        view = buf[lo - 1 : hi] if lo and buf[lo - 1] == 10 else b"\n" + buf[lo:hi]
         parts = self.bulk.split(view)
         if len(parts) == 1:
             return None

@@ -106,11 +106,13 @@ class BulkLane:
         self.pattern = pattern
         self.native = native
 
-    def split_rows(self, view: bytes) -> tuple[bytes, Any] | None:
+    def split_rows(self, buf: bytes, lo: int, hi: int) -> tuple[bytes, Any] | None:
+        """``buf[lo:hi]`` holds whole lines; the text returned starts with the newline before them."""
         if self.native is not None:
-            out = self.native.split(view)
+            out = self.native.split(buf, lo, hi)  # in place: no copy of the stretch
             if out is not False:  # False: a number too long for the C lane; the regex reads this stretch
                 return out
+        view = buf[lo - 1 : hi] if lo and buf[lo - 1] == 10 else b"\n" + buf[lo:hi]
         parts = self.pattern.split(view)
         if len(parts) == 1:
             return None
