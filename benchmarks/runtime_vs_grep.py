@@ -12,7 +12,9 @@ falls again. Then, in the same run, times
 
 each ``--repeat`` times (best of, warm page cache), and prints both and their ratio. With
 ``--flat`` it also runs kvscope on a quarter-size journal to show the peak memory does not grow
-with the input. ``--profile`` prints the top of a cProfile of the parse path instead.
+with the input; with ``--pure`` it also times the pure-Python bulk lane (what runs where the C
+extension could not be built) and the CPython floor of any per-line Python reader. ``--profile``
+prints the top of a cProfile of the parse path instead.
 
     python benchmarks/runtime_vs_grep.py --size-mb 1024 --flat
 """
@@ -108,12 +110,13 @@ def generate(path: Path, size_mb: int, restarts: int = 4, seed: int = 0) -> dict
     return {"bytes": path.stat().st_size, "decode_lines": decode, "restarts": restarts}
 
 
-def _timed(cmd: list[str], repeat: int) -> tuple[float, int, str]:
+def _timed(cmd: list[str], repeat: int, env: dict[str, str] | None = None) -> tuple[float, int, str]:
     """(best wall seconds, peak RSS KiB of the best run, stdout of the last run)."""
     best, rss, out = float("inf"), 0, ""
     for _ in range(repeat):
         start = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT,
+                                env={**os.environ, **(env or {})})
         data = proc.stdout.read() if proc.stdout else b""
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -152,6 +155,12 @@ def python_floor(path: Path) -> tuple[float, float]:
                     n += len(found)
         results.append(time.perf_counter() - start)
     return results[0], results[1]
+
+
+def _lane() -> str:
+    """Which bulk lane ``kvscope explain`` runs here: the C extension, or the regex (no compiler at install)."""
+    probe = "import kvscope.runtime.lines as l; print('C (kvscope._bulk)' if l.NATIVE else 'pure Python')"
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT).stdout.strip()
 
 
 def kvscope_cmd(path: Path) -> list[str]:
@@ -228,6 +237,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--flat", action="store_true", help="also run on a quarter-size journal to compare peak memory")
     ap.add_argument("--keep", metavar="PATH", help="write the journal here and keep it")
+    ap.add_argument("--pure", action="store_true",
+                    help="also time the pure-Python bulk lane (KVSCOPE_PURE_PYTHON=1) and the CPython floor")
     ap.add_argument("--profile", type=int, metavar="N", help="print the top N functions of a cProfile run instead")
     ap.add_argument("--stages", action="store_true", help="time each pipeline stage instead")
     args = ap.parse_args()
@@ -254,10 +265,14 @@ def main() -> int:
         print(f"kvscope explain --format json  : {k_wall:7.2f} s   peak RSS {k_rss / 1024:7.1f} MiB")
         print(f"ratio kvscope / grep           : {k_wall / g_wall:7.1f}x   (target ≤ 3x)")
         print(f"kvscope throughput             : {info['bytes'] / 2**20 / k_wall:7.1f} MiB/s, "
-              f"{info['decode_lines'] / k_wall / 1e6:.2f} M decode lines/s")
-        f_scan, f_touch = python_floor(path)
-        print(f"CPython floor: findall only     : {f_scan:7.2f} s   ({f_scan / g_wall:.1f}x grep)")
-        print(f"CPython floor: + 1 loop per line: {f_touch:7.2f} s   ({f_touch / g_wall:.1f}x grep)")
+              f"{info['decode_lines'] / k_wall / 1e6:.2f} M decode lines/s   (bulk lane: {_lane()})")
+        if args.pure:
+            p_wall, p_rss, _ = _timed(kvscope_cmd(path), 1, {"KVSCOPE_PURE_PYTHON": "1"})
+            print(f"pure-Python lane (no C)         : {p_wall:7.2f} s   ({p_wall / g_wall:.1f}x grep, peak RSS "
+                  f"{p_rss / 1024:.1f} MiB)")
+            f_scan, f_touch = python_floor(path)
+            print(f"CPython floor: findall only     : {f_scan:7.2f} s   ({f_scan / g_wall:.1f}x grep)")
+            print(f"CPython floor: + 1 loop per line: {f_touch:7.2f} s   ({f_touch / g_wall:.1f}x grep)")
         if args.flat:
             small = tmp / "quarter.log"
             generate(small, max(1, args.size_mb // 4), args.restarts)
