@@ -182,3 +182,14 @@ def test_bulk_runs_keep_line_numbers(tmp_path: Path):
         got = [(i.line_no, i.last_line, len(i.rows)) if isinstance(i, source.Bulk) else (i.line_no, i.context)
                for i in items]
         assert got == [(2, 3, 2), (5, False), (6, 7, 2)]  # the retraction line joins the run
+
+
+def test_serving_only_input_says_the_ledger_is_unknown():
+    """A serving-log excerpt names ranks but no memory: no empty per-rank table, one plain sentence."""
+    from kvscope.render import markdown, terminal
+
+    path = FIX / "runtime" / "sglang-2025-12-decode-full-pool-queue.txt"
+    analysis = api.analyze([str(path)])
+    text = terminal.render(analysis)
+    assert "serving lines only" in text and "Per-rank memory" not in text
+    assert "serving lines only" in markdown.render(analysis)

@@ -115,6 +115,15 @@ class Rank:
     def pool(self, name: str) -> KvPool | None:
         return next((p for p in self.kv_pools if p.name == name), None)
 
+    def has_figures(self) -> bool:
+        """Whether the log gave this rank any memory figure (a serving-only excerpt names ranks, no memory)."""
+        return bool(self.kv_pools) or any(
+            getattr(self, k) is not None
+            for k in ("total_gib", "pre_load_free_gib", "weights_gib", "avail_after_weights_gib",
+                      "activation_peak_gib", "non_torch_gib", "usable_gib", "avail_after_pool_gib",
+                      "cuda_graph_gib", "avail_at_ready_gib")
+        )
+
     def set_derived(self, key: str, value: float | None) -> None:
         """Fill a contract field kvscope computed (never overwrites a read figure)."""
         if value is None or getattr(self, key) is not None:

@@ -618,7 +618,8 @@ def startup_view(s: Startup, index: int) -> tuple[dict[str, Any], dict[str, Any]
     view = {
         "index": index, "engine": s.engine, "version": s.engine_version or "", "era": s.era or "",
         "file": s.file, "first_line": s.first_line, "last_line": s.last_line, "model": s.model or "",
-        "capacity": capacity_rows(s), "settings": settings_rows(s), "ranks": [_rank_row(r) for r in s.ranks],
+        "capacity": capacity_rows(s), "settings": settings_rows(s), "ranks": [_rank_row(r) for r in s.ranks] if any(r.has_figures() for r in s.ranks) else [],
+        "serving_only": s.runtime is not None and not any(r.has_figures() for r in s.ranks),
         "derived_any": any(r.derived for r in s.ranks),
         "ledger": ([{"item": row.item, "gib": fmt_gib(row.gib), "how": row.how, "note": row.note} for row in ref.ledger]
                    if ref is not None else []),

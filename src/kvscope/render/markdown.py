@@ -103,8 +103,9 @@ def _header(s: Startup, index: int) -> list[str]:
 
 
 def _ranks(s: Startup) -> list[str]:
-    if not s.ranks:
-        return []
+    if not any(r.has_figures() for r in s.ranks):
+        return ["_No startup memory lines in this input: the ledger is unknown; serving lines only._", ""] \
+            if s.runtime is not None else []
     rows = []
     for r in s.ranks:
         cells = [fmt_gib(getattr(r, k)) + ("\\*" if k in r.derived else "") for k in RANK_COLUMNS]

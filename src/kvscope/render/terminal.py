@@ -146,8 +146,10 @@ def _findings(s: Startup) -> list[Any]:
 
 def render_startup(s: Startup, index: int) -> Group:
     parts: list[Any] = [_header(s, index)]
-    if s.ranks:
+    if any(r.has_figures() for r in s.ranks):
         parts += [_rank_table(s), _legend()]
+    elif s.runtime is not None:
+        parts.append(Text("No startup memory lines in this input: the ledger is unknown; serving lines only.", style="dim"))
     ledger = _ledger(s)
     if ledger is not None:
         parts.append(ledger)
