@@ -2,8 +2,8 @@
 """Is kvscope's peak memory flat in the size of its input? Peak RSS at several generated sizes.
 
 For each size in ``--sizes`` (MiB; default 100,1024; 5120 is supported, mind the disk: the file is
-written, measured and deleted one size at a time) a synthetic SGLang journal (synth.py) is
-generated and measured in a child process, peak RSS from ``wait4``:
+written, measured and deleted one size at a time) a synthetic SGLang journal (synth.py; a vLLM one
+with ``--engine vllm``) is generated and measured in a child process, peak RSS from ``wait4``:
 
     reader    every candidate line of the memory-line anchors read and decoded (the streaming stage)
     explain   ``kvscope explain FILE --format json``, the whole tool, serving-line parsing included
@@ -12,6 +12,7 @@ Flat means the largest peak is within ``--tolerance`` (default 20%) of the small
 
     python benchmarks/memory_flat.py --sizes 100,1024,5120 --stages reader
     python benchmarks/memory_flat.py --sizes 100,1024 --stages reader,explain
+    python benchmarks/memory_flat.py --sizes 64,256 --engine vllm
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ def main() -> int:
     ap.add_argument("--stages", default="reader,explain", help="reader, explain or both")
     ap.add_argument("--tolerance", type=float, default=0.20)
     ap.add_argument("--dir", default=None, help="where to write the journals (default: a temp dir)")
+    ap.add_argument("--engine", choices=("sglang", "vllm"), default="sglang", help="which engine's journal")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
     stages = [s for s in args.stages.split(",") if s]
@@ -68,7 +70,7 @@ def main() -> int:
     try:
         for size in sizes:
             path = work / f"journal-{size}.log"
-            synth.generate(path, size << 20)
+            synth.generate(path, size << 20, engine=args.engine)
             for stage in stages:
                 cmd = ([sys.executable, "-c", READER, str(path)] if stage == "reader"
                        else [sys.executable, "-m", "kvscope", "explain", str(path), "--format", "json"])

@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """How fast does kvscope read a big journal, next to ``grep -E`` for the same memory-line words?
 
-Generates a synthetic SGLang journal of ``--size-mb`` MiB (default 1024; see synth.py: journald
-prefixes, several restarts replaying real startup lines from tests/fixtures/logs, millions of
-``Decode batch`` / ``Prefill batch`` lines), then in the same run times, best of ``--repeat`` on a
-warm page cache:
+Generates a synthetic journal of ``--size-mb`` MiB (default 1024; see synth.py: journald prefixes,
+several restarts replaying real startup lines from tests/fixtures/logs, millions of serving lines:
+SGLang ``Decode batch`` / ``Prefill batch`` lines, or with ``--engine vllm`` uvicorn access lines
+around vLLM V1/V0 stats lines and V0 preemption warnings), then in the same run times, best of
+``--repeat`` on a warm page cache:
 
     kvscope explain FILE --format json           the whole tool, as shipped (peak RSS too)
     grep -E '<memory-line anchors>' FILE         what an operator would run by hand
     grep -c 'Decode batch' FILE                  the runtime-pressure benchmark's yardstick
+                                                 ('Avg prompt throughput' for --engine vllm)
     reader, memory anchors                       kvscope's reading stage alone, in process
     reader, all anchors                          the same with the serving-line (runtime) anchors
     reader, +N extra anchors                     the cost of one more anchor word, per GiB
@@ -18,6 +20,7 @@ Serving lines are candidates once the runtime-pressure feature anchors on them; 
 separate what reading costs from what parsing those lines costs.
 
     python benchmarks/reader_vs_grep.py --size-mb 1024
+    python benchmarks/reader_vs_grep.py --size-mb 256 --engine vllm --repeat 2
     python benchmarks/reader_vs_grep.py --file /var/log/sglang.journal --repeat 1
 """
 
@@ -38,6 +41,8 @@ import synth  # noqa: E402
 
 ROOT = synth.ROOT
 EXTRA_ANCHORS = 16
+# The serving line counted by ``grep -c``, per engine (the keys keep their SGLang-era names).
+SERVING_WORDS = {"sglang": "Decode batch", "vllm": "Avg prompt throughput"}
 
 
 def memory_anchors() -> tuple[bytes, ...]:
@@ -81,7 +86,7 @@ def reader_seconds(path: str, anchors: tuple[bytes, ...]) -> tuple[float, float,
     return time.perf_counter() - t0, time.process_time() - c0, n
 
 
-def measure(path: str, repeat: int) -> dict:
+def measure(path: str, repeat: int, serving_word: str = SERVING_WORDS["sglang"]) -> dict:
     from kvscope.engines import ANCHORS
 
     size = os.path.getsize(path)
@@ -93,7 +98,7 @@ def measure(path: str, repeat: int) -> dict:
         kv = best(lambda: run_child(explain, out), repeat)
         doc = json.loads(Path(out).read_text())
         grep_e = best(lambda: run_child(["grep", "-E", grep_pattern(mem), path], out), repeat)
-        grep_c = best(lambda: run_child(["grep", "-c", "Decode batch", path], out), repeat)
+        grep_c = best(lambda: run_child(["grep", "-c", serving_word, path], out), repeat)
     finally:
         Path(out).unlink(missing_ok=True)
     r_mem = min((reader_seconds(path, mem) for _ in range(repeat)), key=lambda r: r[1])
@@ -106,7 +111,7 @@ def measure(path: str, repeat: int) -> dict:
         "startups": len(doc["startups"]),
         "kvscope_wall_s": kv[0], "kvscope_cpu_s": kv[1], "kvscope_peak_rss_mib": kv[2] / 1024,
         "grep_E_wall_s": grep_e[0], "grep_E_cpu_s": grep_e[1],
-        "grep_c_decode_wall_s": grep_c[0], "grep_c_decode_cpu_s": grep_c[1],
+        "grep_c_decode_wall_s": grep_c[0], "grep_c_decode_cpu_s": grep_c[1], "grep_c_word": serving_word,
         "ratio_kvscope_vs_grep_E_wall": kv[0] / grep_e[0], "ratio_kvscope_vs_grep_E_cpu": kv[1] / grep_e[1],
         "reader_memory_anchors_wall_s": r_mem[0], "reader_memory_anchors_cpu_s": r_mem[1],
         "reader_memory_candidates": r_mem[2], "memory_anchors": len(mem),
@@ -122,7 +127,8 @@ def report(m: dict) -> None:
     print(f"  kvscope explain --format json      {m['kvscope_wall_s']:8.2f}  {m['kvscope_cpu_s']:8.2f}"
           f"   peak RSS {m['kvscope_peak_rss_mib']:.0f} MiB")
     print(f"  grep -E <{m['memory_anchors']} memory anchors>      {m['grep_E_wall_s']:8.2f}  {m['grep_E_cpu_s']:8.2f}")
-    print(f"  grep -c 'Decode batch'             {m['grep_c_decode_wall_s']:8.2f}  {m['grep_c_decode_cpu_s']:8.2f}")
+    word = f"grep -c '{m.get('grep_c_word', 'Decode batch')}'"
+    print(f"  {word:<35s}{m['grep_c_decode_wall_s']:8.2f}  {m['grep_c_decode_cpu_s']:8.2f}")
     print(f"  explain / grep -E                  {m['ratio_kvscope_vs_grep_E_wall']:7.2f}x  "
           f"{m['ratio_kvscope_vs_grep_E_cpu']:7.2f}x   (target <= 2x)")
     print(f"  reader, memory anchors             {m['reader_memory_anchors_wall_s']:8.2f}  "
@@ -140,19 +146,21 @@ def main() -> int:
     ap.add_argument("--file", help="time this existing file instead of generating one")
     ap.add_argument("--repeat", type=int, default=3, help="runs per measurement; the best is kept")
     ap.add_argument("--restarts", type=int, default=4)
+    ap.add_argument("--engine", choices=sorted(SERVING_WORDS), default="sglang",
+                    help="which engine's journal to generate (and whose serving line grep -c counts)")
     ap.add_argument("--dir", default=None, help="where to write the generated journal (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the generated journal")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
     if args.file:
-        report(measure(args.file, args.repeat))
+        report(measure(args.file, args.repeat, SERVING_WORDS[args.engine]))
         return 0
-    path = Path(tempfile.mkdtemp(dir=args.dir, prefix="kvscope-journal-")) / "sglang.journal"
+    path = Path(tempfile.mkdtemp(dir=args.dir, prefix="kvscope-journal-")) / f"{args.engine}.journal"
     try:
         t0 = time.perf_counter()
-        info = synth.generate(path, args.size_mb << 20, restarts=args.restarts)
+        info = synth.generate(path, args.size_mb << 20, restarts=args.restarts, engine=args.engine)
         print(f"generated {info['lines']:,} lines in {time.perf_counter() - t0:.1f} s: {path}", file=sys.stderr)
-        report(measure(str(path), args.repeat))
+        report(measure(str(path), args.repeat, SERVING_WORDS[args.engine]))
     finally:
         if not args.keep:
             path.unlink(missing_ok=True)

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import kvscope.reading.source as source
 from kvscope.api import analyze
 from kvscope.engines import ANCHORS
-from kvscope.reading import ReadStats, iter_candidate_lines
+from kvscope.reading import ReadStats, iter_candidate_lines, scan
 from kvscope.reading.scan import AnchorScanner
 from kvscope.render import json_out
 from tests.conftest import all_cases, case_dir, case_files
@@ -121,21 +121,72 @@ def _check_reader(tmp: Path, small_blocks, body: bytes, anchors: list[bytes], bl
 
 @SETTINGS
 @given(data=st.data(), anchors=ANCHOR_WORDS)
-def test_every_key_plan_finds_the_same_lines(data, anchors):
-    """Which byte keys an anchor is a speed choice only: any plan must give the naive answer."""
+def test_every_key_plan_finds_the_same_lines(monkeypatch, data, anchors):
+    """Which byte keys an anchor, and whether a memchr loop or a regex lane checks its hits, is a
+    speed choice only: any plan must give the naive answer (also once found lines are masked)."""
+    monkeypatch.setattr(scan, "LANE_MIN_BYTES", 0)  # compile lanes even for these small bodies
+    monkeypatch.setattr(scan, "MASK_MIN_LINES", data.draw(st.integers(1, 3)))
     body = data.draw(_body(anchors)) + b"\n"
     scanner = AnchorScanner(anchors)
     plan = {a: data.draw(st.one_of(st.none(), st.sampled_from(list(a)))) for a in scanner.anchors}
-    scanner.install(plan)
+    keys = sorted({k for k in plan.values() if k is not None})
+    lanes = data.draw(st.lists(st.sampled_from(keys), unique=True)) if keys else []
+    scanner.install(plan, lanes)
     lo = data.draw(st.integers(0, len(body) - 1))
     lo = body.rfind(b"\n", 0, lo) + 1  # regions start at a line start
-    starts, _ = scanner.line_starts(body, lo, len(body))
+    for _ in range(2):  # the second scan takes the keys in the order of what they found
+        starts, _ = scanner.line_starts(body, lo, len(body))
+        assert starts == _naive_starts(body, lo, scanner.anchors)
+
+
+def _naive_starts(body: bytes, lo: int, anchors: tuple[bytes, ...]) -> list[int]:
     want, pos = [], lo
     for line in body[lo:-1].split(b"\n"):
-        if any(a in line for a in scanner.anchors):
+        if any(a in line for a in anchors):
             want.append(pos)
         pos += len(line) + 1
-    assert starts == want
+    return want
+
+
+def _vllm_journal(lines: int) -> bytes:
+    """vLLM serving lines as a journal holds them: uvicorn access lines, a stats line every 100."""
+    head = b"Feb 28 12:00:10 gpu-node-3 vllm[40034]: "
+    out = []
+    for i in range(lines):
+        if i % 100 == 99:
+            out.append(head + b"(APIServer pid=1) INFO 02-28 12:00:10 [loggers.py:271] Engine 000: Avg prompt "
+                       b"throughput: 1234.5 tokens/s, Avg generation throughput: 567.8 tokens/s, Running: 12 reqs, "
+                       b"Waiting: 0 reqs, GPU KV cache usage: 45.6%, Prefix cache hit rate: 12.3%")
+        else:
+            out.append(head + b'INFO:     127.0.0.1:%d - "POST /v1/chat/completions HTTP/1.1" 200 OK' % (40000 + i))
+    return b"\n".join(out) + b"\n"
+
+
+def test_plan_gives_a_regex_lane_to_anchors_made_of_common_bytes():
+    """In a vLLM journal every byte of ``mem`` or ``loading model`` is on every line: a memchr key
+    would stop at each line, so such anchors share one regex lane, and the lines found match."""
+    body = _vllm_journal(5000)
+    scanner = AnchorScanner(ANCHORS)
+    scanner.plan(body[-scan.RESAMPLE_BYTES :])
+    lane_anchors = {a for _, group in scanner.lanes for a in group}
+    assert {b"mem", b"loading model", b"odel: "} <= lane_anchors
+    per_line = {k for k, _ in scanner.keys if body.count(k) >= 4000}
+    assert not per_line, f"memchr keys hit on every line: {per_line}"
+    starts, hits = scanner.line_starts(body, 0, len(body))
+    assert starts == _naive_starts(body, 0, scanner.anchors) and len(starts) == 50
+    assert hits < 500  # ~19 key bytes per stats line, but they are masked once found
+
+
+def test_plan_from_a_small_sample_is_remade_on_the_first_big_region():
+    """The first plan of a file is often made from startup lines alone; the serving lines after
+    them decide which bytes are rare, so the plan is remade from the first large region."""
+    body = _vllm_journal(3000)
+    scanner = AnchorScanner(ANCHORS)
+    scanner.plan(b"[2026-02-28 12:00:00] INFO OK Capture KV cache\n")
+    assert scanner.sample_bytes < scan.RESAMPLE_BYTES
+    starts, _ = scanner.line_starts(body, 0, len(body))
+    assert scanner.sample_bytes == scan.RESAMPLE_BYTES and b"K" not in {k for k, _ in scanner.keys}
+    assert starts == _naive_starts(body, 0, scanner.anchors)
 
 
 def test_plan_keys_rare_bytes_and_shares_them():
