@@ -58,6 +58,8 @@ ANCHORS: tuple[bytes, ...] = tuple(dict.fromkeys(a for e in ENGINES for a in e.a
 _RUNTIME = next((e for e in ENGINES if RuntimeLines is not None and isinstance(e, RuntimeLines)), None)
 if _RUNTIME is None:
     BULK = BULK_LANE = None
+# Engines whose wants_join can say yes (the others never re-join a wrapped line).
+_JOINERS = [e for e in ENGINES if getattr(e, "joins", True)]
 _NEW_RECORD = re.compile(r"^\s*(?:\[\d{4}-|\(\w|INFO|WARNING|ERROR|DEBUG|\d{4}-\d\d-\d\d|[A-Z][a-z]{2} +\d|\w+\s+\|)")
 MAX_JOIN = 3
 
@@ -74,7 +76,7 @@ def _parse_one(text: str, order: list[EngineLines], ctx: LineContext) -> tuple[E
 
 
 def _wants_join(text: str) -> bool:
-    return any(e.wants_join(text) for e in ENGINES)
+    return any(e.wants_join(text) for e in _JOINERS)
 
 
 def _bulk_event(item: Bulk, order: list[EngineLines]) -> Iterator[ev.Event]:
@@ -122,6 +124,8 @@ def parse_lines(lines: Iterable[Line | Bulk]) -> Iterator[ev.Event]:
                 yield from emit("".join(pending), pending_line)
                 pending, pending_line = [], None
             yield from _bulk_event(line, order)  # type: ignore[arg-type]
+            continue
+        if line.context and not pending:  # a context line only ever completes a pending record
             continue
         for text in clean_line(line.text):
             if pending and pending_line is not None:

@@ -59,6 +59,8 @@ class EngineLines(Protocol):
         """Events in one cleaned line; [] when the line says nothing kvscope uses."""
         ...
 
+    joins: bool = True  # False: wants_join never says yes (the dispatcher then does not ask)
+
     def wants_join(self, text: str) -> bool:
         """True when the line starts a known message that looks cut by a hard wrap."""
         ...

@@ -149,5 +149,7 @@ class WatchLines:
             return _event(obj)
         return []
 
+    joins = False
+
     def wants_join(self, text: str) -> bool:
         return False

@@ -205,6 +205,8 @@ class LlamaCppLines:
     engine = ENGINE
     anchors = ANCHORS
 
+    joins = False
+
     def wants_join(self, text: str) -> bool:
         return False
 

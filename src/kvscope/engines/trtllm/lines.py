@@ -147,6 +147,8 @@ class TRTLLMLines:
     engine = ENGINE
     anchors = ANCHORS
 
+    joins = False
+
     def wants_join(self, text: str) -> bool:
         return False
 
