@@ -1499,7 +1499,33 @@ done:
     return result;
 }
 
+/* count_lines(buf, lo, hi): buf.count(b"\n", lo, hi), eight bytes at a time (exact zero-byte
+ * test on word ^ "\n\n\n\n\n\n\n\n", the flags summed by one multiply): as fast on a stretch of bulk marks, a newline
+ * every other byte, as on a journal of long lines; bytes.count looks at one byte at a time. */
+static PyObject *bulk_count_lines(PyObject *mod, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t lo, hi;
+    if (!PyArg_ParseTuple(args, "y*nn", &view, &lo, &hi)) return NULL;
+    if (lo < 0) lo = 0;
+    if (hi > view.len) hi = view.len;
+    long long n = 0;
+    const unsigned char *p = (const unsigned char *)view.buf + lo, *end = (const unsigned char *)view.buf + hi;
+    const uint64_t ones7 = 0x7F7F7F7F7F7F7F7FULL, nl = 0x0A0A0A0A0A0A0A0AULL;
+    while (p + 8 <= end) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        uint64_t t = w ^ nl;
+        uint64_t y = ~(((t & ones7) + ones7) | t | ones7); /* 0x80 in each byte of w that was '\n' */
+        n += (long long)(((y >> 7) * 0x0101010101010101ULL) >> 56); /* bytes with 0x80 set, summed */
+        p += 8;
+    }
+    for (; p < end; p++) n += *p == '\n';
+    PyBuffer_Release(&view);
+    return PyLong_FromLongLong(n);
+}
+
 static PyMethodDef module_methods[] = {
+    {"count_lines", bulk_count_lines, METH_VARARGS, "buf.count(b'\\n', lo, hi), faster on long lines."},
     {"split", bulk_split, METH_VARARGS,
      "split(buf, lo, hi): BULK.split() of b'\\n' + buf[lo:hi] (whole lines): (text, Batch); None: no line "
      "matched; False: a number too long for this lane (use the regex)."},
