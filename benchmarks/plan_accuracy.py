@@ -61,7 +61,7 @@ CASE_FACTS: dict[str, dict[str, Any]] = {
         "why": "notes: \"Default gpu_memory_utilization (0.9) and default max_model_len\"",
     },
     "vllm/006-club3090-qwen36-35b-a3b-nvfp4-5090": {
-        "settings": {"kv_cache_dtype": "fp8", "max_num_seqs": 1},
+        "settings": {"kv_cache_dtype": "fp8", "max_num_seqs": 1, "enable_prefix_caching": True},
         "why": "notes: \"fp8 KV cache, prefix caching, max_num_seqs 1\"",
     },
 }

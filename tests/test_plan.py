@@ -101,6 +101,26 @@ def test_vllm_plan_default_utilization_by_release():
     assert old["capacity"]["kv_tokens"] % 16 == 0
 
 
+def test_vllm_plan_of_a_hybrid_gdn_model_uses_the_enlarged_block():
+    """Case 006 from the model and GPU alone: Qwen3.6-35B-A3B on an RTX 5090, vLLM 0.24.0, fp8 KV, prefix caching,
+    max_model_len 131,072. Given the KV memory the log printed (5.98 GiB), the layout reproduces 567,978 tokens."""
+    pytest.importorskip("kvscope.engines.vllm.rules")
+    settings = {"kv_cache_dtype": "fp8", "enable_prefix_caching": True, "max_model_len": 131_072,
+                "kv_cache_memory_bytes": int(5.98 * 2**30)}
+    p = plan(PlanRequest(model="nvidia/Qwen3.6-35B-A3B-NVFP4", gpu="RTX 5090", engine="vllm", engine_version="0.24.0",
+                         settings=settings))
+    assert p["kv"]["block_size"] == 2096 and p["kv"]["num_gpu_blocks"] == 299
+    assert p["kv"]["hybrid"] == {"mamba_cache_mode": "align", "page_bytes": 2_146_304, "mamba_state_bytes": 2_146_304,
+                                 "group_size": 10, "attention_groups": 1, "mamba_groups": 3, "blocks_per_request": 69}
+    assert p["capacity"]["kv_tokens"] == 567_978 and f"{p['capacity']['max_concurrency']:.2f}" == "4.33"
+    assert any("enlarges the attention block to 2,096 tokens" in w for w in p["warnings"])
+    # without prefix caching (vLLM's default for hybrid models) a request holds one state block per group
+    settings.pop("enable_prefix_caching")
+    off = plan(PlanRequest(model="nvidia/Qwen3.6-35B-A3B-NVFP4", gpu="RTX 5090", engine="vllm",
+                           engine_version="0.24.0", settings=settings))
+    assert off["kv"]["hybrid"]["mamba_cache_mode"] == "none" and off["kv"]["hybrid"]["blocks_per_request"] == 66
+
+
 def test_provenance_says_h200_is_measured_and_others_assumed():
     h200 = plan(PlanRequest(model="Qwen/Qwen3-8B", gpu="H200", engine_version="0.5.9"))
     other = plan(PlanRequest(model="Qwen/Qwen3-8B", gpu="L40S", engine_version="0.5.9"))

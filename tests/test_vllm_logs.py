@@ -262,9 +262,44 @@ def test_three_commands_three_startups():
 def test_args_pasted_below_the_kv_lines_stay_in_one_startup():
     s = one("006")
     assert s.settings["kv_cache_dtype"] == "fp8" and s.capacity.kv_tokens == 567_978
-    assert "linear-attention" in s.reconciliation.detail
-    assert s.reconciliation.bytes_per_token == round(5.98 * GIB / 567_978)
+    assert s.settings["enable_prefix_caching"] is True
     assert finding(s, "kv-overallocated").title == "The KV cache holds 4.3× what can run at once"
+
+
+# --- hybrid attention + Gated DeltaNet (Qwen3.6): vLLM's enlarged block, one page, KV cache groups --------------
+
+
+def test_qwen36_35b_a3b_hybrid_reconciles_exactly():
+    """006 (v0.24.0, RTX 5090, fp8 KV, prefix caching): 10 attention + 30 GDN layers. GDN state = conv
+    8,192 × 3 bf16 + SSM 32 × 128 × 128 fp32 = 2,146,304 B = 2,096 tokens × 1,024 B (block 16 × 131);
+    4 groups of 10 layers; 5.98 GiB // (10 × 2,146,304) = 299 blocks (298 at 5.975 GiB); a request needs
+    cdiv(131,072, 2,096) = 63 attention blocks + 3 groups × 2 ('align') = 69 → 299 / 69 = 4.3333x,
+    int(4.3333 × 131,072) = 567,978 tokens."""
+    s = one("006")
+    rec = s.reconciliation
+    assert rec.consistent is True
+    assert (rec.kv_tokens_low, rec.kv_tokens_high) == (566_079, 567_978)
+    assert "attention block enlarged to 2,096 tokens" in rec.method and "mamba_cache_mode 'align'" in rec.method
+    assert "1 attention + 3 Mamba groups of 10 layers" in rec.method
+    assert "298–299 blocks / 69 blocks per request = 4.3188–4.3333, log prints 4.33x → matches" in rec.detail
+    assert rec.bytes_per_token == round(10 * 2_146_304 * 69 / 131_072)
+
+
+@pytest.mark.parametrize(("prefix", "assume", "tokens", "label"), [
+    # 008: TP 2, fp8_e5m2 (meta.json); the log names neither model nor prefix caching: only 'align' fits.
+    # state/rank = conv 5,120 × 3 × 2 + SSM 24 × 128 × 128 × 4 = 1,603,584 B → block 1,568, 16-layer groups,
+    # 9.84 GiB → 411 blocks; 168 + 3 × 2 = 174 per request → 2.3621x → 619,202 tokens.
+    ("008", {"kv_cache_dtype": "fp8_e5m2"}, 619_202, "target layers only, prefix caching on"),
+    # 038: TP 2, fp8, MTP (cut from the post): the MTP layer joins the attention group (17 layers) and 3 draft
+    # tokens widen the conv state (block 1,600) and add 3 state blocks: 164 + 3 × 5 = 179; 205 / 179 = 1.1453x.
+    ("038", {"kv_cache_dtype": "fp8", "tp_size": 2}, 300_220, "target + 1 MTP layer(s), 3 draft token(s), prefix caching on"),
+])
+def test_qwen36_27b_hybrid_reconciles_with_the_layout_the_log_implies(prefix, assume, tokens, label):
+    s = one(prefix, "nvidia/Qwen3.6-27B-NVFP4", **assume)
+    rec = s.reconciliation
+    assert rec.consistent is True and s.capacity.kv_tokens == tokens
+    assert rec.kv_tokens_low == rec.kv_tokens_high == tokens
+    assert f"({label} (not in the log)) → " in rec.detail and "→ inside" in rec.detail
 
 
 def test_hybrid_manager_off_is_a_warning():

@@ -185,3 +185,72 @@ def test_infer_from_wording():
     assert all(e.engine == "V1" for e in inferred.eras)
     v0 = eras.infer(["Memory profiling results: total_gpu_memory=23.58GiB initial_memory_usage=15.34GiB"])
     assert [e.name for e in v0.eras] == ["V0 0.6.4"]
+
+
+# --- hybrid attention + Mamba / Gated DeltaNet (case 006: Qwen3.6-35B-A3B, v0.24.0, RTX 5090) ---------------
+
+
+def _qwen36_35b() -> Architecture:
+    from kvscope.capacity.catalog import load_architecture
+
+    arch, where = load_architecture("nvidia/Qwen3.6-35B-A3B-NVFP4")
+    assert arch is not None and "catalog" in where
+    return arch
+
+
+def test_gdn_state_page_of_qwen36_35b():
+    """conv (2·16·128 + 32·128) × (4 − 1) in bf16 + SSM 32 × 128 × 128 in fp32 (config mamba_ssm_dtype)."""
+    arch = _qwen36_35b()
+    assert (arch.full_attention_layers, arch.linear_layers, arch.nextn_layers) == (10, 30, 1)
+    state = rules.mamba_page(arch, 1, "bfloat16")
+    assert state is not None and state.bytes == 8192 * 3 * 2 + 32 * 128 * 128 * 4 == 2_146_304
+    assert rules.mamba_page(arch, 1, "bfloat16", mamba_ssm_cache_dtype="bfloat16").bytes == 8192 * 3 * 2 + 524_288 * 2
+    assert rules.mamba_page(arch, 2, "bfloat16").bytes == 2_146_304 // 2  # channels and heads split over TP
+
+
+def test_attention_block_grows_to_hold_one_state():
+    # 1,024 B per token (2 KV heads × 2 × 256 × fp8): 16 × cdiv(2,146,304, 16 × 1,024) = 2,096 tokens, no padding
+    assert rules.hybrid_block_size(1024, 2_146_304, "align") == 2096
+    assert rules.hybrid_block_size(1024, 2_146_304, "none") == 2096
+    assert rules.hybrid_block_size(1024, 2_146_304, "none", block_size=4096) == 4096  # a larger block is kept
+    # 'all' (Mamba2 models with prefix caching): rounded to lcm(chunk, 16) tokens
+    assert rules.hybrid_block_size(1024, 2_146_304, "all", chunk_size=256) == 2304
+
+
+def test_groups_take_the_smaller_layer_count_unless_close():
+    assert rules.layer_group_size([10, 30]) == 10
+    assert rules.layer_group_size([17, 48]) == 17
+    assert rules.layer_group_size([12, 13]) == 13  # gpt-oss + EAGLE: pad to 13 + 13
+
+
+def test_case_006_capacity_from_the_printed_kv_memory():
+    """5.98 GiB (±0.005) → 298–299 blocks of 10 × 2,146,304 B; 63 + 3 × 2 blocks per request."""
+    arch = _qwen36_35b()
+    state = rules.mamba_page(arch, 1, "bfloat16")
+    layout = rules.mamba_layout(1024, state, 10, 30, rules.mamba_cache_mode(True, arch.model_type))
+    assert (layout.mode, layout.block_size, layout.page_bytes, layout.group_size) == ("align", 2096, 2_146_304, 10)
+    assert (layout.attn_groups, layout.mamba_groups, layout.blocks_per_request(131_072)) == (1, 3, 69)
+    cap = rules.mamba_capacity(5.98, layout, 131_072, "v1-conc")
+    assert (cap.blocks, cap.tokens, f"{cap.concurrency:.2f}") == (299, 567_978, "4.33")
+    assert rules.mamba_capacity(5.975, layout, 131_072, "v1-conc").tokens == 566_079
+    assert rules.mamba_capacity(5.985, layout, 131_072, "v1-conc").tokens == 567_978
+    # without prefix caching one state block per request: 63 + 3 = 66 → 4.53x
+    plain = rules.mamba_layout(1024, state, 10, 30, rules.mamba_cache_mode(False, arch.model_type))
+    assert f"{rules.mamba_capacity(5.98, plain, 131_072, 'v1-conc').concurrency:.2f}" == "4.53"
+    # v0.9.1–v0.20 printed blocks // groups × smallest block size instead: 299 // 4 × 2,096
+    assert rules.mamba_capacity(5.98, layout, 131_072, "v1").tokens == 74 * 2096
+
+
+def test_mamba2_state_pads_groups_to_the_tp_size():
+    """Nemotron-3-Nano: 64 heads × 64, state 128, 8 groups, kernel 4, SSM state fp32 (config)."""
+    from kvscope.capacity.arch import linear_state_elements
+    from kvscope.capacity.catalog import load_architecture
+
+    arch, _ = load_architecture("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
+    assert arch is not None and (arch.full_attention_layers, arch.linear_layers) == (6, 23)
+    state = arch.linear_state
+    assert state is not None and state.kind == "mamba2" and state.chunk_size == 128
+    assert linear_state_elements(state, 1) == ((4096 + 2 * 8 * 128) * 3, 64 * 64 * 128)
+    assert linear_state_elements(state, 16)[0] == (4096 + 2 * 16 * 128) // 16 * 3  # 8 groups → 16 on TP 16
+    assert rules.mamba_page(arch, 1, "bfloat16").bytes == 6144 * 3 * 2 + 524_288 * 4
+    assert rules.mamba_cache_mode(True, arch.model_type) == "all"

@@ -58,3 +58,16 @@ def test_real_v0_log_util_step():
     assert cal.blocks == 1952 and cal.util == 0.9
     sc = pv.predict(cal, {"gpu_memory_utilization": 0.92})
     assert sc.kv_tokens_low > 31_232
+
+
+def test_hybrid_calibration_keeps_the_enlarged_block():
+    """006 (Qwen3.6-35B-A3B): 299 blocks of 10 × 2,146,304 B reproduce 567,978 tokens; bf16 KV doubles the
+    attention row, so the block is re-enlarged to 1,056 tokens (16 × 66) for the same 2,146,304 B state."""
+    [s] = analyze(case_files(case_dir("vllm", "006"))).startups
+    cal = pv.calibrate(s)
+    assert (cal.blocks, cal.block_size, cal.block_bytes, cal.kv_tokens) == (299, 2096, 21_463_040, 567_978)
+    assert pv.predict(cal, {}).kv_tokens_low == 567_978
+    bf16 = pv.predict(cal, {"kv_cache_dtype": "bfloat16"})
+    assert bf16.concurrency_at_context == 2.26 and "1,056 tokens" in bf16.notes[-1]
+    half = pv.predict(cal, {"max_model_len": 65_536})  # 32 + 3 × 2 blocks per request
+    assert half.concurrency_at_context == round(299 / 38, 2)

@@ -2,12 +2,14 @@
 
 Per-GPU bytes per token depend on the attention kind (MHA/GQA/MQA split over attention-TP ranks
 and replicated when TP exceeds the KV heads; MLA latent replicated on every TP rank), the layers on
-this rank, the KV dtype, and for hybrid models which layers keep full-context KV at all.
+this rank, the KV dtype, and for hybrid models which layers keep full-context KV at all. Hybrid
+linear-attention models (Gated DeltaNet, Mamba) also keep a fixed-size recurrent state per request
+in their other layers; ``LinearState`` holds the config fields that size it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 KV_DTYPE_BYTES = {
@@ -37,6 +39,29 @@ def dtype_bytes(name: str | None, weights_dtype: str | None = "bfloat16") -> int
     return size
 
 
+@dataclass(frozen=True)
+class LinearState:
+    """One linear-attention / Mamba layer's recurrent state, in the config's terms (before any TP split).
+
+    Two tensors per layer and request (vLLM ``MambaStateShapeCalculator``): a conv state of
+    ``conv_channels × (conv_kernel − 1)`` and a temporal (SSM) state of ``heads × head_dim × state_dim``.
+    kind "gdn" (Gated DeltaNet: Qwen3-Next, Qwen3.5/3.6): conv channels 2·k_heads·k_dim + v_heads·v_dim,
+    temporal v_heads × v_dim × k_dim. kind "mamba2" (Nemotron-H, Granite-4, Falcon-H1): conv channels
+    intermediate + 2·groups·state (groups padded up to the TP size), temporal heads × head_dim × state.
+    kind "mamba1" (Jamba): conv intermediate × (kernel − 1), temporal intermediate × state.
+    """
+
+    kind: str
+    conv_channels: int  # GDN: all channels; Mamba2: the intermediate size only (groups added per TP)
+    conv_kernel: int
+    heads: int
+    head_dim: int
+    state_dim: int
+    groups: int = 0
+    ssm_dtype: str | None = None  # declared by the config (mamba_ssm_dtype / mamba_ssm_cache_dtype)
+    chunk_size: int | None = None  # mamba_chunk_size / chunk_size
+
+
 @dataclass
 class Architecture:
     """The fields of a config.json that decide KV size, normalised across model families."""
@@ -54,13 +79,18 @@ class Architecture:
     sliding_window: int | None = None
     full_attention_layers: int | None = None  # hybrid models: layers that keep full-context KV
     sliding_layers: int = 0
+    linear_layers: int = 0  # hybrid models: linear-attention / Mamba layers (a recurrent state, no KV)
+    linear_state: LinearState | None = None
     torch_dtype: str | None = None
     nextn_layers: int = 0
     max_position_embeddings: int | None = None
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v not in (None, [], 0) or k == "num_layers"}
+        out = {k: v for k, v in self.__dict__.items() if v not in (None, [], 0) or k == "num_layers"}
+        if self.linear_state is not None:
+            out["linear_state"] = {k: v for k, v in asdict(self.linear_state).items() if v not in (None, 0)}
+        return out
 
 
 def _first(cfg: dict[str, Any], *keys: str) -> Any:
@@ -81,21 +111,78 @@ def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
     return cfg
 
 
-def _layer_split(cfg: dict[str, Any], layers: int) -> tuple[int | None, int]:
-    """(full-attention layers, sliding layers) for hybrid configs; (None, 0) for uniform ones."""
+def _layer_split(cfg: dict[str, Any], layers: int) -> tuple[int | None, int, int]:
+    """(full-attention, sliding, linear) layers for hybrid configs; (None, 0, 0) for uniform ones."""
     types = cfg.get("layer_types")
     if isinstance(types, list) and types:
         full = sum(1 for t in types if t in ("full_attention", "attention", "global"))
         sliding = sum(1 for t in types if "sliding" in str(t) or t == "local")
         if full + sliding == len(types) and sliding:
-            return full, sliding
+            return full, sliding, 0
         linear = sum(1 for t in types if "linear" in str(t) or "mamba" in str(t))
         if linear:
-            return full, 0
+            return full, 0, linear
+    pattern = cfg.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and "M" in pattern:
+        # Nemotron-H: M = Mamba2, * = attention, - = MLP, E = MoE (only * keeps KV, only M a state)
+        return pattern.count("*"), 0, pattern.count("M")
+    period, offset = cfg.get("attn_layer_period"), cfg.get("attn_layer_offset")
+    if isinstance(period, int) and isinstance(offset, int) and period > 1:
+        full = sum(1 for i in range(layers) if i % period == offset)  # Jamba: attention every period
+        return full, 0, layers - full
     interval = cfg.get("full_attention_interval")
     if isinstance(interval, int) and interval > 1:
-        return layers // interval, 0
-    return None, 0
+        return layers // interval, 0, layers - layers // interval
+    return None, 0, 0
+
+
+def _int_field(cfg: dict[str, Any], *keys: str) -> int | None:
+    value = _first(cfg, *keys)
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def linear_state_from_config(cfg: dict[str, Any]) -> LinearState | None:
+    """The recurrent-state fields of a hybrid config; None when the config lacks any of them."""
+    k_heads, v_heads = _int_field(cfg, "linear_num_key_heads"), _int_field(cfg, "linear_num_value_heads")
+    k_dim, v_dim = _int_field(cfg, "linear_key_head_dim"), _int_field(cfg, "linear_value_head_dim")
+    kernel = _int_field(cfg, "linear_conv_kernel_dim")
+    ssm = _first(cfg, "mamba_ssm_dtype", "mamba_ssm_cache_dtype")
+    chunk = _int_field(cfg, "mamba_chunk_size", "chunk_size")
+    if k_heads and v_heads and k_dim and v_dim and kernel:
+        return LinearState("gdn", 2 * k_heads * k_dim + v_heads * v_dim, kernel, v_heads, v_dim, k_dim,
+                           ssm_dtype=ssm, chunk_size=chunk)
+    heads = _int_field(cfg, "mamba_num_heads", "mamba_n_heads")
+    head_dim = _int_field(cfg, "mamba_head_dim", "mamba_d_head")
+    state = _int_field(cfg, "ssm_state_size", "mamba_d_state")
+    groups = _int_field(cfg, "n_groups", "mamba_n_groups")
+    kernel = _int_field(cfg, "conv_kernel", "mamba_d_conv")
+    hidden, expand = _int_field(cfg, "hidden_size"), _first(cfg, "mamba_expand")
+    inner = _int_field(cfg, "mamba_d_ssm") or (int(expand * hidden) if isinstance(expand, (int, float)) and hidden
+                                               else (heads * head_dim if heads and head_dim else None))
+    if heads and head_dim and state and groups and kernel and inner:
+        return LinearState("mamba2", inner, kernel, heads, head_dim, state, groups=groups, ssm_dtype=ssm,
+                           chunk_size=chunk)
+    if state and kernel and inner and cfg.get("attn_layer_period"):
+        return LinearState("mamba1", inner, kernel, 1, inner, state, ssm_dtype=ssm, chunk_size=chunk)
+    return None
+
+
+def linear_state_elements(state: LinearState, tp_size: int, num_spec: int = 0) -> tuple[int, int]:
+    """(conv, temporal) elements of one layer's state for one request on one TP rank.
+
+    vLLM splits channels and heads over TP; Mamba2 pads its groups up to the TP size when they do not
+    divide it; speculative decoding widens the conv window by the number of draft tokens.
+    """
+    tp = max(1, tp_size)
+    width = state.conv_kernel - 1 + num_spec
+    if state.kind == "mamba2":
+        groups = state.groups if state.groups % tp == 0 else state.groups + tp - state.groups
+        conv = (state.conv_channels + 2 * groups * state.state_dim) // tp
+        return conv * width, state.heads // tp * state.head_dim * state.state_dim
+    if state.kind == "mamba1":
+        inner = state.conv_channels // tp
+        return inner * (state.conv_kernel - 1), inner * state.state_dim
+    return state.conv_channels // tp * width, state.heads // tp * state.head_dim * state.state_dim
 
 
 def architecture_from_config(cfg: dict[str, Any], name: str = "") -> Architecture | None:
@@ -106,7 +193,7 @@ def architecture_from_config(cfg: dict[str, Any], name: str = "") -> Architectur
         return None
     model_type = str(cfg.get("model_type") or "")
     kv_lora = cfg.get("kv_lora_rank")
-    full, sliding = _layer_split(cfg, layers)
+    full, sliding, linear = _layer_split(cfg, layers)
     arch = Architecture(
         name=name or model_type,
         model_type=model_type,
@@ -116,7 +203,9 @@ def architecture_from_config(cfg: dict[str, Any], name: str = "") -> Architectur
         sliding_window=cfg.get("sliding_window"),
         full_attention_layers=full,
         sliding_layers=sliding,
-        nextn_layers=int(cfg.get("num_nextn_predict_layers") or 0),
+        linear_layers=linear,
+        linear_state=linear_state_from_config(cfg) if linear else None,
+        nextn_layers=int(_first(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers") or 0),
         max_position_embeddings=cfg.get("max_position_embeddings"),
     )
     if kv_lora:

@@ -556,12 +556,17 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
     layers = max(v_rules.pp_layers(arch.full_attention_layers or arch.num_layers, req.pp))
     kv_override = _int(s.get("kv_cache_memory_bytes"))
 
+    prefix = _truthy(s.get("enable_prefix_caching"))  # off by default for hybrid models (v0.18–v0.24)
+
     def scenario(u: float, kv_bytes: int) -> dict[str, Any]:
         T = b.torch_total.gib
         budget = u * T
         K = kv_override / GIB if kv_override else budget - w.gib - rope - act - non_torch - graphs
         page = v_rules.page_size(arch, kv_bytes, req.tp)
-        if arch.sliding_layers and arch.full_attention_layers and arch.sliding_window:
+        layout = _vllm_mamba_layout(ctx, page.bytes_per_token_per_layer, block, prefix)
+        if layout is not None:
+            cap = v_rules.mamba_capacity(K, layout, max_len, era.capacity_rule)
+        elif arch.sliding_layers and arch.full_attention_layers and arch.sliding_window:
             cap = v_rules.hybrid_capacity(K, page.bytes_per_token_per_layer, arch.full_attention_layers,
                                           arch.sliding_layers, arch.sliding_window, block, max_len, tokens_b,
                                           era.capacity_rule)
@@ -572,13 +577,16 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
         if not era.graphs_in_budget:
             outside -= 0.5  # graphs are captured outside the budget
         return {"K": K, "blocks": cap.blocks, "tokens": cap.tokens, "concurrency": cap.concurrency,
-                "page": page, "reserve_left_gib": outside}
+                "page": page, "reserve_left_gib": outside, "mamba": layout}
 
     base = scenario(util, kvb)
     warnings = list(w.notes) + b.notes
-    if arch.full_attention_layers and not arch.sliding_layers and arch.full_attention_layers < arch.num_layers:
+    if base["mamba"] is not None:
+        warnings.append(_mamba_note(base["mamba"], arch.linear_layers, max_len))
+    elif arch.full_attention_layers and not arch.sliding_layers and arch.full_attention_layers < arch.num_layers:
         warnings.append("hybrid linear-attention (Mamba-style) model: vLLM's state pages and enlarged attention "
-                        "blocks are not modelled; the token figure counts full-attention layers only")
+                        "blocks are not modelled (state fields missing from the config, or PP > 1); the token "
+                        "figure counts full-attention layers only")
     if base["K"] <= 0:
         warnings.append("no KV memory: the engine would stop with 'No available memory for the cache blocks'")
     elif base["tokens"] < max_len:
@@ -621,12 +629,53 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
                      "kv_cache_dtype": {"value": kv_dtype, "from": "given" if s.get("kv_cache_dtype") else "default"},
                      "block_size": {"value": block, "from": "given" if s.get("block_size") else "platform default"}},
         "weights": w.as_dict(), "ledger": [{"item": i, "gib": g, "how": h} for i, g, h in ledger],
-        "kv": {"kv_cache_dtype": kv_dtype, "block_size": block, "bytes_per_token_per_layer":
-               base["page"].bytes_per_token_per_layer, "layers": layers, "formula": base["page"].formula,
-               "available_kv_gib": base["K"], "num_gpu_blocks": base["blocks"], "kv_tokens": base["tokens"]},
+        "kv": {"kv_cache_dtype": kv_dtype, "block_size": base["mamba"].block_size if base["mamba"] else block,
+               "bytes_per_token_per_layer": base["page"].bytes_per_token_per_layer, "layers": layers,
+               "formula": base["page"].formula, "available_kv_gib": base["K"], "num_gpu_blocks": base["blocks"],
+               "kv_tokens": base["tokens"], **_mamba_kv(base["mamba"], max_len)},
         "capacity": {"kv_tokens": base["tokens"], "context_tokens": max_len, "max_concurrency": base["concurrency"]},
         "table": rows, "warnings": warnings,
     }
+
+
+def _vllm_mamba_layout(ctx: Context, attn_row_bytes: int, block: int, prefix: bool) -> Any:
+    """vLLM's layout of a hybrid attention + Mamba/GDN model (None for other models or when not sizable).
+
+    Speculative decoding is not planned (no draft layers, no draft-token state blocks), as for other models.
+    """
+    _, v_rules = _vllm_modules()
+    arch, s = ctx.arch, ctx.settings
+    if not (arch.linear_layers and arch.linear_state and arch.full_attention_layers) or ctx.req.pp > 1:
+        return None
+    state = v_rules.mamba_page(arch, ctx.req.tp, s.get("dtype"), 0, s.get("mamba_cache_dtype"),
+                               s.get("mamba_ssm_cache_dtype"))
+    if state is None:
+        return None
+    mode = v_rules.mamba_cache_mode(prefix, arch.model_type)
+    return v_rules.mamba_layout(attn_row_bytes, state, arch.full_attention_layers, arch.linear_layers, mode, 0,
+                                block, arch.linear_state.chunk_size)
+
+
+def _mamba_note(layout: Any, linear_layers: int, max_len: int) -> str:
+    """The hybrid layout in one sentence (why the block size and the token count are what they are)."""
+    pad = f" (state padded {layout.page_bytes / layout.mamba_state_bytes - 1:.2%})" \
+        if layout.page_bytes != layout.mamba_state_bytes else ""
+    return (f"hybrid model ({linear_layers} Mamba/linear-attention layers): vLLM enlarges "
+            f"the attention block to {layout.block_size:,} tokens so one page ({layout.page_bytes:,} B) holds a "
+            f"{layout.mamba_state_bytes:,} B recurrent state{pad}; {layout.attn_groups} attention + "
+            f"{layout.mamba_groups} state groups of {layout.group_size} layers, mamba_cache_mode '{layout.mode}' "
+            f"(prefix caching {'on' if layout.mode != 'none' else 'off'}); one {max_len:,}-token request takes "
+            f"{layout.blocks_per_request(max_len):,} blocks")
+
+
+def _mamba_kv(layout: Any, max_len: int) -> dict[str, Any]:
+    """The hybrid layout for the JSON 'kv' object (empty for other models)."""
+    if layout is None:
+        return {}
+    return {"hybrid": {"mamba_cache_mode": layout.mode, "page_bytes": layout.page_bytes,
+                       "mamba_state_bytes": layout.mamba_state_bytes, "group_size": layout.group_size,
+                       "attention_groups": layout.attn_groups, "mamba_groups": layout.mamba_groups,
+                       "blocks_per_request": layout.blocks_per_request(max_len)}}
 
 
 # ------------------------------------------------------------------------------------------------

@@ -31,6 +31,8 @@ FLAGS = {"gpu_memory_utilization": "--gpu-memory-utilization", "kv_cache_dtype":
 
 @dataclass
 class VllmCalibration:
+    """What the logged run pins down: blocks, bytes per block, K's range, and the settings it ran with."""
+
     blocks: int
     block_size: int
     block_bytes: float  # bytes of one block id across the worker's KV layers
@@ -44,14 +46,25 @@ class VllmCalibration:
     capacity_rule: str
     free_at_ready_gib: float | None
     notes: list[str] = field(default_factory=list)
+    mamba: vrules.MambaLayout | None = None  # hybrid attention + Mamba: the layout that reproduced the log
+
+    @property
+    def kv_tokens(self) -> int:
+        """The logged capacity: blocks × block_size, or a hybrid's concurrency × max_model_len."""
+        if self.mamba is not None and self.max_model_len:
+            return vrules.mamba_capacity_of_blocks(self.blocks, self.mamba, self.max_model_len, self.capacity_rule).tokens
+        return self.blocks * self.block_size
 
     @property
     def bytes_per_token(self) -> float:
+        """KV bytes per logged token (a hybrid's state pages spread over its tokens)."""
+        if self.mamba is not None and self.kv_tokens:
+            return self.blocks * self.block_bytes / self.kv_tokens
         return self.block_bytes / self.block_size
 
     def as_dict(self) -> dict[str, Any]:
         return {"num_gpu_blocks": self.blocks, "block_size": self.block_size, "block_bytes": round(self.block_bytes),
-                "bytes_per_token": round(self.bytes_per_token), "kv_tokens": self.blocks * self.block_size,
+                "bytes_per_token": round(self.bytes_per_token), "kv_tokens": self.kv_tokens,
                 "available_kv_gib_low": round(self.kv_low_bytes / GIB, 4), "available_kv_gib_high": round(self.kv_high_bytes / GIB, 4),
                 "gpu_memory_utilization": self.util, "total_gib": self.total_gib, "max_model_len": self.max_model_len,
                 "tp_size": self.tp, "notes": self.notes}
@@ -61,13 +74,21 @@ def calibrate(s: Startup) -> VllmCalibration:
     """Pin K from the logged blocks (or tokens) and the block bytes of the reconciled layout."""
     cap = s.capacity
     bs = vfinish.block_size(s)
-    blocks = cap.num_gpu_blocks or (cap.kv_tokens // bs if cap.kv_tokens else None)
+    arch, _ = vfinish.arch_context(s)
+    mamba = _mamba_layout(s, arch)
+    if mamba is not None:
+        bs = mamba.block_size
+    blocks = cap.num_gpu_blocks or _logged_blocks(cap, mamba, bs)
     if not blocks:
         raise PredictionError("the log has no '# GPU blocks' / 'GPU KV cache size' line to calibrate on")
-    arch, _ = vfinish.arch_context(s)
     plan = vfinish.kv_plan(s, arch) if arch is not None else None
     notes: list[str] = []
-    if plan is not None and not plan.hybrid:
+    if mamba is not None:
+        block_bytes = float(mamba.block_bytes)
+        notes.append(f"hybrid model: block size {mamba.block_size:,} (enlarged to hold a Mamba state), "
+                     f"{mamba.attn_groups + mamba.mamba_groups} groups of {mamba.group_size} layers, "
+                     f"mamba_cache_mode '{mamba.mode}'")
+    elif plan is not None and not plan.hybrid and not plan.linear:
         block_bytes = float(vrules.bytes_per_block(plan.row_bytes, plan.layers, bs))
         extra = cap.extras.get("draft_kv_layers")
         if isinstance(extra, int) and extra:
@@ -88,12 +109,35 @@ def calibrate(s: Startup) -> VllmCalibration:
         blocks=blocks, block_size=bs, block_bytes=block_bytes, kv_low_bytes=blocks * block_bytes,
         kv_high_bytes=(blocks + 1) * block_bytes - 1, util=util, total_gib=total, max_model_len=cap.max_model_len,
         kv_bytes=vfinish.kv_bytes(s, arch), tp=vfinish.tp_size(s), capacity_rule=vfinish.era_of(s).capacity_rule,
-        free_at_ready_gib=ref.avail_at_ready_gib if ref else None, notes=notes,
+        free_at_ready_gib=ref.avail_at_ready_gib if ref else None, notes=notes, mamba=mamba,
     )
 
 
-def _capacity(cal: VllmCalibration, kv_bytes: float, block_bytes: float, bs: int, m: int | None) -> tuple[int, int, float | None]:
+def _mamba_layout(s: Startup, arch: Any) -> vrules.MambaLayout | None:
+    """The hybrid layout explain matched to the log (its draft tokens and prefix caching), if any."""
+    kept = s.capacity.extras.get("hybrid_layout")
+    if arch is None or not isinstance(kept, dict):
+        return None
+    extra = s.capacity.extras.get("draft_kv_layers")
+    plan = vfinish.kv_plan(s, arch, extra if isinstance(extra, int) else 0, int(kept.get("draft_tokens") or 0),
+                           bool(kept.get("prefix_caching")))
+    return plan.mamba if plan is not None else None
+
+
+def _logged_blocks(cap: Any, mamba: vrules.MambaLayout | None, bs: int) -> int | None:
+    """Blocks behind a logged token count: tokens // block_size, or for a hybrid the count explain found."""
+    if mamba is not None:
+        kept = cap.extras.get("hybrid_layout") or {}
+        return kept.get("num_gpu_blocks")
+    return cap.kv_tokens // bs if cap.kv_tokens else None
+
+
+def _capacity(cal: VllmCalibration, kv_bytes: float, block_bytes: float, bs: int, m: int | None,
+              mamba: vrules.MambaLayout | None = None) -> tuple[int, int, float | None]:
     blocks = max(0, int(kv_bytes // block_bytes))
+    if mamba is not None and m:
+        c = vrules.mamba_capacity_of_blocks(blocks, mamba, m, cal.capacity_rule)
+        return blocks, c.tokens, c.concurrency
     c = vrules.capacity(blocks, bs, m, cal.capacity_rule)
     return blocks, c.tokens, (c.concurrency if m else None)
 
@@ -116,20 +160,28 @@ def predict(cal: VllmCalibration, changes: dict[str, Any], host_ram_gb: float | 
         high += delta * (cal.total_gib + 0.005) * GIB if delta >= 0 else delta * (cal.total_gib - 0.005) * GIB
         if reserve is not None:
             reserve -= delta * cal.total_gib
-    block_bytes, bs = cal.block_bytes, cal.block_size
-    if "kv_cache_dtype" in changes:
+    block_bytes, bs, mamba = cal.block_bytes, cal.block_size, cal.mamba
+    if mamba is not None and ("kv_cache_dtype" in changes or "block_size" in changes):
+        row = mamba.attn_row_bytes
+        if "kv_cache_dtype" in changes:
+            row = row * dtype_bytes(str(changes["kv_cache_dtype"])) // cal.kv_bytes
+        mamba = vrules.mamba_relayout(mamba, row, int(changes["block_size"]) if "block_size" in changes else None)
+        block_bytes, bs = float(mamba.block_bytes), mamba.block_size
+        notes.append(f"hybrid model: the attention block is re-enlarged to {bs:,} tokens for the same Mamba state")
+    elif "kv_cache_dtype" in changes:
         block_bytes = block_bytes * dtype_bytes(str(changes["kv_cache_dtype"])) / cal.kv_bytes
-    if "block_size" in changes:
+    if "block_size" in changes and mamba is None:
         new_bs = int(changes["block_size"])
         block_bytes, bs = block_bytes * new_bs / cal.block_size, new_bs
     if "tensor_parallel_size" in changes:
         approximate = True
         notes.append("TP change: weights and KV heads per GPU both change; not predicted from this log")
     m = int(changes.get("max_model_len") or cal.max_model_len or 0) or None
-    b_low, t_low, c_low = _capacity(cal, low, block_bytes, bs, m)
-    b_high, t_high, _ = _capacity(cal, high, block_bytes, bs, m)
-    if m and b_low < vrules.cdiv(m, bs):
-        notes.append(f"max_model_len {m:,} needs {vrules.cdiv(m, bs):,} blocks; only {b_low:,} fit: vLLM refuses to start")
+    b_low, t_low, c_low = _capacity(cal, low, block_bytes, bs, m, mamba)
+    b_high, t_high, _ = _capacity(cal, high, block_bytes, bs, m, mamba)
+    need = mamba.blocks_per_request(m) if (mamba is not None and m) else (vrules.cdiv(m, bs) if m else 0)
+    if m and b_low < need:
+        notes.append(f"max_model_len {m:,} needs {need:,} blocks; only {b_low:,} fit: vLLM refuses to start")
     risk, words = _risk(reserve, 0.0) if reserve is not None else ("unknown", "free memory at ready not in the log")
     host = _offload(changes, cal, host_ram_gb)
     flags = [f"{FLAGS[k]} {v}" for k, v in changes.items()]
@@ -195,6 +247,9 @@ def util_curve(cal: VllmCalibration, points: int = 21) -> list[dict[str, Any]]:
 def tokens_per_step(cal: VllmCalibration) -> int | None:
     if cal.total_gib is None:
         return None
+    if cal.mamba is not None and cal.max_model_len:
+        blocks = vrules.blocks_for(0.01 * cal.total_gib, int(cal.block_bytes))
+        return int(blocks / cal.mamba.blocks_per_request(cal.max_model_len) * cal.max_model_len)
     return vrules.tokens_per_util_step(cal.total_gib, int(cal.block_bytes), cal.block_size)
 
 

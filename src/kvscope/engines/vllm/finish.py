@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kvscope.capacity.arch import Architecture, dtype_bytes
+from kvscope.capacity.arch import Architecture, dtype_bytes, linear_state_from_config
 from kvscope.capacity.catalog import catalog_entry, load_architecture
 from kvscope.engines.vllm import eras, rules
 from kvscope.engines.vllm.eras import Era
@@ -112,7 +112,9 @@ def _with_catalog_layer_split(arch: Architecture, model: str) -> Architecture:
         sliding = arch.num_layers - full
     if not (sliding or linear):
         return arch
-    return replace(arch, full_attention_layers=full, sliding_layers=sliding)
+    state = arch.linear_state or (linear_state_from_config({**(entry.get("config_extra") or {}), **cfg})
+                                  if entry and linear else None)
+    return replace(arch, full_attention_layers=full, sliding_layers=sliding, linear_layers=linear, linear_state=state)
 
 
 def kv_bytes(s: Startup, arch: Architecture | None) -> int:
@@ -285,6 +287,8 @@ def _explain_init_failure(s: Startup, arch: Architecture | None) -> None:
 def request_kv_gib(s: Startup, arch: Architecture, max_model_len: int) -> float | None:
     """KV one request of max_model_len tokens needs on one worker (the V1 admission check)."""
     plan = kv_plan(s, arch)
+    if plan is not None and plan.mamba is not None:
+        return plan.mamba.request_bytes(max_model_len) / GIB
     if plan is None or plan.linear:
         return None
     bs = block_size(s)
@@ -322,10 +326,12 @@ class KvPlan:
     """The per-worker KV layout kvscope assumes for an architecture under this startup's settings."""
 
     def __init__(self, row_bytes: int, formula: str, layers: int, full_layers: int, sliding_layers: int,
-                 hybrid_manager: bool, linear: bool, window: int = 0) -> None:
+                 hybrid_manager: bool, linear: bool, window: int = 0, mamba: rules.MambaLayout | None = None,
+                 context: int = 0) -> None:
         self.row_bytes, self.formula, self.layers, self.window = row_bytes, formula, layers, window
         self.full_layers, self.sliding_layers = full_layers, sliding_layers
         self.hybrid_manager, self.linear = hybrid_manager, linear
+        self.mamba, self.context = mamba, context
 
     @property
     def hybrid(self) -> bool:
@@ -334,11 +340,23 @@ class KvPlan:
 
     @property
     def bytes_per_token(self) -> int:
-        """KV bytes a long request adds per token: window layers cost a fixed amount per request."""
+        """KV bytes a long request adds per token: window layers cost a fixed amount per request; a Mamba
+        hybrid's full-length request (attention blocks + its state pages) spread over max_model_len."""
+        if self.mamba is not None and self.context:
+            return round(self.mamba.request_bytes(self.context) / self.context)
         return self.row_bytes * (self.full_layers if self.hybrid else self.layers)
 
+    def block_bytes(self, bs: int) -> int:
+        """Bytes one block id costs on this worker."""
+        if self.mamba is not None:
+            return self.mamba.block_bytes
+        return rules.bytes_per_block(self.row_bytes, self.layers, bs)
 
-def kv_plan(s: Startup, arch: Architecture, extra_layers: int = 0) -> KvPlan | None:
+
+def kv_plan(s: Startup, arch: Architecture, extra_layers: int = 0, num_spec: int = 0,
+            prefix_caching: bool | None = None) -> KvPlan | None:
+    """The layout under this startup's settings; draft layers/tokens and prefix caching as options to try,
+    since a hybrid model's block size and per-request blocks depend on them (None: as logged)."""
     page = rules.page_size(arch, kv_bytes(s, arch), tp_size(s))
     if page.bytes_per_token_per_layer <= 0:
         return None
@@ -348,8 +366,35 @@ def kv_plan(s: Startup, arch: Architecture, extra_layers: int = 0) -> KvPlan | N
         s.setting("kv_transfer_config")) or bool(s.setting("disable_hybrid_kv_cache_manager"))
     full = arch.full_attention_layers if arch.sliding_layers else layers
     sliding = arch.sliding_layers if pp_size(s) == 1 else 0
-    return KvPlan(page.bytes_per_token_per_layer, page.formula, layers, (full or 0) + extra_layers, sliding,
+    plan = KvPlan(page.bytes_per_token_per_layer, page.formula, layers, (full or 0) + extra_layers, sliding,
                   not hybrid_off, linear, int(arch.sliding_window or 0))
+    if linear and not hybrid_off:
+        _add_mamba_layout(s, arch, plan, extra_layers, num_spec, prefix_caching)
+    return plan
+
+
+def _add_mamba_layout(s: Startup, arch: Architecture, plan: KvPlan, extra_layers: int, num_spec: int,
+                      prefix_caching: bool | None) -> None:
+    """Hybrid attention + Mamba/GDN: the enlarged block, one page for all layers, the KV cache groups."""
+    if arch.linear_state is None or not arch.linear_layers or not arch.full_attention_layers or pp_size(s) > 1:
+        return
+    state = rules.mamba_page(arch, tp_size(s), _str_setting(s, "dtype"), num_spec,
+                             _str_setting(s, "mamba_cache_dtype"), _str_setting(s, "mamba_ssm_cache_dtype"))
+    if state is None:
+        return
+    if prefix_caching is None:
+        prefix_caching = s.setting("enable_prefix_caching") is True
+    mode = rules.mamba_cache_mode(prefix_caching, arch.model_type)
+    plan.mamba = rules.mamba_layout(plan.row_bytes, state, arch.full_attention_layers + extra_layers,
+                                    arch.linear_layers, mode, num_spec, block_size(s), arch.linear_state.chunk_size)
+    plan.full_layers, plan.layers = arch.full_attention_layers + extra_layers, arch.full_attention_layers + extra_layers
+    plan.context = s.capacity.max_model_len or setting_int(s, "max_model_len") or 0
+    plan.formula += f"; {state.formula}"
+
+
+def _str_setting(s: Startup, key: str) -> str | None:
+    value = s.setting(key)
+    return str(value) if isinstance(value, str) and value else None
 
 
 def _draft_layer_options(s: Startup, arch: Architecture) -> list[tuple[int, str]]:
@@ -372,6 +417,9 @@ def _predict(s: Startup, era: Era, plan: KvPlan, kv_gib: float, exact: bool) -> 
     """(low, high) capacity a printed K can give under this plan."""
     bs, m = block_size(s), s.capacity.max_model_len or 0
     half = 0.0 if exact else HALF_CENT
+    if plan.mamba is not None and m:
+        return (rules.mamba_capacity(kv_gib - half, plan.mamba, m, era.capacity_rule),
+                rules.mamba_capacity(kv_gib + half, plan.mamba, m, era.capacity_rule))
     if plan.hybrid and m:
         args = (plan.row_bytes, plan.full_layers, plan.sliding_layers, plan.window, bs, m, _batched(s), era.capacity_rule)
         return rules.hybrid_capacity(kv_gib - half, *args), rules.hybrid_capacity(kv_gib + half, *args)
@@ -490,13 +538,17 @@ def _architecture_check(s: Startup, era: Era, arch: Architecture, where: str, ch
                          method=f"architecture from {where}: {plan.formula} per layer × {layers}, "
                                 f"block_size {bs}, era {era.name}")
     rec.architecture = arch.as_dict()
-    if plan.linear:
-        checks.append("hybrid linear-attention model: vLLM enlarges the attention block to fit the Mamba state page; "
-                      "kvscope does not reproduce that page size, so capacity is read, not predicted")
+    if plan.linear and plan.mamba is None:
+        checks.append("hybrid linear-attention model whose recurrent state kvscope cannot size (state fields missing "
+                      "from the config, pipeline parallelism, or the hybrid KV cache manager off), so capacity is "
+                      "read, not predicted")
         implied = _implied(s, [])
         rec.bytes_per_token = implied.bytes_per_token if implied is not None else 0
         rec.method += "; bytes per token implied by the log" if implied is not None else ""
         return rec
+    if plan.mamba is not None:
+        rec.method = (f"architecture from {where}: {plan.formula}; {_mamba_words(plan.mamba, plan.context)}, "
+                      f"era {era.name}")
     k = cap.available_kv_gib
     if k is None:
         _derive_kv_from_blocks(s, plan, checks)
@@ -504,33 +556,41 @@ def _architecture_check(s: Startup, era: Era, arch: Architecture, where: str, ch
     logged = cap.kv_tokens if cap.kv_tokens is not None and "kv_tokens_derived" not in cap.extras else None
     blocks_logged = cap.num_gpu_blocks
     if logged is None and blocks_logged is None:
-        if plan.hybrid and not cap.max_model_len:
+        if (plan.hybrid or plan.mamba is not None) and not cap.max_model_len:
             return rec
         lo, hi = _predict(s, era, plan, k, bool(cap.extras.get("available_kv_exact")))
         rec.kv_tokens_low, rec.kv_tokens_high = lo.tokens, hi.tokens
         checks.append(f"K = {gib(k)} → {lo.tokens:,}–{hi.tokens:,} tokens (not printed in the log)")
         return rec
+    if plan.mamba is not None and not cap.max_model_len:
+        return rec
     matched = None
-    for extra, label in _draft_layer_options(s, arch):
-        option = kv_plan(s, arch, extra)
+    for extra, n_spec, prefix, label in _layout_options(s, arch):
+        option = kv_plan(s, arch, extra, n_spec, prefix)
         if option is None:
             continue
         lo, hi = _predict(s, era, option, k, bool(cap.extras.get("available_kv_exact")))
         inside = (logged is None or lo.tokens <= logged <= hi.tokens) and (
             blocks_logged is None or lo.blocks <= blocks_logged <= hi.blocks)
         if matched is None or inside:
-            matched = (extra, label, option, lo, hi, inside)
+            matched = (extra, n_spec, prefix, label, option, lo, hi, inside)
         if inside:
             break
     assert matched is not None
-    extra, label, option, lo, hi, inside = matched
+    extra, n_spec, prefix, label, option, lo, hi, inside = matched
     rec.bytes_per_token = option.bytes_per_token
     rec.kv_tokens_low, rec.kv_tokens_high = lo.tokens, hi.tokens
     verdicts.append(inside)
     what = f"{logged:,} tokens" if logged is not None else f"{blocks_logged:,} blocks"
     span = f"{lo.blocks:,}–{hi.blocks:,} blocks = {lo.tokens:,}–{hi.tokens:,} tokens"
-    checks.append(f"K = {gib(k)} ÷ {rules.bytes_per_block(option.row_bytes, option.layers, bs):,} B per block "
-                  f"({label}) → {span}; log prints {what} → {'inside' if inside else 'OUTSIDE'}")
+    checks.append(f"K = {gib(k)} ÷ {option.block_bytes(bs):,} B per block ({label}) → {span}; log prints {what} → "
+                  f"{'inside' if inside else 'OUTSIDE'}")
+    if option.mamba is not None:
+        rec.method = f"architecture from {where}: {option.formula}; {_mamba_words(option.mamba, option.context)}, " \
+                     f"era {era.name}"
+        _mamba_checks(s, option, lo, hi, label, checks)
+        if inside:
+            _keep_mamba_layout(s, era, option.mamba, n_spec, prefix, lo.blocks, hi.blocks)
     if extra and inside:
         cap.extras["draft_kv_layers"] = extra
         rec.method = rec.method.replace(f"× {plan.layers} layers", f"× {option.layers} layers ({label})")
@@ -538,16 +598,82 @@ def _architecture_check(s: Startup, era: Era, arch: Architecture, where: str, ch
     return rec
 
 
+MAX_SPEC_GUESS = 5  # draft tokens tried when a hybrid model's speculative config is not in the log
+
+
+def _layout_options(s: Startup, arch: Architecture) -> list[tuple[int, int, bool | None, str]]:
+    """(extra draft layers, draft tokens, prefix caching, label) to try, the likeliest first.
+
+    Only a Mamba hybrid's layout depends on the draft-token count (wider conv state, spare state
+    blocks) and on prefix caching (mamba_cache_mode); a log that does not print them gets each tried.
+    """
+    base = _draft_layer_options(s, arch)
+    if not (arch.linear_layers and arch.linear_state is not None):
+        return [(extra, 0, None, label) for extra, label in base]
+    logged = s.setting("enable_prefix_caching")
+    prefixes: list[bool] = [logged] if isinstance(logged, bool) else [False, True]
+    spec = s.setting("speculative_config")
+    given = spec.get("num_speculative_tokens") or spec.get("num_spec_tokens") if isinstance(spec, dict) else None
+    n_given = int(given) if str(given or "").isdigit() else 0
+    out: list[tuple[int, int, bool | None, str]] = []
+    seen: set[int] = set()
+    for extra, label in sorted(base, key=lambda o: (o[0] != 0, "MTP" not in o[1])):
+        if extra in seen:
+            continue  # an EAGLE head and a one-layer MTP module add the same full-attention layer
+        seen.add(extra)
+        for n in ([0] if not extra else [n_given] if n_given else range(1, MAX_SPEC_GUESS + 1)):
+            for prefix in prefixes:
+                words = label + (f", {n} draft token(s)" if n else "")
+                words += "" if len(prefixes) == 1 else f", prefix caching {'on' if prefix else 'off'} (not in the log)"
+                out.append((extra, n, prefix, words))
+    return out
+
+
+def _keep_mamba_layout(s: Startup, era: Era, layout: rules.MambaLayout, n_spec: int, prefix: bool | None,
+                       low: int, high: int) -> None:
+    """Record the layout that reproduced the log (whatif re-sizes from it): mode, draft tokens, blocks."""
+    cap = s.capacity
+    m = cap.max_model_len or 0
+    blocks = next((b for b in range(low, high + 1) if cap.kv_tokens is not None and m
+                   and rules.mamba_capacity_of_blocks(b, layout, m, era.capacity_rule).tokens == cap.kv_tokens), None)
+    cap.extras["hybrid_layout"] = {"mamba_cache_mode": layout.mode, "block_size": layout.block_size,
+                                   "page_bytes": layout.page_bytes, "group_size": layout.group_size,
+                                   "draft_tokens": n_spec, "prefix_caching": bool(prefix) if prefix is not None
+                                   else layout.mode != "none", "num_gpu_blocks": cap.num_gpu_blocks or blocks}
+
+
+def _mamba_words(layout: rules.MambaLayout, context: int) -> str:
+    """How vLLM lays out a Mamba hybrid, in one phrase."""
+    pad = layout.page_bytes / layout.mamba_state_bytes - 1
+    padded = f", state padded {pad:.2%}" if layout.page_bytes != layout.mamba_state_bytes else ""
+    per_request = f"; a {context:,}-token request needs {layout.blocks_per_request(context):,} blocks" if context else ""
+    return (f"attention block enlarged to {layout.block_size:,} tokens so one page ({layout.page_bytes:,} B) holds a "
+            f"Mamba state{padded}; {layout.attn_groups} attention + {layout.mamba_groups} Mamba groups of "
+            f"{layout.group_size} layers (mamba_cache_mode '{layout.mode}'){per_request}")
+
+
+def _mamba_checks(s: Startup, plan: KvPlan, lo: rules.Capacity, hi: rules.Capacity, label: str,
+                  checks: list[str]) -> None:
+    """The printed concurrency against blocks / blocks per request (get_max_concurrency_for_kv_cache_config)."""
+    layout, m, conc = plan.mamba, s.capacity.max_model_len, s.capacity.max_concurrency
+    if layout is None or not m or conc is None:
+        return
+    per = layout.blocks_per_request(m)
+    ok = lo.concurrency - HALF_CENT - 1e-9 <= conc <= hi.concurrency + HALF_CENT + 1e-9
+    checks.append(f"concurrency: {lo.blocks:,}–{hi.blocks:,} blocks / {per:,} blocks per request = "
+                  f"{lo.concurrency:.4f}–{hi.concurrency:.4f}, log prints {conc}x → "
+                  f"{'matches' if ok else 'DOES NOT match'} ({label})")
+
+
 def _derive_kv_from_blocks(s: Startup, plan: KvPlan, checks: list[str]) -> None:
     """No 'Available KV cache memory' line (V0, V1 ≤ 0.9.0): K ≈ blocks × bytes per block."""
     cap, bs = s.capacity, block_size(s)
     blocks = cap.num_gpu_blocks if cap.num_gpu_blocks is not None else (cap.kv_tokens // bs if cap.kv_tokens else None)
-    if not blocks or plan.sliding_layers:
+    if not blocks or plan.sliding_layers or (plan.linear and plan.mamba is None):
         return
-    gib = blocks * rules.bytes_per_block(plan.row_bytes, plan.layers, bs) / GIB
+    gib = blocks * plan.block_bytes(bs) / GIB
     cap.extras["available_kv_gib_derived"] = round(gib, 2)
-    checks.append(f"K not printed; {blocks:,} blocks × {rules.bytes_per_block(plan.row_bytes, plan.layers, bs):,} B "
-                  f"= {gib:.2f} GiB (derived)")
+    checks.append(f"K not printed; {blocks:,} blocks × {plan.block_bytes(bs):,} B = {gib:.2f} GiB (derived)")
 
 
 def _implied(s: Startup, checks: list[str]) -> Reconciliation | None:

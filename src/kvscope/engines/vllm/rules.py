@@ -8,6 +8,11 @@
 
 vLLM prints K with two decimals (±0.005 GiB), so a printed K maps to a small range of blocks;
 token counts are exact and pin it down. Nothing here reads logs: finish.py feeds it numbers.
+
+Hybrid attention + Mamba / linear-attention models (Qwen3-Next, Qwen3.5/3.6, Nemotron-H, Jamba,
+Granite-4) follow the rules at the end of this file: one page size for every layer (the attention
+block grows until its page holds a Mamba state), layers cut into equal KV cache groups, and a
+request needing cdiv(M, bs) blocks per attention group but a fixed 1–2 blocks per Mamba group.
 """
 
 from __future__ import annotations
@@ -15,7 +20,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvscope.capacity.arch import Architecture, kv_heads_per_rank, mla_row_bytes
+from kvscope.capacity.arch import (
+    Architecture,
+    dtype_bytes,
+    kv_heads_per_rank,
+    linear_state_elements,
+    mla_row_bytes,
+)
 
 GIB = 1 << 30
 HALF_CENT = 0.005  # half a unit of the last digit of "%.2f GiB" / format_gib
@@ -195,3 +206,154 @@ def graph_gib_from_advisory(util: float, util_equivalent: float, total_gib: floa
 def suggested_kv_cache_bytes(budget_gib: float, non_kv_gib: float, graphs_gib: float) -> int:
     """vLLM's own ``--kv-cache-memory`` suggestion: R − non-KV − CUDA graphs − 150 MiB."""
     return int((budget_gib - non_kv_gib - graphs_gib - SUGGESTION_SAFETY) * GIB)
+
+
+# --- hybrid attention + Mamba / linear attention (vllm-memory.md §2.1, §2.2, §2.6) -----------------------
+#
+# Read in vLLM v0.18.0, v0.20.0, v0.22.0, v0.24.0: HybridAttentionMambaModelConfig.verify_and_update_config
+# (vllm/model_executor/models/config.py, v0.18) → Platform._align_hybrid_block_size (vllm/platforms/
+# interface.py, v0.20+); MambaModelConfig.verify_and_update_config (mamba_cache_mode); MambaSpec
+# (vllm/v1/kv_cache_interface.py: page = Σ state tensor bytes, max_memory_usage_bytes);
+# _get_kv_cache_groups_uniform_page_size, get_kv_cache_config_from_groups, get_num_blocks,
+# get_max_concurrency_for_kv_cache_config, get_kv_cache_capacity (vllm/v1/core/kv_cache_utils.py).
+
+KERNEL_BLOCK_ALIGN = 16  # smallest kernel block of FlashAttention / FlashInfer / Triton (MLA: 64, CUTLASS MLA: 128)
+DEFAULT_MAMBA_CHUNK = 2048  # ModelConfig.get_mamba_chunk_size when the config names none
+GROUP_SIZE_SLACK = 1.5  # groups take the larger layer count when max < 1.5 × min (v0.18+)
+# Model types whose vLLM class implements SupportsMambaPrefixCaching (v0.18–v0.24; Bamba until v0.22):
+# with prefix caching they run mamba_cache_mode "all"; every other hybrid (Gated DeltaNet: Qwen3-Next,
+# Qwen3.5/3.6) falls back to "align".
+MAMBA_MODE_ALL_TYPES = frozenset({"nemotron_h", "jamba", "mamba", "mamba2", "falcon_mamba", "zamba2",
+                                  "granitemoehybrid", "falcon_h1", "bamba"})
+# The SSM state dtype vLLM uses when --mamba-ssm-cache-dtype is "auto" and the config declares none
+# (NemotronHForCausalLMConfig: float32); otherwise the conv state's dtype (the model dtype).
+SSM_DTYPE_DEFAULT = {"nemotron_h": "float32"}
+
+
+def mamba_cache_mode(prefix_caching: bool, model_type: str) -> str:
+    """'none' without prefix caching (the default for hybrid models), else 'all' or 'align'."""
+    if not prefix_caching:
+        return "none"
+    return "all" if model_type in MAMBA_MODE_ALL_TYPES else "align"
+
+
+@dataclass(frozen=True)
+class MambaPage:
+    """Bytes of one Mamba / linear-attention layer's state for one request on one worker."""
+
+    bytes: int
+    formula: str
+
+
+def mamba_page(arch: Architecture, tp_size: int, model_dtype: str | None, num_spec: int = 0,
+               mamba_cache_dtype: str | None = None, mamba_ssm_cache_dtype: str | None = None) -> MambaPage | None:
+    """MambaSpec.page_size_bytes: conv state in the mamba cache dtype (auto: the model dtype), SSM state
+    in --mamba-ssm-cache-dtype, else the dtype the config declares (Qwen3.5 mamba_ssm_dtype, Nemotron-H
+    mamba_ssm_cache_dtype, float32 by default), else the conv dtype."""
+    state = arch.linear_state
+    if state is None:
+        return None
+    conv_elems, ssm_elems = linear_state_elements(state, tp_size, num_spec)
+    conv_b = dtype_bytes(mamba_cache_dtype, model_dtype or arch.torch_dtype)
+    declared = state.ssm_dtype or SSM_DTYPE_DEFAULT.get(arch.model_type)
+    ssm_name = mamba_ssm_cache_dtype if mamba_ssm_cache_dtype not in (None, "auto") else declared
+    ssm_b = dtype_bytes(ssm_name, None) if ssm_name else conv_b
+    total = conv_elems * conv_b + ssm_elems * ssm_b
+    return MambaPage(total, f"{state.kind} state: conv {conv_elems:,} × {conv_b} B + SSM {ssm_elems:,} × {ssm_b} B "
+                            f"= {total:,} B")
+
+
+def hybrid_block_size(attn_row_bytes: int, mamba_page_bytes: int, mode: str, block_size: int = DEFAULT_BLOCK_SIZE,
+                      chunk_size: int | None = None, kernel_align: int = KERNEL_BLOCK_ALIGN) -> int:
+    """The attention block size vLLM forces so one attention page holds one Mamba state.
+
+    Alignment is the backend's kernel block (16) or the configured block size if larger. Mode 'all'
+    rounds the token count up to lcm(mamba chunk, alignment); otherwise to the alignment. A larger
+    configured block size is kept. ("Setting attention block size to %d tokens …")
+    """
+    align = max(kernel_align, block_size)
+    if mode == "all":
+        chunk = math.lcm(chunk_size or DEFAULT_MAMBA_CHUNK, align)
+        need = chunk * cdiv(cdiv(mamba_page_bytes, attn_row_bytes), chunk)
+    else:
+        need = align * cdiv(mamba_page_bytes, align * attn_row_bytes)
+    return max(block_size, need)
+
+
+def layer_group_size(layer_counts: list[int]) -> int:
+    """_get_kv_cache_groups_uniform_page_size: the smallest type's layer count, or the largest when
+    max < 1.5 × min (a drafter's extra layer is padded instead of doubling the groups)."""
+    counts = [c for c in layer_counts if c > 0]
+    low, high = min(counts), max(counts)
+    return high if high < low * GROUP_SIZE_SLACK else low
+
+
+@dataclass(frozen=True)
+class MambaLayout:
+    """KV cache groups of a hybrid attention + Mamba model on one worker."""
+
+    block_size: int  # the (enlarged) attention block size
+    page_bytes: int  # one page, attention and (padded) Mamba alike
+    group_size: int  # layers per group = shared tensors; one block id costs a page in each
+    attn_groups: int
+    mamba_groups: int
+    mode: str  # mamba_cache_mode: none | align | all
+    num_spec: int
+    mamba_state_bytes: int  # before padding
+    attn_row_bytes: int = 0  # one token of one attention layer
+    attn_layers: int = 0
+    mamba_layers: int = 0
+    configured_block_size: int = DEFAULT_BLOCK_SIZE
+    chunk_size: int | None = None
+
+    @property
+    def block_bytes(self) -> int:
+        return self.page_bytes * self.group_size
+
+    def mamba_block_size(self, max_model_len: int) -> int:
+        """MambaSpec.block_size: max_model_len without prefix caching, the attention block size with it."""
+        return max_model_len if self.mode == "none" else self.block_size
+
+    def blocks_per_request(self, max_model_len: int) -> int:
+        """Σ over groups of cdiv(max_memory_usage_bytes, page): attention cdiv(M, bs); Mamba 1 + spec
+        ('none'), 2 + spec ('align'), cdiv(M, bs) + spec ('all')."""
+        attn = cdiv(max_model_len, self.block_size)
+        mamba = {"none": 1, "align": 2}.get(self.mode, attn) + self.num_spec
+        return self.attn_groups * attn + self.mamba_groups * mamba
+
+    def request_bytes(self, max_model_len: int) -> int:
+        """_max_memory_usage_bytes_from_groups: group_size × page × blocks one request needs."""
+        return self.block_bytes * self.blocks_per_request(max_model_len)
+
+
+def mamba_layout(attn_row_bytes: int, state: MambaPage, attn_layers: int, mamba_layers: int, mode: str,
+                 num_spec: int = 0, block_size: int = DEFAULT_BLOCK_SIZE, chunk_size: int | None = None) -> MambaLayout:
+    """Block size, page and groups as vLLM derives them for a hybrid model (hybrid KV cache manager on)."""
+    bs = hybrid_block_size(attn_row_bytes, state.bytes, mode, block_size, chunk_size)
+    group = layer_group_size([attn_layers, mamba_layers])
+    return MambaLayout(bs, bs * attn_row_bytes, group, cdiv(attn_layers, group), cdiv(mamba_layers, group), mode,
+                       num_spec, state.bytes, attn_row_bytes, attn_layers, mamba_layers, block_size, chunk_size)
+
+
+def mamba_relayout(layout: MambaLayout, attn_row_bytes: int | None = None, block_size: int | None = None) -> MambaLayout:
+    """The layout after a KV dtype or --block-size change: the block is enlarged again for the same state."""
+    state = MambaPage(layout.mamba_state_bytes, "")
+    return mamba_layout(attn_row_bytes or layout.attn_row_bytes, state, layout.attn_layers, layout.mamba_layers,
+                        layout.mode, layout.num_spec, block_size or layout.configured_block_size, layout.chunk_size)
+
+
+def mamba_capacity_of_blocks(blocks: int, layout: MambaLayout, max_model_len: int, rule: str) -> Capacity:
+    """Concurrency = blocks / blocks per request; tokens by era: int(conc × M) from v0.22
+    (get_kv_cache_capacity), blocks // groups × smallest block size before (v0.9.1–v0.20)."""
+    conc = blocks / layout.blocks_per_request(max_model_len)
+    if rule == "v1-conc":
+        tokens = int(conc * max_model_len)
+    else:
+        smallest = min(layout.block_size, layout.mamba_block_size(max_model_len))
+        tokens = blocks // (layout.attn_groups + layout.mamba_groups) * smallest
+    return Capacity(blocks, tokens, conc)
+
+
+def mamba_capacity(kv_gib: float, layout: MambaLayout, max_model_len: int, rule: str) -> Capacity:
+    """Blocks = K // (page × group_size) (get_num_blocks), then the capacity of those blocks."""
+    return mamba_capacity_of_blocks(blocks_for(kv_gib, layout.block_bytes), layout, max_model_len, rule)
