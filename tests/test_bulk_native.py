@@ -75,7 +75,7 @@ def _serving_lines() -> list[str]:
 SERVING = _serving_lines()
 JOURNALD = ["", "Sep 01 00:00:00 gpu-node-7 python3[30000]: ", "Mar  1 12:26:11.123 host-1 sglang: ",
             "2026-03-01T12:26:11.123+00:00 host python3[12]: ", "svc-1  | ", "Sep 1 00:00:00 h x[: "]
-JUNK = ["", " ", "\t", "\r", "[", "]", "x", "0", ".", ",", "%", ")", "graph: True", "graph: False", ", cuda graph: True",
+JUNK = ["x" * 1100, "", " ", "\t", "\r", "[", "]", "x", "0", ".", ",", "%", ")", "graph: True", "graph: False", ", cuda graph: True",
         "1.2.3", "99999999999999999999", "\x1b[0m", "é", "#queue-req: 3", "gen throughput (token/s): 5.00, ",
         "input throughput (token/s): 7.5", " TP0", "DP1 ", "2026-02-30 ", "0000-01-01 ", " -> ", ", #new_tokens_gained: 9",
         "KV cache pool is full. Retract requests. #retracted_reqs: 2"]
@@ -206,3 +206,102 @@ def test_flickering_queues_and_many_ranks_report_alike(tmp_path: Path, monkeypat
     assert reports[0] == reports[1] == reports[2]
     queue = reports[0]["startups"][0]["runtime"]["queue"]
     assert queue and json.dumps(queue) != "{}"  # there were queueing episodes to fold
+
+
+# --- regressions from the review of _bulk.c (each failed on the first build) ----------------------
+
+
+def _dec(t="2026-09-01 12:00:05", r=3, tok=100, u="0.50", gen="1.0", q=0) -> str:
+    return (f"[{t}] Decode batch. #running-req: {r}, #token: {tok}, token usage: {u}, "
+            f"gen throughput (token/s): {gen}, #queue-req: {q}")
+
+
+def _pre(t="2026-09-01 12:00:05", r=3, new=10, cached=0, u="0.50", q=0) -> str:
+    return (f"[{t}] Prefill batch. #new-seq: 1, #new-token: {new}, #cached-token: {cached}, "
+            f"token usage: {u}, #running-req: {r}, #queue-req: {q}")
+
+
+def _fold_compare(lines: list[str], setup=None) -> tuple:
+    """(fold result, Python error, differing slots) for one stretch folded both ways; where the C
+    fold declines (None) the accumulator folds the tuples in Python, as it does here."""
+    view = ("\n" + "\n".join(lines) + "\n").encode()
+    text, batch = NATIVE.split(view, 1, len(view))
+    py, c = Stream("DP0"), Stream("DP0")
+    if setup:
+        setup(py)
+        setup(c)
+    rows = [r for r in batch.rows() if r[17] is None]
+    try:
+        py.sample_rows(rows, accumulate._times)
+        py_error = None
+    except Exception as e:  # noqa: BLE001 - compared with what the C side does
+        py_error = repr(e)
+    result = NATIVE.fold(batch, [c])
+    if result is None:
+        c.sample_rows(rows, accumulate._times)
+    a, b = _state(py), _state(c)
+    return result, py_error, {k: (a[k], b[k]) for k in a if a[k] != b[k]}
+
+
+def test_hostile_line_splits_in_linear_time():
+    """Thousands of gen/queue fields on one line: 6.7 s at 44 KiB in C, 328 s in the regex, before
+    (every pair was tried, each with a rescan of the line)."""
+    import time
+
+    head = "[2026-09-01 12:00:05] Decode batch. #running-req: 1, #token: 1, token usage: 0.5, "
+    line = head + "gen throughput (token/s): 1, #queue-req: 1 x" * 4000  # 176 KiB
+    view = ("\n" + line + "\n").encode()
+    start = time.perf_counter()
+    assert NATIVE.split(view, 1, len(view)) is None
+    assert time.perf_counter() - start < 0.5
+    start = time.perf_counter()  # the regex lane bounds its free-text groups the same way
+    assert _regex_split(view) is None
+    assert time.perf_counter() - start < 2.0
+
+
+def test_sums_never_wrap():
+    def near_max(s: Stream) -> None:
+        s.sum_r = 2**63 - 10
+        s.new_tokens = 2**63 - 10
+
+    assert _fold_compare([_dec(r=100), _pre(new=100)], near_max)[2] == {}
+
+
+def test_big_ints_divide_as_python_does():
+    """18 digits: the C lane declines (ints above 2^53 are not exact doubles) or divides exactly."""
+    line = _dec(r=11, tok=123456789012345678, u="0.95")
+    view = ("\n" + line + "\n").encode()
+    if NATIVE.split(view, 1, len(view)) is not False:
+        assert _fold_compare([line])[2] == {}
+
+
+def test_timed_of_another_type_declines():
+    class Truthy:
+        def __bool__(self) -> bool:
+            raise RuntimeError("no truth")
+
+    def setup(s: Stream) -> None:
+        s.timed = Truthy()
+
+    with pytest.raises(RuntimeError):  # the Python fold's own error, not a SystemError from C
+        _fold_compare([_dec()], setup)
+
+
+@pytest.mark.parametrize("value", [1.0, 2**70])
+def test_kinds_values_of_any_type(value):
+    def setup(s: Stream) -> None:
+        s.kinds = {"decode": value}
+
+    assert _fold_compare([_dec()], setup)[:2] == (0, None)
+
+
+def test_count_lines_is_bytes_count():
+    b = b"x\n" * 50
+    for lo, hi in [(0, -1), (-10, 100), (-200, -3), (30, 10), (0, 1000), (3, 99)]:
+        assert NATIVE.count_lines(b, lo, hi) == b.count(b"\n", lo, hi)
+
+
+def test_many_rank_labels_go_to_the_regex():
+    lines = [f"[2026-09-01 12:00:05 TP{i}] " + _dec()[22:] for i in range(2000)]
+    view = ("\n" + "\n".join(lines) + "\n").encode()
+    assert NATIVE.split(view, 1, len(view)) is False

@@ -7,8 +7,8 @@
  *   split(view)  the equivalent of kvscope.runtime.lines.BULK.split() over a stretch that starts with
  *                "\n": the text with every matched line replaced by "\x01", and a Batch holding the
  *                groups of each match (Batch.rows() gives them as the regex's tuples) plus the
- *                numbers they convert to. It returns None where it cannot promise the regex's result
- *                (a number too long for 64 bits); the caller then uses the regex.
+ *                numbers they convert to. It returns False where it cannot promise the regex's result
+ *                (a number of more than MAX_DIGITS digits); the caller then uses the regex.
  *   fold(batch, streams)
  *                kvscope.runtime.stream.Stream.sample_rows() for every row, each row into the stream
  *                of its rank label, with the same arithmetic in the same order (the same doubles).
@@ -20,6 +20,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -31,8 +32,10 @@
 #define SATURATED 0.90
 #define FULL 0.99
 #define MAX_USAGE 1.05
-#define MAX_DIGITS 18
+#define MAX_DIGITS 15 /* < 2**53: every int is an exact double, so tok / r in C is Python's int / int */
 #define MERGE_S 15.0
+#define MAX_FREE 1024 /* free text between two fields, as the regex bounds it (runtime/lines.py _FREE) */
+#define MAX_LABELS 1024 /* rank labels per stretch: more (never seen in a real log) go to the regex */
 
 typedef struct {
     int32_t span[NGROUPS][2]; /* [start, end) in the view; start -1: group did not take part */
@@ -86,6 +89,8 @@ typedef struct {
     Py_ssize_t hi;   /* index of the line's "\n" */
     Py_ssize_t h2;   /* hi, less a "\r" just before it */
     Py_ssize_t last; /* index of the last char of s[..h2) that is not blank (may be < line start) */
+    Py_ssize_t okfrom; /* s[okfrom..last] is known to be all `_T` (starts at last + 1: nothing known) */
+    Py_ssize_t bad;    /* a byte at or before last known not to be `_T`, or -1 */
 } Line;
 
 #define INLINE static inline __attribute__((always_inline))
@@ -156,25 +161,32 @@ static int prefix(const Line *L, Py_ssize_t *p) {
     return 1;
 }
 
-/* `_END` then `[ \t]*\r?(?=\n)` from p: the END group's end, or -1. */
-static Py_ssize_t tail_end(const Line *L, Py_ssize_t p) {
-    if (L->last < p) {
-        for (Py_ssize_t k = p; k < L->h2; k++)
-            if (!is_blank(L->s[k])) return -1;
-        return p;
-    }
+/* `_END` then `[ \t]*\r?(?=\n)` from p: the END group's end, or -1. Each byte of the line is
+ * looked at once over all calls (L->okfrom / L->bad remember what was seen): it is tried at every
+ * candidate field, and a hostile line may hold thousands of them. */
+static Py_ssize_t tail_end(Line *L, Py_ssize_t p) {
+    if (L->last < p) return p; /* only blanks (and the "\r") are left */
     unsigned char c = L->s[L->last];
     if (!(is_digit(c) || c == ',' || c == '.' || c == '%' || c == ')')) return -1;
-    for (Py_ssize_t k = p; k <= L->last; k++)
-        if (!is_T(L->s[k])) return -1;
+    if (L->last - p > MAX_FREE) return -1; /* `_T{0,MAX_FREE}` then the last char */
+    if (p <= L->bad) return -1;
+    Py_ssize_t k = L->okfrom;
+    while (k > p && is_T(L->s[k - 1])) k--;
+    L->okfrom = k;
+    if (k > p) {
+        L->bad = k - 1;
+        return -1;
+    }
     return L->last + 1;
 }
 
-/* Whether s[a:b) is all `_T`: how far a lazy `_T*?` can reach. */
-INLINE int all_T(const Line *L, Py_ssize_t a, Py_ssize_t b) {
-    for (Py_ssize_t k = a; k < b; k++)
-        if (!is_T(L->s[k])) return 0;
-    return 1;
+/* Whether s[from:b) is all `_T` (how far a lazy `_T*?` from `from` can reach), where s[from:*seen)
+ * is known to be: amortised, each byte is looked at once. */
+INLINE int reach(const Line *L, Py_ssize_t *seen, Py_ssize_t b) {
+    Py_ssize_t k = *seen;
+    while (k < b && is_T(L->s[k])) k++;
+    *seen = k;
+    return k >= b;
 }
 
 /* First occurrence of needle[0:n) in s[a:b), or -1. memchr on the first byte then memcmp: these
@@ -199,19 +211,23 @@ INLINE int number_span(const Line *L, Py_ssize_t *p, unsigned char cls) {
     return 1;
 }
 
-static int decode_rest(const Line *L, Py_ssize_t p, Row *row) {
+/* The regex's first (gen, queue) pair. The queue fields that can follow a gen field, and whether
+ * each ends the line, do not depend on which gen field it is (the text between is `_T`), and a
+ * later gen field sees a subset of them: so once the inner loop fails, every later gen field fails
+ * too. That keeps a hostile line with thousands of both fields linear. */
+static int decode_rest(Line *L, Py_ssize_t p, Row *row) {
     static const char GEN[] = "gen throughput (token/s): ";
     static const char QUE[] = "#queue-req: ";
-    Py_ssize_t t1 = p;
+    Py_ssize_t t1 = p, seen = p; /* s[t1:seen) is all `_T` */
     for (Py_ssize_t g = find_lit(L->s, t1, L->hi, GEN, 26); g >= 0; g = find_lit(L->s, g + 1, L->hi, GEN, 26)) {
-        if (!all_T(L, t1, g)) break; /* the lazy group cannot reach this or any later occurrence */
+        if (g - t1 > MAX_FREE || !reach(L, &seen, g)) break; /* nor any later occurrence */
         Py_ssize_t q = g + 26, gs = q;
         if (!number_span(L, &q, C_NUM)) continue;
         Py_ssize_t ge = q;
         if (!LIT(L, &q, ", ")) continue;
-        Py_ssize_t t2 = q;
+        Py_ssize_t t2 = q; /* s[t1:t2) is `_T`, so s[t2:k) is `_T` iff s[t1:k) is */
         for (Py_ssize_t k = find_lit(L->s, t2, L->hi, QUE, 12); k >= 0; k = find_lit(L->s, k + 1, L->hi, QUE, 12)) {
-            if (!all_T(L, t2, k)) break;
+            if (k - t2 > MAX_FREE || !reach(L, &seen, k)) break;
             Py_ssize_t d = k + 12, ds = d;
             if (!number_span(L, &d, C_DIGIT)) continue;
             Py_ssize_t end = tail_end(L, d);
@@ -223,14 +239,16 @@ static int decode_rest(const Line *L, Py_ssize_t p, Row *row) {
             SET(row, 9, d, end);
             return 1;
         }
+        return 0; /* no queue field after this gen field ends the line: none after a later one either */
     }
     return 0;
 }
 
-static int prefill_rest(const Line *L, Py_ssize_t p, Row *row) {
+static int prefill_rest(Line *L, Py_ssize_t p, Row *row) {
     static const char TPS[] = "input throughput (token/s): ";
+    Py_ssize_t seen = p; /* s[p:seen) is all `_T` */
     for (Py_ssize_t k = find_lit(L->s, p, L->hi, TPS, 28); k >= 0; k = find_lit(L->s, k + 1, L->hi, TPS, 28)) {
-        if (!all_T(L, p, k)) break;
+        if (k - p > MAX_FREE || !reach(L, &seen, k)) break;
         Py_ssize_t q = k + 28, ts = q;
         if (!number_span(L, &q, C_NUM)) continue;
         if (tail_end(L, q) < 0) continue;
@@ -242,10 +260,11 @@ static int prefill_rest(const Line *L, Py_ssize_t p, Row *row) {
 
 /* Whole-line match of the BULK pattern on s[lo:hi) (hi at "\n"); fills the spans. */
 static int match_line(const unsigned char *s, Py_ssize_t lo, Py_ssize_t hi, Row *row) {
-    Line L = {s, hi, hi, 0};
+    Line L = {s, hi, hi, 0, 0, -1};
     if (hi > lo && s[hi - 1] == '\r') L.h2 = hi - 1;
     L.last = L.h2 - 1;
     while (L.last >= lo && is_blank(s[L.last])) L.last--;
+    L.okfrom = L.last + 1;
     Py_ssize_t p = lo;
     if (!prefix(&L, &p)) return 0;
     if (!LIT(&L, &p, "[")) return 0;
@@ -520,7 +539,8 @@ static Batch *batch_new(PyObject *view, Py_ssize_t cap) {
     return b;
 }
 
-/* Index of the row's rank label in b->labels, adding it at first appearance. */
+/* Index of the row's rank label in b->labels, adding it at first appearance; -1: error set;
+ * -2: more than MAX_LABELS labels (the linear search would make a stretch quadratic). */
 static Py_ssize_t label_index(Batch *b, Py_ssize_t a, Py_ssize_t e) {
     const char *s = PyBytes_AS_STRING(b->view);
     Py_ssize_t n = PyList_GET_SIZE(b->labels);
@@ -528,6 +548,7 @@ static Py_ssize_t label_index(Batch *b, Py_ssize_t a, Py_ssize_t e) {
         PyObject *l = PyList_GET_ITEM(b->labels, k);
         if (PyBytes_GET_SIZE(l) == e - a && memcmp(PyBytes_AS_STRING(l), s + a, e - a) == 0) return k;
     }
+    if (n >= MAX_LABELS) return -2;
     PyObject *l = PyBytes_FromStringAndSize(s + a, e - a);
     if (l == NULL || PyList_Append(b->labels, l) < 0) {
         Py_XDECREF(l);
@@ -757,6 +778,10 @@ static PyObject *bulk_split(PyObject *mod, PyObject *args) {
                 Py_RETURN_FALSE;
             }
             row->label = label_index(b, row->span[1][0], row->span[1][1]);
+            if (row->label == -2) { /* labels without end: the regex does this stretch */
+                Py_DECREF(b);
+                Py_RETURN_FALSE;
+            }
             if (row->label < 0) goto fail;
             b->n++;
             memcpy(out + w, s + copied, (size_t)(lo - copied));
@@ -810,6 +835,7 @@ typedef struct {
     double gen_sum, gen_max, gen_last;
     long long gen_n;
     long long new_tokens, cached_tokens;
+    long long fit_r, fit_new, fit_cached; /* sums_fit's running totals */
     long long graph_on, graph_off, graph_max_on, graph_min_off;
     int have_min_off;
     /* rates of prefill lines: input_tps, hit_pct */
@@ -996,8 +1022,9 @@ static int load(St *st) {
     st->rate_created = 0;
     PyObject *timed = PyObject_GetAttrString(S, "timed");
     if (timed == NULL) return -1;
-    st->timed = timed == Py_None ? -1 : PyObject_IsTrue(timed);
+    st->timed = timed == Py_None ? -1 : timed == Py_True ? 1 : timed == Py_False ? 0 : 2;
     Py_DECREF(timed);
+    if (st->timed == 2) return 1;
     TRY(get_ll(S, "n", &st->n));
     PyObject *v = PyObject_GetAttrString(S, "last_t");
     if (v == NULL) return -1;
@@ -1357,13 +1384,11 @@ static int fold_row(St *st, Batch *b, Py_ssize_t i) {
 
 static int add_kind(St *st, const char *key, long long count) {
     if (!count) return 0;
-    PyObject *old = PyDict_GetItemString(st->kinds, key);
-    long long base = 0;
-    if (old != NULL) {
-        base = PyLong_AsLongLong(old);
-        if (base == -1 && PyErr_Occurred()) return -1;
-    }
-    PyObject *v = PyLong_FromLongLong(base + count);
+    PyObject *n = PyLong_FromLongLong(count);
+    if (n == NULL) return -1;
+    PyObject *old = PyDict_GetItemString(st->kinds, key); /* borrowed; no Python code runs before its use */
+    PyObject *v = old != NULL ? PyNumber_Add(old, n) : (Py_INCREF(n), n);
+    Py_DECREF(n);
     if (v == NULL) return -1;
     int rc = PyDict_SetItemString(st->kinds, key, v);
     Py_DECREF(v);
@@ -1451,6 +1476,28 @@ static void release(St *st) {
     st->hist_delta = NULL;
 }
 
+/* Whether every stream's sum_r, new_tokens and cached_tokens stay within long long over the batch
+ * (Python's ints never overflow: where these would, the Python fold takes the batch). */
+static int sums_fit(St *states, const Batch *b) {
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(b->labels); k++) {
+        states[k].fit_r = states[k].sum_r;
+        states[k].fit_new = states[k].new_tokens;
+        states[k].fit_cached = states[k].cached_tokens;
+    }
+    for (Py_ssize_t i = 0; i < b->n; i++) { /* row values are >= 0: LLONG_MAX - v cannot overflow */
+        const Row *row = &b->rows[i];
+        St *st = &states[row->label];
+        if (st->S == NULL || !row->valid || row->kind == 'r') continue;
+        if (st->fit_r > LLONG_MAX - row->r) return 0;
+        st->fit_r += row->r;
+        if (row->kind != 'p') continue;
+        if (st->fit_new > LLONG_MAX - row->new_tok || st->fit_cached > LLONG_MAX - row->cached) return 0;
+        st->fit_new += row->new_tok;
+        st->fit_cached += row->cached;
+    }
+    return 1;
+}
+
 /* fold(batch, streams): streams[k] is the Stream for batch.labels()[k], or None for a rank whose
  * lines another rank speaks for. Returns the number of convertible rows of those ignored ranks, or
  * None (nothing changed) when a stream holds a value of a shape this code does not fold. */
@@ -1476,7 +1523,7 @@ static PyObject *bulk_fold(PyObject *mod, PyObject *args) {
         if (ok < 0) goto done;
         if (ok > 0) unsupported = 1;
     }
-    if (unsupported) {
+    if (unsupported || !sums_fit(states, b)) {
         Py_INCREF(Py_None);
         result = Py_None;
         goto done;
@@ -1506,8 +1553,10 @@ static PyObject *bulk_count_lines(PyObject *mod, PyObject *args) {
     Py_buffer view;
     Py_ssize_t lo, hi;
     if (!PyArg_ParseTuple(args, "y*nn", &view, &lo, &hi)) return NULL;
-    if (lo < 0) lo = 0;
+    if (lo < 0 && (lo += view.len) < 0) lo = 0; /* bytes.count's index rules: negative from the end */
+    if (hi < 0 && (hi += view.len) < 0) hi = 0;
     if (hi > view.len) hi = view.len;
+    if (lo > hi) lo = hi;
     long long n = 0;
     const unsigned char *p = (const unsigned char *)view.buf + lo, *end = (const unsigned char *)view.buf + hi;
     const uint64_t ones7 = 0x7F7F7F7F7F7F7F7FULL, nl = 0x0A0A0A0A0A0A0A0AULL;

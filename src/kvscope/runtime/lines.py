@@ -76,16 +76,20 @@ _HIT_GPU = re.compile(r"hit rate: GPU: ([\d.]+)%")
 # The decode line's free text comes in three short groups because the per-line path asks whether
 # the line holds ``graph: `` / ``graph: True``, and no fixed part of the line can hold either.
 _T = rb"[\t\x20-\x5a\x5c-\x7e]"  # printable ASCII and tab, no '[': no colour code can hide in it
-_END = rb"(?:" + _T + rb"*[\d,.%)])?"
+# Free text between fields is bounded: a line with more (none seen in a real log) is left to the
+# per-line path, and a hostile line with thousands of fields cannot make the lazy groups backtrack
+# for minutes. _bulk.c applies the same bound (MAX_FREE).
+_FREE = rb"{0,1024}"
+_END = rb"(?:" + _T + _FREE + rb"[\d,.%)])?"
 BULK = re.compile(
     rb"\n(?:(?:[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)?|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[\d.,:+\-]*)"
     rb" [\w.\-]+ [\w.@/\-]+(?:\[\d+\])?: )?"
     rb"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)?((?: [A-Z_]+\d+)*)\] "
     rb"(?:Decode batch[.,] #running-req: (\d+), #token: (\d+), token usage: ([\d.]+), "
-    rb"(" + _T + rb"*?)gen throughput \(token/s\): ([\d.]+), (" + _T + rb"*?)#queue-req: (\d+)(" + _END + rb")"
+    rb"(" + _T + _FREE + rb"?)gen throughput \(token/s\): ([\d.]+), (" + _T + _FREE + rb"?)#queue-req: (\d+)(" + _END + rb")"
     rb"|Prefill batch[.,] #new-seq: \d+, #new-token: (\d+), #cached-token: (\d+), "
     rb"(?:cache hit rate: ([\d.]+)%, )?token usage: ([\d.]+), #running-req: (\d+), #queue-req: (\d+)"
-    rb"(?:" + _T + rb"*?input throughput \(token/s\): ([\d.]+))?" + _END +
+    rb"(?:" + _T + _FREE + rb"?input throughput \(token/s\): ([\d.]+))?" + _END +
     rb"|(?:KV cache pool is full\. Retract requests\.|Decode out of memory happened\.) #retracted_reqs: (\d+)"
     rb"(?:, #new_tokens_gained: \d+)?(?:, #new_token_ratio: [\d.]+ -> [\d.]+)?"
     rb")[ \t]*\r?(?=\n)"
