@@ -451,7 +451,10 @@ class VLLMLines:
     anchors = ANCHORS
 
     def wants_join(self, text: str) -> bool:
-        return any(head in text and not pattern.search(text) for head, pattern in _JOINABLE)
+        for head, pattern in _JOINABLE:  # noqa: SIM110 - a plain loop is 3x any(genexpr); runs per line
+            if head in text and not pattern.search(text):
+                return True
+        return False
 
     def parse(self, text: str, ctx: LineContext) -> list[Parsed]:
         rank, ts, msg, repeated = split_prefix(text[:MAX_MESSAGE])
