@@ -357,13 +357,7 @@ class _FileScan:
         lane = getattr(self.bulk, "split_rows", None)
         if lane is not None:  # an engine's lane object (kvscope.runtime.lines.BulkLane)
             return lane(buf, lo, hi)
-        view = buf[lo - 1 : hi] if lo and buf[lo - 1] == 10 else b"\n" + buf[lo:hi]
-        parts = self.bulk.split(view)
-        if len(parts) == 1:
-            return None
-        k = self.bulk.groups + 1
-        rows = list(zip(*[parts[i::k] for i in range(1, k)], strict=True))
-        return b"\n\x01".join(parts[::k]), rows
+        return regex_split(self.bulk, buf, lo, hi)  # type: ignore[arg-type]
 
     def _lines(self, buf: bytes, lo: int, hi: int, rows: list[tuple] | None = None) -> Iterator[Line | Bulk]:
         """Candidate lines of ``buf[lo:hi]`` as in ``_region``; with ``rows``, ``buf`` is a bulk-split
@@ -413,6 +407,19 @@ class _FileScan:
         first, last = buf.find(BULK_MARK, lo, hi), buf.rfind(BULK_MARK, lo, hi)
         first_no = line_no + count_lines(buf, counted_to, first) + 1
         return Bulk(self.name, first_no, first_no + count_lines(buf, first, last), rows)
+
+
+def regex_split(pattern: re.Pattern[bytes], buf: bytes, lo: int, hi: int) -> tuple[bytes, list[tuple]] | None:
+    """The bulk split by a bytes pattern over ``buf[lo:hi]`` (whole lines): the text, after a leading
+    newline, with each matched line replaced by BULK_MARK, and the match groups in order; None
+    when nothing matched."""
+    view = buf[lo - 1 : hi] if lo and buf[lo - 1] == 10 else b"\n" + buf[lo:hi]
+    parts = pattern.split(view)
+    if len(parts) == 1:
+        return None
+    k = pattern.groups + 1
+    rows = list(zip(*[parts[i::k] for i in range(1, k)], strict=True))
+    return (b"\n" + BULK_MARK).join(parts[::k]), rows
 
 
 def _marks(buf: bytes, lo: int, starts: list[int]) -> Iterator[int]:

@@ -32,6 +32,7 @@ from typing import Any
 
 from kvscope import events as ev
 from kvscope.engines.base import LineContext, Parsed, to_float, to_int
+from kvscope.reading.source import regex_split
 
 ANCHORS: tuple[bytes, ...] = (b" batch", b"throughput", b"reempt", b"etract", b"hit rate")
 
@@ -116,13 +117,7 @@ class BulkLane:
             out = self.native.split(buf, lo, hi)  # in place: no copy of the stretch
             if out is not False:  # False: a number too long for the C lane; the regex reads this stretch
                 return out
-        view = buf[lo - 1 : hi] if lo and buf[lo - 1] == 10 else b"\n" + buf[lo:hi]
-        parts = self.pattern.split(view)
-        if len(parts) == 1:
-            return None
-        k = self.pattern.groups + 1
-        rows = list(zip(*[parts[i::k] for i in range(1, k)], strict=True))
-        return b"\n\x01".join(parts[::k]), rows
+        return regex_split(self.pattern, buf, lo, hi)
 
 
 def _native() -> Any:
