@@ -17,7 +17,7 @@ driver/context overheads on GPUs nobody measured.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvscope.capacity.arch import Architecture, architecture_from_config, dtype_bytes
 from kvscope.capacity.overheads import BudgetBasis, budget_basis
@@ -33,6 +33,9 @@ from kvscope.engines.sglang import defaults as sgd
 from kvscope.engines.sglang import eras as sg_eras
 from kvscope.engines.sglang import rules as sg_rules
 from kvscope.errors import InputError
+
+if TYPE_CHECKING:
+    from kvscope.capacity.plan_vllm_spec import VllmDraft
 
 SGLANG_NEWEST = "0.5.23"
 VLLM_NEWEST = "0.33.0"
@@ -555,24 +558,31 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
     block = _int(s.get("block_size")) or (64 if arch.attention == "mla" and (ctx.sm_major or 0) >= 9 else 16)
     layers = max(v_rules.pp_layers(arch.full_attention_layers or arch.num_layers, req.pp))
     kv_override = _int(s.get("kv_cache_memory_bytes"))
+    from kvscope.capacity.plan_vllm_spec import resolve_vllm_draft
+
+    draft = resolve_vllm_draft(ctx.mc, arch, s, Parallel(tp=req.tp, ep=req.ep, pp=req.pp))
+    draft_gib = draft.weights_gib if draft else 0.0
 
     prefix = _truthy(s.get("enable_prefix_caching"))  # off by default for hybrid models (v0.18–v0.24)
 
     def scenario(u: float, kv_bytes: int) -> dict[str, Any]:
         T = b.torch_total.gib
         budget = u * T
-        K = kv_override / GIB if kv_override else budget - w.gib - rope - act - non_torch - graphs
+        K = kv_override / GIB if kv_override else budget - w.gib - draft_gib - rope - act - non_torch - graphs
         page = v_rules.page_size(arch, kv_bytes, req.tp)
-        layout = _vllm_mamba_layout(ctx, page.bytes_per_token_per_layer, block, prefix)
+        row = page.bytes_per_token_per_layer
+        extra = draft.target_layer_equivalent(row, kv_bytes, req.tp) if draft else 0
+        layout = _vllm_mamba_layout(ctx, row, block, prefix, extra, draft.num_speculative_tokens if draft else 0)
         if layout is not None:
             cap = v_rules.mamba_capacity(K, layout, max_len, era.capacity_rule)
         elif arch.sliding_layers and arch.full_attention_layers and arch.sliding_window:
-            cap = v_rules.hybrid_capacity(K, page.bytes_per_token_per_layer, arch.full_attention_layers,
-                                          arch.sliding_layers, arch.sliding_window, block, max_len, tokens_b,
-                                          era.capacity_rule)
+            cap = v_rules.hybrid_capacity(K, row, arch.full_attention_layers + extra, arch.sliding_layers,
+                                          arch.sliding_window, block, max_len, tokens_b, era.capacity_rule)
         else:
-            blocks = v_rules.blocks_for(K, v_rules.bytes_per_block(page.bytes_per_token_per_layer, layers, block))
-            cap = v_rules.capacity(blocks, block, max_len, era.capacity_rule)
+            block_bytes = v_rules.bytes_per_block(row, layers, block)
+            if draft:
+                block_bytes += v_rules.bytes_per_block(draft.row_bytes(kv_bytes, req.tp), draft.kv_layers, block)
+            cap = v_rules.capacity(v_rules.blocks_for(K, block_bytes), block, max_len, era.capacity_rule)
         outside = T - budget - (b.cuda_context.gib + b.nccl.gib if version >= (0, 11, 0) else 0.0)
         if not era.graphs_in_budget:
             outside -= 0.5  # graphs are captured outside the budget
@@ -580,7 +590,7 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
                 "page": page, "reserve_left_gib": outside, "mamba": layout}
 
     base = scenario(util, kvb)
-    warnings = list(w.notes) + b.notes
+    warnings = list(w.notes) + b.notes + (draft.notes if draft else [])
     if base["mamba"] is not None:
         warnings.append(_mamba_note(base["mamba"], arch.linear_layers, max_len))
     elif arch.full_attention_layers and not arch.sliding_layers and arch.full_attention_layers < arch.num_layers:
@@ -609,6 +619,8 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
         (f"budget T × gpu_memory_utilization {util}", util * T, "given" if s.get("gpu_memory_utilization")
          else f"default for {era.name}"),
         ("weights per rank", -w.gib, w.method),
+        *([(f"draft weights ({draft.method}, loaded before profiling)", -draft_gib, draft.weights_from)]
+          if draft_gib else []),
         ("rope cos/sin cache (model dtype)", -rope, "computed"),
         (f"activation peak ({tokens_b:,} batched tokens, {seqs} seqs)", -act, "estimated"),
         ("non-torch memory charged", -non_torch, nt_how),
@@ -627,33 +639,55 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
                                                 else "default"},
                      "max_num_seqs": {"value": seqs, "from": "given" if s.get("max_num_seqs") else "default"},
                      "kv_cache_dtype": {"value": kv_dtype, "from": "given" if s.get("kv_cache_dtype") else "default"},
-                     "block_size": {"value": block, "from": "given" if s.get("block_size") else "platform default"}},
+                     "block_size": {"value": block, "from": "given" if s.get("block_size") else "platform default"},
+                     **_vllm_spec_settings(draft)},
         "weights": w.as_dict(), "ledger": [{"item": i, "gib": g, "how": h} for i, g, h in ledger],
         "kv": {"kv_cache_dtype": kv_dtype, "block_size": base["mamba"].block_size if base["mamba"] else block,
                "bytes_per_token_per_layer": base["page"].bytes_per_token_per_layer, "layers": layers,
-               "formula": base["page"].formula, "available_kv_gib": base["K"], "num_gpu_blocks": base["blocks"],
-               "kv_tokens": base["tokens"], **_mamba_kv(base["mamba"], max_len)},
+               "formula": base["page"].formula + _draft_formula(draft, kvb, req.tp), "available_kv_gib": base["K"],
+               "num_gpu_blocks": base["blocks"], "kv_tokens": base["tokens"], **_mamba_kv(base["mamba"], max_len),
+               **({"speculative": draft.as_dict(kvb, req.tp)} if draft else {})},
         "capacity": {"kv_tokens": base["tokens"], "context_tokens": max_len, "max_concurrency": base["concurrency"]},
         "table": rows, "warnings": warnings,
     }
 
 
-def _vllm_mamba_layout(ctx: Context, attn_row_bytes: int, block: int, prefix: bool) -> Any:
+def _vllm_mamba_layout(ctx: Context, attn_row_bytes: int, block: int, prefix: bool, draft_layers: int = 0,
+                       num_spec: int = 0) -> Any:
     """vLLM's layout of a hybrid attention + Mamba/GDN model (None for other models or when not sizable).
 
-    Speculative decoding is not planned (no draft layers, no draft-token state blocks), as for other models.
+    Speculative decoding adds the draft's attention layers to the attention groups and widens the
+    state (conv window, spare blocks) by the draft tokens, as explain's kv_plan does.
     """
     _, v_rules = _vllm_modules()
     arch, s = ctx.arch, ctx.settings
     if not (arch.linear_layers and arch.linear_state and arch.full_attention_layers) or ctx.req.pp > 1:
         return None
-    state = v_rules.mamba_page(arch, ctx.req.tp, s.get("dtype"), 0, s.get("mamba_cache_dtype"),
+    state = v_rules.mamba_page(arch, ctx.req.tp, s.get("dtype"), num_spec, s.get("mamba_cache_dtype"),
                                s.get("mamba_ssm_cache_dtype"))
     if state is None:
         return None
     mode = v_rules.mamba_cache_mode(prefix, arch.model_type)
-    return v_rules.mamba_layout(attn_row_bytes, state, arch.full_attention_layers, arch.linear_layers, mode, 0,
-                                block, arch.linear_state.chunk_size)
+    return v_rules.mamba_layout(attn_row_bytes, state, arch.full_attention_layers + draft_layers, arch.linear_layers,
+                                mode, num_spec, block, arch.linear_state.chunk_size)
+
+
+def _vllm_spec_settings(draft: VllmDraft | None) -> dict[str, Any]:
+    """The speculative settings rows (same place as SGLang's), empty without speculative decoding."""
+    if draft is None:
+        return {}
+    return {"speculative_config": {"value": {"method": draft.method, "model": draft.model,
+                                             "num_speculative_tokens": draft.num_speculative_tokens},
+                                   "from": "given" if draft.tokens_from == "given"
+                                   else f"given; num_speculative_tokens {draft.tokens_from}"},
+            "draft KV layers": {"value": draft.kv_layers, "from": draft.layers_from}}
+
+
+def _draft_formula(draft: VllmDraft | None, kv_bytes: int, tp: int) -> str:
+    """What the draft adds to the KV bytes per token, for the formula line."""
+    if draft is None or not draft.kv_layers:
+        return ""
+    return f"; + {draft.kv_layers} draft layer(s) × {draft.row_bytes(kv_bytes, tp):,} B ({draft.method})"
 
 
 def _mamba_note(layout: Any, linear_layers: int, max_len: int) -> str:

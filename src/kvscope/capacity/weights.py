@@ -684,6 +684,12 @@ def _nextn_bytes(cfg: dict[str, Any], plan: QuantPlan, dtype_bytes: int) -> int:
     return n * sum(_sum(decoder_layer(cfg, last, Parallel()), plan, dtype_bytes).values())
 
 
+def decoder_layer_bytes(cfg: dict[str, Any], i: int, par: Parallel, quantization: str | None = None,
+                        dtype_bytes: int = 2) -> int:
+    """Bytes one rank holds for decoder layer i (a drafter's MTP layer or EAGLE head sized like it)."""
+    return sum(_sum(decoder_layer(cfg, i, par), quant_plan(cfg, quantization), dtype_bytes).values())
+
+
 def checkpoint_total_bytes(directory: Path | None) -> int | None:
     """metadata.total_size of a local safetensors index (exact bytes of every tensor), else None."""
     if directory is None:

@@ -398,19 +398,20 @@ def _str_setting(s: Startup, key: str) -> str | None:
 
 
 def _draft_layer_options(s: Startup, arch: Architecture) -> list[tuple[int, str]]:
-    """Extra KV layers a speculative-decoding head may add (EAGLE: one; MTP: nextn layers)."""
-    spec = s.setting("speculative_config")
-    method = str(spec.get("method", "")) if isinstance(spec, dict) else ""
+    """Extra KV layers a speculative-decoding head may add (rules.draft_kv_layers); every candidate
+    when the log does not name the method."""
+    method = rules.spec_method(s.setting("speculative_config"))
     options = [(0, "target layers only")]
-    if "eagle" in method or not method:
-        options.append((1, "target + 1 draft (EAGLE-style) layer"))
-    if arch.nextn_layers and ("mtp" in method or not method):
-        options.append((arch.nextn_layers, f"target + {arch.nextn_layers} MTP layer(s)"))
-    if method in ("ngram", "medusa", "suffix"):
-        options = options[:1]
-    elif method:
-        options = [o for o in options if o[0]] or options
-    return options
+    if not method:
+        options.append((rules.EAGLE_HEAD_LAYERS, "target + 1 draft (EAGLE-style) layer"))
+        if arch.nextn_layers:
+            options.append((arch.nextn_layers, f"target + {arch.nextn_layers} MTP layer(s)"))
+        return options
+    extra = rules.draft_kv_layers(method, arch.nextn_layers)
+    if not extra:
+        return options
+    label = f"target + {extra} MTP layer(s)" if rules.is_mtp(method) else "target + 1 draft (EAGLE-style) layer"
+    return [(extra, label)]
 
 
 def _predict(s: Startup, era: Era, plan: KvPlan, kv_gib: float, exact: bool) -> tuple[rules.Capacity, rules.Capacity]:

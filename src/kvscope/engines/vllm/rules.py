@@ -100,6 +100,45 @@ def bytes_per_block(row_bytes: int, layers: int, block_size: int) -> int:
     return block_size * row_bytes * layers
 
 
+# --- speculative decoding (V1): the drafter's KV layers ----------------------------------------------------
+
+NO_KV_DRAFT_METHODS = ("ngram", "ngram_gpu", "medusa", "mlp_speculator", "suffix")
+EAGLE_HEAD_LAYERS = 1  # published EAGLE / EAGLE-3 heads are one decoder layer (llama_eagle*.py)
+
+
+def spec_method(spec: object) -> str:
+    """The method of a speculative_config (dict), lower-cased; '' when none is named."""
+    if not isinstance(spec, dict):
+        return ""
+    return str(spec.get("method") or "").strip().lower()
+
+
+def is_mtp(method: str) -> bool:
+    """vLLM's MTP family: 'mtp' and the per-model spellings (deepseek_mtp, qwen3_next_mtp, glm4_moe_mtp …)."""
+    return method == "mtp" or method.endswith("_mtp")
+
+
+def draft_kv_layers(method: str, nextn_layers: int, head_layers: int = EAGLE_HEAD_LAYERS) -> int | None:
+    """Attention layers a V1 drafter registers in the KV cache spec, next to the target's.
+
+    The drafter is built in the same forward context, so each of its attention layers gets a KV
+    spec like a target layer (vllm/v1/worker/gpu_model_runner.py get_kv_cache_spec). EAGLE/EAGLE-3:
+    the head's own decoder layers, numbered after the target's (``start_layer_id`` in
+    llama_eagle.py / llama_eagle3.py) — one for the published heads. MTP: the model's
+    ``num_nextn_predict_layers`` (``mtp_num_hidden_layers`` on Qwen3-Next/3.5), which
+    SpeculativeConfig.hf_config_override turns into ``n_predict``. n-gram, Medusa, MLP speculator,
+    suffix decoding: no attention layer, no KV. None: a method whose layers are the draft model's own
+    (``draft_model``) or unknown here.
+    """
+    if method in NO_KV_DRAFT_METHODS:
+        return 0
+    if is_mtp(method):
+        return nextn_layers
+    if method.startswith("eagle"):
+        return head_layers
+    return None
+
+
 # --- memory → blocks → tokens → concurrency -------------------------------------------------------------
 
 

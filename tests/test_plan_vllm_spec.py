@@ -1,0 +1,105 @@
+"""``kvscope plan --engine vllm`` with speculative decoding: draft KV layers and draft weights."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvscope.capacity.plan import PlanRequest, plan
+from kvscope.errors import InputError
+
+pytest.importorskip("kvscope.engines.vllm.rules")
+
+LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
+LOGGED_KV = {"max_model_len": 131_072, "kv_cache_memory_bytes": int(51.63 * 2**30)}  # vllm-memory.md §6.1
+
+
+def _llama(**settings):
+    return plan(PlanRequest(model=LLAMA, gpu="H100", engine="vllm", engine_version="0.9.2",
+                            settings={**LOGGED_KV, **settings}))
+
+
+def test_eagle_plan_reproduces_the_section_6_1_log():
+    """Llama-3.1-8B + EAGLE on an H100 (vLLM issue #19996): 51.63 GiB → 410,128 tokens, 3.13x at 131,072."""
+    p = _llama(speculative_config='{"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", '
+                                  '"num_speculative_tokens": 3}')
+    assert p["kv"]["num_gpu_blocks"] == 25_633
+    assert p["capacity"]["kv_tokens"] == 410_128 and f"{p['capacity']['max_concurrency']:.2f}" == "3.13"
+    spec = p["kv"]["speculative"]
+    assert spec["draft_kv_layers"] == 1 and spec["draft_bytes_per_token"] == 4096 and spec["method"] == "eagle"
+    assert spec["num_speculative_tokens"] == 3
+    assert "+ 1 draft layer(s) × 4,096 B (eagle)" in p["kv"]["formula"]
+    assert p["settings"]["draft KV layers"]["value"] == 1
+    # without the head the same memory gives the §6.1 step-1 figures
+    plain = _llama()
+    assert plain["capacity"]["kv_tokens"] == 422_944 and "speculative" not in plain["kv"]
+
+
+def test_draft_weights_come_out_of_the_budget():
+    """Unpinned, the head's weights (assumed: one target-shaped bf16 layer + fc) shrink K by that much."""
+    base = plan(PlanRequest(model=LLAMA, gpu="H100", engine="vllm", engine_version="0.9.2"))
+    eagle = plan(PlanRequest(model=LLAMA, gpu="H100", engine="vllm", engine_version="0.9.2",
+                             settings={"speculative_config": {"method": "eagle", "num_speculative_tokens": 3}}))
+    draft_gib = eagle["kv"]["speculative"]["draft_weights_gib"]
+    assert 0.4 < draft_gib < 0.55
+    assert base["kv"]["available_kv_gib"] - eagle["kv"]["available_kv_gib"] == pytest.approx(draft_gib)
+    assert any(r["item"].startswith("draft weights (eagle") for r in eagle["ledger"])
+    assert any("EAGLE head assumed to be 1 decoder layer" in w for w in eagle["warnings"])
+    given = plan(PlanRequest(model=LLAMA, gpu="H100", engine="vllm", engine_version="0.9.2",
+                             settings={"speculative_config": {"method": "eagle"}, "draft_weights_gib": 1.0}))
+    assert given["kv"]["speculative"]["draft_weights_gib"] == 1.0
+
+
+def test_eagle3_draft_from_the_catalog():
+    """A catalog EAGLE-3 head: its layer count and KV shape from its config, method inferred from it."""
+    p = _llama(speculative_config={"model": "specforge-config:llama3-8B-eagle3", "num_speculative_tokens": 3})
+    spec = p["kv"]["speculative"]
+    assert spec["method"] == "eagle3" and spec["draft_kv_layers"] == 1
+    assert spec["draft_kv_layers_from"].startswith("draft config")
+    assert p["capacity"]["kv_tokens"] == 410_128  # same shape as the target's layers: the §6.1 count again
+
+
+def test_ngram_adds_nothing():
+    for spec in ('{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}',
+                 {"method": "suffix"}):
+        p = _llama(speculative_config=spec)
+        assert p["capacity"]["kv_tokens"] == 422_944
+        assert p["kv"]["speculative"]["draft_kv_layers"] == 0 and p["kv"]["speculative"]["draft_weights_gib"] == 0
+        assert not any(r["item"].startswith("draft weights") for r in p["ledger"])
+
+
+def test_short_keys_and_bad_values():
+    p = _llama(speculative_method="eagle", num_speculative_tokens=2)
+    assert p["capacity"]["kv_tokens"] == 410_128 and p["kv"]["speculative"]["num_speculative_tokens"] == 2
+    assert "speculative" not in _llama(speculative_config="none")["kv"]
+    with pytest.raises(InputError):
+        _llama(speculative_config="{not json")
+    with pytest.raises(InputError):
+        _llama(speculative_config={"method": "draft_model", "model": "no/such-draft"})
+
+
+def test_mtp_adds_the_models_nextn_layers():
+    """DeepSeek-V3 (num_nextn_predict_layers 1): one more MLA layer per block, plus the MTP layer's weights."""
+    kw = dict(model="deepseek-ai/DeepSeek-V3", gpu="H200", tp=8, engine="vllm", engine_version="0.24.0")
+    pinned = {"kv_cache_memory_bytes": 40 * 2**30}
+    base = plan(PlanRequest(**kw, settings=pinned))
+    mtp = plan(PlanRequest(**kw, settings={**pinned, "speculative_config": {"method": "deepseek_mtp"}}))
+    spec = mtp["kv"]["speculative"]
+    assert spec["draft_kv_layers"] == 1 and spec["draft_bytes_per_token_per_layer"] == 1152
+    assert spec["num_speculative_tokens"] == 1  # n_predict
+    block = 64 * 1152
+    assert base["kv"]["num_gpu_blocks"] == 40 * 2**30 // (block * 61)
+    assert mtp["kv"]["num_gpu_blocks"] == 40 * 2**30 // (block * 62)
+    unpinned = plan(PlanRequest(**kw, settings={"speculative_config": '{"method": "mtp"}'}))
+    assert unpinned["kv"]["speculative"]["draft_weights_gib"] > 1.0
+
+
+def test_mtp_on_a_hybrid_gdn_model_joins_the_attention_group():
+    """Qwen3.6 (mtp_num_hidden_layers 1): 10 + 1 attention layers, so groups of 11 and a larger page."""
+    settings = {"kv_cache_dtype": "fp8", "enable_prefix_caching": True, "max_model_len": 131_072,
+                "kv_cache_memory_bytes": int(5.98 * 2**30), "speculative_config": {"method": "mtp",
+                                                                                 "num_speculative_tokens": 1}}
+    p = plan(PlanRequest(model="nvidia/Qwen3.6-35B-A3B-NVFP4", gpu="RTX 5090", engine="vllm",
+                         engine_version="0.24.0", settings=settings))
+    assert p["kv"]["speculative"]["draft_kv_layers"] == 1
+    assert p["kv"]["hybrid"]["group_size"] == 11
+    assert p["capacity"]["kv_tokens"] < 567_978  # the log's figure without MTP
