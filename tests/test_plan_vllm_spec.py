@@ -103,3 +103,15 @@ def test_mtp_on_a_hybrid_gdn_model_joins_the_attention_group():
     assert p["kv"]["speculative"]["draft_kv_layers"] == 1
     assert p["kv"]["hybrid"]["group_size"] == 11
     assert p["capacity"]["kv_tokens"] < 567_978  # the log's figure without MTP
+
+
+def test_eagle_on_gpt_oss_pads_the_sliding_group_instead_of_doubling_the_full_groups():
+    """18 sliding + 19 full (with the head) → two groups of 19 (vLLM's 1.5× rule), not three of 18."""
+    kw = dict(model="openai/gpt-oss-120b", gpu="H200", engine="vllm")
+    pinned = {"kv_cache_memory_bytes": 40 * 2**30}
+    base = plan(PlanRequest(**kw, settings=pinned))
+    eagle = plan(PlanRequest(**kw, settings={**pinned, "speculative_config": {
+        "model": "specforge-config:gpt-oss-120B-eagle3", "num_speculative_tokens": 3}}))
+    assert eagle["kv"]["speculative"]["draft_kv_layers"] == 1
+    ratio = eagle["kv"]["num_gpu_blocks"] / base["kv"]["num_gpu_blocks"]
+    assert ratio == pytest.approx(18 / 19, abs=1e-3)

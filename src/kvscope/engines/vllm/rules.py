@@ -182,11 +182,12 @@ def hybrid_capacity(kv_gib: float, row_bytes: int, full_layers: int, sliding_lay
                     block_size: int, max_model_len: int, max_batched: int, rule: str) -> Capacity:
     """Sliding-window + full-attention model under the hybrid KV cache manager (v0.9.1+).
 
-    Layers of one type are cut into groups of the smaller type's count; one block id costs a page in
-    each of ``group_size`` shared tensors. A full group needs cdiv(M, bs) blocks per request, a
-    window group cdiv(min(window − 1 + max_batched, M), bs) + 1.
+    Layers of one type are cut into groups of the smaller type's count (the larger when it is under
+    1.5×: gpt-oss + an EAGLE layer, 18 sw + 19 full, pads to two groups of 19, not three of 18 —
+    layer_group_size); one block id costs a page in each of ``group_size`` shared tensors. A full
+    group needs cdiv(M, bs) blocks per request, a window group cdiv(min(window − 1 + max_batched, M), bs) + 1.
     """
-    group = min(full_layers, sliding_layers) or max(full_layers, sliding_layers)
+    group = layer_group_size([full_layers, sliding_layers])
     full_groups, sw_groups = cdiv(full_layers, group), cdiv(sliding_layers, group)
     blocks = blocks_for(kv_gib, block_size * row_bytes * group)
     per_request = full_groups * cdiv(max_model_len, block_size)
