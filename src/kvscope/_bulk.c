@@ -1,22 +1,29 @@
-/* kvscope._bulk: the bulk lane of the reader (SGLang "Decode batch" / "Prefill batch" lines) in C.
+/* kvscope._bulk: the bulk lane of the reader (SGLang "Decode batch" / "Prefill batch" lines and the
+ * retraction warnings) in C, and the reader's newline count.
  *
- * Why this exists: a week of serving journal is gigabytes of these two line shapes, and in pure
- * Python each costs a regex match plus a loop turn of the runtime fold (kvscope.runtime.stream);
- * measured, that is 80x `grep -c 'Decode batch'`. This module does the same two steps at C speed:
+ * Why this exists: a week of serving journal is gigabytes of these line shapes, and in pure Python
+ * each costs a regex match plus a loop turn of the runtime fold (kvscope.runtime.stream); measured,
+ * that is 80x `grep -c 'Decode batch'`. This module does the same steps at C speed:
  *
- *   split(view)  the equivalent of kvscope.runtime.lines.BULK.split() over a stretch that starts with
- *                "\n": the text with every matched line replaced by "\x01", and a Batch holding the
- *                groups of each match (Batch.rows() gives them as the regex's tuples) plus the
- *                numbers they convert to. It returns False where it cannot promise the regex's result
- *                (a number of more than MAX_DIGITS digits); the caller then uses the regex.
+ *   split(buf, lo, hi)
+ *                the equivalent of kvscope.runtime.lines.BULK.split() over b"\n" + buf[lo:hi] (whole
+ *                lines), read in place: the text with every matched line replaced by "\x01", and a
+ *                Batch holding the groups of each match (Batch.rows() gives them as the regex's
+ *                tuples) plus the numbers they convert to. None: no line matched. False: it cannot
+ *                promise the regex's result (a number of more than MAX_DIGITS digits, more than
+ *                MAX_LABELS rank labels); the caller then uses the regex.
  *   fold(batch, streams)
- *                kvscope.runtime.stream.Stream.sample_rows() for every row, each row into the stream
- *                of its rank label, with the same arithmetic in the same order (the same doubles).
- *                Rare transitions (a queueing episode starting or ending, the timeline halving) call
- *                the Python methods themselves, so that logic exists once.
+ *                kvscope.runtime.stream.Stream.sample_rows() for every decode / prefill row, each row
+ *                into the stream of its rank label, with the same arithmetic in the same order (the
+ *                same doubles). Queue episodes open, merge and close here; Stream._close() and
+ *                Timeline._halve() are called as Python methods, so that logic exists once.
+ *                Retraction rows are counted by the accumulator (Batch.retracts()).
+ *   count_lines(buf, lo, hi)
+ *                bytes.count(b"\n", lo, hi), eight bytes at a time.
  *
  * Equivalence with the Python path is a tested property (tests/test_bulk_native.py): same split on
- * real logs and generated lines, same Stream state after folding the same rows.
+ * real logs, mutated lines and random bytes, same Stream state after folding the same rows; and the
+ * work per line is linear whatever the line holds (a hostile line is a test too).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
