@@ -14,28 +14,34 @@ import click
 from kvscope import __version__
 from kvscope.errors import InputError
 
+VERBS = ("explain", "examples", "whatif", "plan", "watch")  # one module each: kvscope.cli.<verb>
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class _Verbs(click.Group):
+    """Imports a verb's module only when that verb runs (or help lists them): ``kvscope explain``
+    need not load the HTTP client and live view of ``watch``; a verb whose module cannot be
+    imported is simply absent."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [name for name in VERBS if self.get_command(ctx, name) is not None]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in VERBS:
+            return None
+        try:
+            module = __import__(f"kvscope.cli.{cmd_name}", fromlist=["command"])
+        except ImportError:
+            return None
+        return module.command
+
+
+@click.group(cls=_Verbs, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="kvscope")
 def app() -> None:
     """Where did my GPU memory go? Explain and predict KV-cache capacity of LLM inference servers."""
 
 
-def _register() -> None:
-    from kvscope.cli import examples, explain
-
-    app.add_command(explain.command)
-    app.add_command(examples.command)
-    for name in ("whatif", "plan", "watch"):
-        try:
-            module = __import__(f"kvscope.cli.{name}", fromlist=["command"])
-        except ImportError:
-            continue
-        app.add_command(module.command)
-
-
 def main(argv: list[str] | None = None) -> None:
-    _register()
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
         app.main(args=argv, prog_name="kvscope", standalone_mode=False)
