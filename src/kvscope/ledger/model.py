@@ -133,6 +133,22 @@ class Rank:
             self.derived.append(key)
 
 
+class LedgerRows:
+    """A rank's ledger as an engine's finish step writes it, top to bottom. A figure that is None
+    makes no row; a row is "derived" when kvscope computed the rank field ``key`` (``Rank.derived``),
+    else "read", unless ``how`` names it ("assumed", "derived", "estimated")."""
+
+    def __init__(self, rank: Rank) -> None:
+        self.rank = rank
+        self.rows: list[LedgerRow] = []
+
+    def add(self, item: str, gib: float | None, key: str | None = None, note: str = "", how: str | None = None) -> None:
+        if gib is None:
+            return
+        kind = how or ("derived" if key and key in self.rank.derived else "read")
+        self.rows.append(LedgerRow(item, gib, kind, note))
+
+
 @dataclass
 class Capacity:
     kv_tokens: int | None = None

@@ -18,7 +18,7 @@ from kvscope.capacity.catalog import load_architecture
 from kvscope.engines.base import MAX_PLAUSIBLE
 from kvscope.engines.llamacpp import rules
 from kvscope.engines.llamacpp.lines import BUF_PREFIX, HOST_RANK, SUMMARY_RANK, failure_events
-from kvscope.ledger.model import KvPool, LedgerRow, Rank, Reconciliation, Startup
+from kvscope.ledger.model import KvPool, LedgerRow, LedgerRows, Rank, Reconciliation, Startup
 
 AGGREGATE_RANK = "(all devices)"
 KIND_ORDER = ("target", "swa", "draft", "recurrent")
@@ -428,21 +428,17 @@ def _check_blocks(mib: float, cells: int, type_name: str, label: str, layers: in
 
 def ledger_rows(s: Startup, r: Rank) -> list[LedgerRow]:
     """One device's memory, top to bottom; figures read from buffer lines unless marked derived."""
-    rows: list[LedgerRow] = []
-
-    def add(item: str, gib: float | None, how: str = "read", note: str = "") -> None:
-        if gib is not None:
-            rows.append(LedgerRow(item, gib, how, note))
+    ledger = LedgerRows(r)
+    add = ledger.add
 
     if r.extras.get("aggregate"):
         for p in r.kv_pools:
             add(f"KV cache {p.name}, whole cache across devices", p.size_gib(), note="summary line; per-device share above")
-        return rows
+        return ledger.rows
     add("device total (memory breakdown at exit)", r.total_gib)
     add("free before weights (llama.cpp device probe)", r.pre_load_free_gib)
     buffers = r.extras.get("model_buffers_mib") or {}
-    add("model weights", r.weights_gib, "derived" if "weights_gib" in r.derived else "read",
-        ", ".join(f"{k} {v:.2f} MiB" for k, v in buffers.items()))
+    add("model weights", r.weights_gib, "weights_gib", ", ".join(f"{k} {v:.2f} MiB" for k, v in buffers.items()))
     for p in sorted(r.kv_pools, key=lambda p: KIND_ORDER.index(p.name) if p.name in KIND_ORDER else 9):
         label = "recurrent state (R/S)" if p.name == "recurrent" else f"KV cache: {p.name}"
         if p.tokens:
@@ -459,5 +455,5 @@ def ledger_rows(s: Startup, r: Rank) -> list[LedgerRow]:
     parts = [r.weights_gib, *(p.size_gib() for p in r.kv_pools), r.extras.get("compute_gib"),
              r.extras.get("output_gib"), r.extras.get("input_gib")]
     if r.total_gib and any(x is not None for x in parts):
-        add("everything llama.cpp logged on this device", sum(x for x in parts if x is not None), "derived")
-    return rows
+        add("everything llama.cpp logged on this device", sum(x for x in parts if x is not None), how="derived")
+    return ledger.rows

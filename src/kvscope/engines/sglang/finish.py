@@ -9,7 +9,7 @@ from kvscope.capacity.catalog import load_architecture
 from kvscope.engines.sglang import rules
 from kvscope.engines.sglang.eras import era_for, infer_version_range, parse_version
 from kvscope.engines.sglang.rules import GIB, Interval
-from kvscope.ledger.model import LedgerRow, Rank, Reconciliation, Startup
+from kvscope.ledger.model import LedgerRow, LedgerRows, Rank, Reconciliation, Startup
 
 
 def _features(s: Startup) -> dict[str, Any]:
@@ -272,13 +272,8 @@ def _budget_check(s, ref, tokens, bpt, page, rec, checks, consistent, era) -> No
 
 def ledger_rows(s: Startup, r: Rank) -> list[LedgerRow]:
     """The rank's memory ledger, top to bottom, each figure marked read / derived / estimated."""
-    rows: list[LedgerRow] = []
-
-    def add(item: str, gib: float | None, key: str | None = None, note: str = "", how: str | None = None) -> None:
-        if gib is None:
-            return
-        kind = how or ("derived" if key and key in r.derived else "read")
-        rows.append(LedgerRow(item, gib, kind, note))
+    ledger = LedgerRows(r)
+    add = ledger.add
 
     total = s.assumptions.get("gpu_total_gib")
     if total:
@@ -305,4 +300,4 @@ def ledger_rows(s: Startup, r: Rank) -> list[LedgerRow]:
     if draft:
         add("KV pool: draft" + (f" ({draft.tokens:,} tokens)" if draft.tokens else ""), draft.size_gib())
     add("free at ready", r.avail_at_ready_gib, "avail_at_ready_gib")
-    return rows
+    return ledger.rows

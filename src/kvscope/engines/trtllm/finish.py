@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 
 from kvscope.engines.trtllm.lines import POOL_NAME
-from kvscope.ledger.model import GIB, LedgerRow, Rank, Reconciliation, Startup
+from kvscope.ledger.model import GIB, LedgerRow, LedgerRows, Rank, Reconciliation, Startup
 
 DEFAULT_FRACTION = 0.9  # KvCacheConfig::kDefaultGpuMemFraction
 HALF_CENT = 0.005
@@ -261,11 +261,8 @@ def _check_pytorch(s: Startup, allocated: float | None, checks: list[str], ok: l
 
 def ledger_rows(s: Startup, r: Rank) -> list[LedgerRow]:
     """The rank's memory, in the order TensorRT-LLM fills it."""
-    rows: list[LedgerRow] = []
-
-    def add(item: str, gib: float | None, how: str = "read", note: str = "") -> None:
-        if gib is not None:
-            rows.append(LedgerRow(item, gib, how, note))
+    ledger = LedgerRows(r)
+    add = ledger.add
 
     add("device total", r.total_gib)
     add("free before weights", r.pre_load_free_gib)
@@ -279,9 +276,9 @@ def ledger_rows(s: Startup, r: Rank) -> list[LedgerRow]:
     add("outside torch (NCCL, CUDA graphs)", r.non_torch_gib)
     avail = r.extras.get("kv_sizing_free_gib")
     add("free when the KV cache was sized", avail, note="TensorRT-LLM's 'available'")
-    frac, how = effective_fraction(s)
+    frac, basis = effective_fraction(s)
     if avail is not None and frac is not None:
-        add(f"KV budget {frac:g} × free", frac * avail, "derived", how)
+        add(f"KV budget {frac:g} × free", frac * avail, note=basis, how="derived")
     for est in r.extras.get("estimation_kv_gib") or []:
         add("KV pool of the estimation pass (freed)", est, note="PyTorch backend sizes twice")
     target = r.pool("target")
@@ -289,5 +286,5 @@ def ledger_rows(s: Startup, r: Rank) -> list[LedgerRow]:
         label = "KV pool" + (f" ({target.tokens:,} tokens)" if target.tokens else "")
         add(label, target.size_gib())
     if avail is not None and target is not None and target.gib is not None:
-        add("left free after the KV pool", avail - target.gib, "derived")
-    return rows
+        add("left free after the KV pool", avail - target.gib, how="derived")
+    return ledger.rows

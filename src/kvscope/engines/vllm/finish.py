@@ -14,7 +14,16 @@ from kvscope.capacity.catalog import catalog_entry, load_architecture
 from kvscope.engines.vllm import eras, rules
 from kvscope.engines.vllm.eras import Era
 from kvscope.engines.vllm.rules import GIB, HALF_CENT
-from kvscope.ledger.model import Failure, KvPool, LedgerRow, Rank, Reconciliation, Startup, finite_number
+from kvscope.ledger.model import (
+    Failure,
+    KvPool,
+    LedgerRow,
+    LedgerRows,
+    Rank,
+    Reconciliation,
+    Startup,
+    finite_number,
+)
 
 THIN_HEADROOM_GIB = 1.0  # vLLM's own warning: "CUDA graphs can take additional 1~3 GiB memory per GPU"
 
@@ -726,13 +735,8 @@ def _pools(s: Startup, arch: Architecture | None) -> None:
 
 def ledger_rows(s: Startup, r: Rank, era: Era) -> list[LedgerRow]:  # noqa: C901 - one row per ledger item
     """The rank's memory ledger: device total, the budget, what the budget paid for, what lies outside."""
-    rows: list[LedgerRow] = []
-
-    def add(item: str, gib: float | None, key: str | None = None, note: str = "", how: str | None = None) -> None:
-        if gib is None:
-            return
-        kind = how or ("derived" if key and key in r.derived else "read")
-        rows.append(LedgerRow(item, gib, kind, note))
+    ledger = LedgerRows(r)
+    add = ledger.add
 
     total = r.total_gib
     if total is None and finite_number(s.assumptions.get("gpu_total_gib")):
@@ -790,4 +794,4 @@ def ledger_rows(s: Startup, r: Rank, era: Era) -> list[LedgerRow]:  # noqa: C901
         where = {True: "inside the budget (as estimated)", False: "taken from the memory outside the budget",
                  None: "outside the budget before v0.20, estimated inside from v0.20"}[inside]
         add("CUDA graphs captured", r.cuda_graph_gib, "cuda_graph_gib", where)
-    return rows
+    return ledger.rows
