@@ -66,6 +66,15 @@ class EngineLines(Protocol):
         ...
 
 
+def cut_short(text: str, joinable: tuple[tuple[str, re.Pattern[str]], ...]) -> bool:
+    """Whether ``text`` holds a known message head (the fast ``in`` test) whose whole pattern does
+    not match: a line a terminal wrapped. A plain loop: it runs for every candidate line."""
+    for head, pattern in joinable:  # noqa: SIM110 - a plain loop is 3x any(genexpr)
+        if head in text and not pattern.search(text):
+            return True
+    return False
+
+
 def first_match(patterns: list[re.Pattern[str]], text: str) -> re.Match[str] | None:
     for p in patterns:
         m = p.search(text)

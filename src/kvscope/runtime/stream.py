@@ -421,6 +421,7 @@ class Stream:
             self.sat_n, self.sat_u_per_req, self.sat_tok_per_req, self.sat_tok_n = sat_n, sat_u_per_req, sat_tok_per_req, sat_tok_n
 
     def _rate(self, key: str, v: float) -> None:
+        """[sum, n, max, last] of one rate; updated in place (``self.gen`` is ``rates["gen_tps"]``)."""
         acc = self.rates.get(key)
         if acc is None:
             self.rates[key] = [v, 1, v, v]
@@ -485,17 +486,7 @@ class Stream:
         for key in ("gen_tps", "prompt_tps", "input_tps", "hit_pct", "external_hit_pct"):
             v = d.get(key)
             if v is not None:
-                acc = self.rates.get(key)
-                if acc is None:
-                    self.rates[key] = [v, 1, v, v]
-                elif not acc[1]:
-                    acc[:] = [v, 1, v, v]  # in place: self.gen is the same list as rates["gen_tps"]
-                else:
-                    acc[0] += v
-                    acc[1] += 1
-                    if v > acc[2]:
-                        acc[2] = v
-                    acc[3] = v
+                self._rate(key, v)
         nt = d.get("new_tokens")
         if nt is not None:
             self.new_tokens += nt

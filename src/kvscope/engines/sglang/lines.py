@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from kvscope import events as ev
-from kvscope.engines.base import NUM, LineContext, Parsed, to_float, to_int
+from kvscope.engines.base import NUM, LineContext, Parsed, cut_short, to_float, to_int
 from kvscope.engines.sglang.server_args import parse_server_args
 
 ENGINE = "sglang"
@@ -175,10 +175,7 @@ class SGLangLines:
     anchors = ANCHORS
 
     def wants_join(self, text: str) -> bool:
-        for head, pattern in _JOINABLE:  # noqa: SIM110 - a plain loop is 3x any(genexpr); runs per line
-            if head in text and not pattern.search(text):
-                return True
-        return False
+        return cut_short(text, _JOINABLE)
 
     def parse(self, text: str, ctx: LineContext) -> list[Parsed]:
         rank, ts, msg = split_prefix(text)

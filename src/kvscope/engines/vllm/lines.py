@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from kvscope import events as ev
-from kvscope.engines.base import NUM, LineContext, Parsed, to_float, to_int
+from kvscope.engines.base import NUM, LineContext, Parsed, cut_short, to_float, to_int
 from kvscope.engines.vllm import args as vargs
 from kvscope.engines.vllm.rules import classify_shortfall
 
@@ -451,10 +451,7 @@ class VLLMLines:
     anchors = ANCHORS
 
     def wants_join(self, text: str) -> bool:
-        for head, pattern in _JOINABLE:  # noqa: SIM110 - a plain loop is 3x any(genexpr); runs per line
-            if head in text and not pattern.search(text):
-                return True
-        return False
+        return cut_short(text, _JOINABLE)
 
     def parse(self, text: str, ctx: LineContext) -> list[Parsed]:
         rank, ts, msg, repeated = split_prefix(text[:MAX_MESSAGE])
