@@ -46,20 +46,22 @@ BULK_BYTES = 1 << 20
 BULK_MARK = b"\x01"
 
 
-def _newline_counter() -> Any:
-    """``count_lines(buf, lo, hi)`` = ``buf.count(b"\\n", lo, hi)``: the C one (kvscope._bulk, 4-6x
-    faster, and line numbering touches every byte of the input) where it was built."""
-    if not os.environ.get("KVSCOPE_PURE_PYTHON"):
-        try:
-            from kvscope._bulk import count_lines
-        except ImportError:
-            pass
-        else:
-            return count_lines
-    return lambda buf, lo, hi: buf.count(b"\n", lo, hi)
+def _native() -> Any:
+    """``kvscope._bulk``, the C helpers (newline count here, the engines' bulk lane), or None where
+    it was not built (no compiler at install) or ``KVSCOPE_PURE_PYTHON`` turns it off."""
+    if os.environ.get("KVSCOPE_PURE_PYTHON"):
+        return None
+    try:
+        from kvscope import _bulk
+    except ImportError:
+        return None
+    return _bulk
 
 
-count_lines = _newline_counter()
+NATIVE = _native()
+# ``count_lines(buf, lo, hi)`` = ``buf.count(b"\n", lo, hi)``; the C one is 4-6x faster, and line
+# numbering touches every byte of the input.
+count_lines = NATIVE.count_lines if NATIVE is not None else (lambda buf, lo, hi: buf.count(b"\n", lo, hi))
 
 
 @dataclass(slots=True)

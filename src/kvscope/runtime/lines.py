@@ -26,13 +26,12 @@ Timestamps become seconds on a private clock (only differences are used): SGLang
 from __future__ import annotations
 
 import datetime as _dt
-import os
 import re
 from typing import Any
 
 from kvscope import events as ev
 from kvscope.engines.base import LineContext, Parsed, to_float, to_int
-from kvscope.reading.source import regex_split
+from kvscope.reading.source import NATIVE, regex_split
 
 ANCHORS: tuple[bytes, ...] = (b" batch", b"throughput", b"reempt", b"etract", b"hit rate")
 
@@ -120,18 +119,6 @@ class BulkLane:
         return regex_split(self.pattern, buf, lo, hi)
 
 
-def _native() -> Any:
-    """The C bulk lane, or None where it was not built (no compiler at install) or is turned off."""
-    if os.environ.get("KVSCOPE_PURE_PYTHON"):
-        return None
-    try:
-        from kvscope import _bulk
-    except ImportError:
-        return None
-    return _bulk
-
-
-NATIVE = _native()
 BULK_LANE = BulkLane(BULK, NATIVE)
 
 
