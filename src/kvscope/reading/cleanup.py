@@ -11,10 +11,12 @@ from __future__ import annotations
 import re
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\[\d{1,3}(?:;\d{1,3})*m")
-_JOURNALD = re.compile(
-    r"^(?:[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)?|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[\d.,:+\-]*)"
+# journald's prefix, also the one the bulk lane accepts (kvscope.runtime.lines.BULK): the same text.
+JOURNALD_PREFIX = (
+    r"(?:[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)?|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[\d.,:+\-]*)"
     r" [\w.\-]+ [\w.@/\-]+(?:\[\d+\])?: "
 )
+_JOURNALD = re.compile("^" + JOURNALD_PREFIX)
 _KUBECTL_TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z ")
 _KUBECTL_PREFIX = re.compile(r"^\[pod/[^\]\s]+(?:/[^\]\s]+)?\] ")
 _COMPOSE = re.compile(r"^[A-Za-z0-9][\w.\-]*\s+\| ?")

@@ -31,6 +31,7 @@ from typing import Any
 
 from kvscope import events as ev
 from kvscope.engines.base import LineContext, Parsed, to_float, to_int
+from kvscope.reading.cleanup import JOURNALD_PREFIX
 from kvscope.reading.source import NATIVE, regex_split
 
 ANCHORS: tuple[bytes, ...] = (b" batch", b"throughput", b"reempt", b"etract", b"hit rate")
@@ -82,8 +83,7 @@ _T = rb"[\t\x20-\x5a\x5c-\x7e]"  # printable ASCII and tab, no '[': no colour co
 _FREE = rb"{0,1024}"
 _END = rb"(?:" + _T + _FREE + rb"[\d,.%)])?"
 BULK = re.compile(
-    rb"\n(?:(?:[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)?|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[\d.,:+\-]*)"
-    rb" [\w.\-]+ [\w.@/\-]+(?:\[\d+\])?: )?"
+    rb"\n(?:" + JOURNALD_PREFIX.encode() + rb")?"  # exactly the prefix clean_line strips
     rb"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)?((?: [A-Z_]+\d+)*)\] "
     rb"(?:Decode batch[.,] #running-req: (\d+), #token: (\d+), token usage: ([\d.]+), "
     rb"(" + _T + _FREE + rb"?)gen throughput \(token/s\): ([\d.]+), (" + _T + _FREE + rb"?)#queue-req: (\d+)(" + _END + rb")"
