@@ -301,3 +301,53 @@ def test_many_rank_labels_go_to_the_regex():
     lines = [f"[2026-09-01 12:00:05 TP{i}] " + _dec()[22:] for i in range(2000)]
     view = ("\n" + "\n".join(lines) + "\n").encode()
     assert NATIVE.split(view, 1, len(view)) is False
+
+
+# ---- the anchor scan ---------------------------------------------------------------------------
+
+def _naive_line_starts(body: bytes, lo: int, hi: int, anchors: list[bytes]) -> list[int]:
+    """Starts of the lines of body[lo:hi] holding an anchor that lies wholly inside [lo, hi)."""
+    out, pos = [], lo
+    for line in body[lo:hi].split(b"\n"):
+        if any(a in line for a in anchors):
+            out.append(pos)
+        pos += len(line) + 1
+    return out
+
+
+_ANCHOR = st.binary(min_size=1, max_size=9).filter(lambda b: b"\n" not in b)
+
+
+@settings(max_examples=int(os.environ.get("KVSCOPE_PROPERTY_EXAMPLES", "300")), deadline=None)
+@given(data=st.data(), anchors=st.lists(_ANCHOR, min_size=1, max_size=8))
+def test_anchor_scan_finds_the_naive_lines(data, anchors):
+    """Any anchors (one and two bytes take the slow path, three and more the hashed one), any
+    bytes, any region, including one that ends inside a line or inside an anchor."""
+    piece = st.one_of(st.sampled_from(anchors), st.binary(max_size=12), st.sampled_from([b"\n", b"x" * 40]))
+    body = data.draw(st.lists(piece, max_size=30).map(b"".join))
+    lo = data.draw(st.integers(0, len(body)))
+    lo = body.rfind(b"\n", 0, lo) + 1  # a region starts at a line start
+    hi = data.draw(st.integers(lo, len(body)))
+    got = NATIVE.Anchors(anchors).line_starts(body, lo, hi)
+    assert got == _naive_line_starts(body, lo, hi, anchors)
+
+
+def test_anchor_scan_on_real_logs_matches_the_python_scanner():
+    """The engines' anchors over every real log: the C pass and the planned Python search agree."""
+    from kvscope.engines import ANCHORS
+    from kvscope.reading.scan import AnchorScanner
+
+    native, python = AnchorScanner(ANCHORS), AnchorScanner(ANCHORS, native=False)
+    assert native.native is not None and python.native is None
+    for path in sorted(Path(__file__).parent.glob("fixtures/**/*.txt")) + sorted(Path(__file__).parent.glob("fixtures/**/*.log")):
+        body = path.read_bytes()
+        body = body if body.endswith(b"\n") else body + b"\n"
+        assert native.line_starts(body, 0, len(body))[0] == python.line_starts(body, 0, len(body))[0], path
+
+
+def test_anchor_scan_refuses_what_the_python_scanner_refuses():
+    for bad in ([b""], [b"a\nb"], ["text"]):
+        with pytest.raises(ValueError):
+            NATIVE.Anchors(bad)
+    with pytest.raises(ValueError):
+        NATIVE.Anchors([b"mem"]).line_starts(b"mem\n", 2, 1)

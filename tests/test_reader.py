@@ -127,7 +127,7 @@ def test_every_key_plan_finds_the_same_lines(monkeypatch, data, anchors):
     monkeypatch.setattr(scan, "LANE_MIN_BYTES", 0)  # compile lanes even for these small bodies
     monkeypatch.setattr(scan, "MASK_MIN_LINES", data.draw(st.integers(1, 3)))
     body = data.draw(_body(anchors)) + b"\n"
-    scanner = AnchorScanner(anchors)
+    scanner = AnchorScanner(anchors, native=False)
     plan = {a: data.draw(st.one_of(st.none(), st.sampled_from(list(a)))) for a in scanner.anchors}
     keys = sorted({k for k in plan.values() if k is not None})
     lanes = data.draw(st.lists(st.sampled_from(keys), unique=True)) if keys else []
@@ -166,7 +166,7 @@ def test_plan_gives_a_regex_lane_to_anchors_made_of_common_bytes():
     """In a vLLM journal every byte of ``mem`` or ``loading model`` is on every line: a memchr key
     would stop at each line, so such anchors share one regex lane, and the lines found match."""
     body = _vllm_journal(5000)
-    scanner = AnchorScanner(ANCHORS)
+    scanner = AnchorScanner(ANCHORS, native=False)
     scanner.plan(body[-scan.RESAMPLE_BYTES :])
     lane_anchors = {a for _, group in scanner.lanes for a in group}
     assert {b"mem", b"loading model", b"odel: "} <= lane_anchors
@@ -181,7 +181,7 @@ def test_plan_from_a_small_sample_is_remade_on_the_first_big_region():
     """The first plan of a file is often made from startup lines alone; the serving lines after
     them decide which bytes are rare, so the plan is remade from the first large region."""
     body = _vllm_journal(3000)
-    scanner = AnchorScanner(ANCHORS)
+    scanner = AnchorScanner(ANCHORS, native=False)
     scanner.plan(b"[2026-02-28 12:00:00] INFO OK Capture KV cache\n")
     assert scanner.sample_bytes < scan.RESAMPLE_BYTES
     starts, _ = scanner.line_starts(body, 0, len(body))
@@ -191,7 +191,7 @@ def test_plan_from_a_small_sample_is_remade_on_the_first_big_region():
 
 def test_plan_keys_rare_bytes_and_shares_them():
     sample = b"Decode batch, #running-req: 12, #token: 45678, token usage: 0.29, cuda graph: True,\n" * 800
-    scanner = AnchorScanner([b"mem", b"OutOfMemory", b"KV ", b"Capture "])
+    scanner = AnchorScanner([b"mem", b"OutOfMemory", b"KV ", b"Capture "], native=False)
     scanner.plan(sample)
     keyed = {a: k for k, by_next in scanner.keys for bucket in by_next for a, _ in bucket}
     assert not scanner.direct

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Protocol
 
 from kvscope.errors import InputError
+from kvscope.reading.native import NATIVE
 from kvscope.reading.scan import AnchorScanner
 
 BLOCK_BYTES = 4 << 20
@@ -46,19 +47,6 @@ BULK_BYTES = 1 << 20
 BULK_MARK = b"\x01"
 
 
-def _native() -> Any:
-    """``kvscope._bulk``, the C helpers (newline count here, the engines' bulk lane), or None where
-    it was not built (no compiler at install) or ``KVSCOPE_PURE_PYTHON`` turns it off."""
-    if os.environ.get("KVSCOPE_PURE_PYTHON"):
-        return None
-    try:
-        from kvscope import _bulk
-    except ImportError:
-        return None
-    return _bulk
-
-
-NATIVE = _native()
 # ``count_lines(buf, lo, hi)`` = ``buf.count(b"\n", lo, hi)``; the C one is 4-6x faster, and line
 # numbering touches every byte of the input.
 count_lines = NATIVE.count_lines if NATIVE is not None else (lambda buf, lo, hi: buf.count(b"\n", lo, hi))
@@ -323,6 +311,8 @@ class _FileScan:
         for directly (the plan may have been made from startup lines, where capitals abound), and
         every REPLAN_BYTES anyway. A plan costs well under a millisecond.
         """
+        if self.scanner.native is not None:  # the C scan needs no plan
+            return
         expected = self.scanner.planned_hits_per_byte * (hi - lo)
         due = self.stats.bytes_read >= self.next_plan
         direct_due = self.scanner.direct and self.stats.bytes_read >= self.last_plan + DIRECT_REPLAN_BYTES
