@@ -1589,92 +1589,104 @@ static PyObject *bulk_count_lines(PyObject *mod, PyObject *args) {
  *
  * Why a different method from the Python scanner: there a key hit costs a Python-level look
  * (~400 ns), so it searches for rare key bytes and compiles regex lanes for common ones, planned
- * from samples of the data. Here a hit costs a few ns, so one pass does for any data: at every
- * position the next four bytes are hashed into a 65,536-bit set of the anchors' first four bytes
- * (8 KiB, in L1 cache; a second set holds the first three bytes of three-byte anchors), and only
- * the positions in a set are compared against the anchors that start so. Two bytes would be
- * cheaper to test but pass 7-13 % of a journal's positions ("gp" of gpu_memory_utilization is on
- * every line of host gpu-node-7); four pass about one per line. After a hit the rest of its line
- * is skipped. No plan, nothing to go stale. Anchors of one or two bytes (none in kvscope's sets;
- * tests use them) take a plain per-anchor search instead. */
+ * from samples of the data. Here a hit costs nanoseconds, so fixed filters do for any data, with
+ * no plan to go stale:
+ *  - anchors of five or more bytes: every second position's next four bytes are hashed into a
+ *    65,536-bit set (8 KiB, in L1 cache) of each anchor's four-byte windows at offsets 0 and 1; an
+ *    occurrence at p holds one of them at the first even-stepped position >= p. Only the positions
+ *    in the set are compared against the anchors having that window. Four bytes, not two: two
+ *    pass 7-13 % of a journal's positions ("gp" of gpu_memory_utilization is on every line of host
+ *    gpu-node-7), four about one per line.
+ *  - anchors of three or four bytes (a few: "mem", "KV "): compared whole at 16 positions at once
+ *    (SSE2 byte compares, where the compiler has them).
+ *  - any anchor of one or two bytes, or many short ones (none in kvscope's sets; tests use them):
+ *    a hashed set of every anchor's first three bytes at every position, and a plain compare for
+ *    the shortest, as a slower but general path.
+ * After a hit the rest of its line is skipped. */
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#define MAX_SIMD_ANCHORS 8
+
+typedef struct {
+    uint32_t gram;    /* four bytes of the anchor, little-endian */
+    Py_ssize_t off;   /* where in the anchor they are */
+    const char *text;
+    Py_ssize_t len;
+} Gram;
+
 typedef struct {
     PyObject_HEAD
-    uint64_t set4[1024];    /* bit hash(first four bytes) of each anchor of four or more bytes */
-    uint64_t set3[1024];    /* bit hash(first three bytes) of each three-byte anchor */
-    Py_ssize_t n4, n3, nshort;
-    uint32_t *key4, *key3;  /* sorted keys (first bytes, little-endian) with their anchors */
-    const char **text4, **text3, **textshort;
-    Py_ssize_t *len4, *lenshort;
+    int general;            /* 1: the general path (one- or two-byte anchors, or too many short ones) */
+    uint64_t set[1024];     /* hashed windows: of long anchors (fast path) / first three bytes (general) */
+    Gram *grams;            /* long anchors' windows, sorted by gram (fast path) */
+    Py_ssize_t ngrams;
+    unsigned char simd[MAX_SIMD_ANCHORS][4]; /* short anchors' bytes (fast path) */
+    Py_ssize_t simd_len[MAX_SIMD_ANCHORS], nsimd;
     PyObject *keep;         /* the tuple of anchor bytes the pointers point into */
 } Anchors;
 
 static PyTypeObject AnchorsType;
 
 static void anchors_dealloc(Anchors *a) {
-    PyMem_Free(a->key4);
-    PyMem_Free(a->key3);
-    PyMem_Free(a->text4);
-    PyMem_Free(a->text3);
-    PyMem_Free(a->textshort);
-    PyMem_Free(a->len4);
-    PyMem_Free(a->lenshort);
+    PyMem_Free(a->grams);
     Py_XDECREF(a->keep);
     Py_TYPE(a)->tp_free((PyObject *)a);
 }
 
 INLINE uint32_t load4(const unsigned char *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    uint32_t w;
+    memcpy(&w, p, 4);
+    return w; /* native order on both sides (anchors are loaded the same way) */
 }
 INLINE unsigned hash16(uint32_t w) { return (unsigned)((w * 0x9E3779B1u) >> 16); }
 #define SET_HAS(set, h) (((set)[(h) >> 6] >> ((h) & 63)) & 1)
 #define SET_ADD(set, h) ((set)[(h) >> 6] |= 1ULL << ((h) & 63))
+#define LOW3 (load4((const unsigned char *)"\xff\xff\xff\x00"))
 
-typedef struct {
-    uint32_t key;
-    const char *text;
-    Py_ssize_t len;
-} KeyedAnchor;
-
-static int keyed_cmp(const void *x, const void *y) {
-    uint32_t a = ((const KeyedAnchor *)x)->key, b = ((const KeyedAnchor *)y)->key;
+static int gram_cmp(const void *x, const void *y) {
+    uint32_t a = ((const Gram *)x)->gram, b = ((const Gram *)y)->gram;
     return (a > b) - (a < b);
 }
 
-/* Sorted (key, text, len) of the anchors whose length passes `want`, into fresh arrays. */
-static int keyed_table(PyObject *tup, int kind, uint32_t **keys, const char ***texts, Py_ssize_t **lens, Py_ssize_t *count) {
-    Py_ssize_t n = PyTuple_GET_SIZE(tup), m = 0;
-    KeyedAnchor *tmp = PyMem_Calloc((size_t)n + 1, sizeof(KeyedAnchor));
-    *keys = PyMem_Calloc((size_t)n + 1, sizeof(uint32_t));
-    *texts = PyMem_Calloc((size_t)n + 1, sizeof(char *));
-    if (lens) *lens = PyMem_Calloc((size_t)n + 1, sizeof(Py_ssize_t));
-    if (tmp == NULL || *keys == NULL || *texts == NULL || (lens && *lens == NULL)) {
-        PyMem_Free(tmp);
+/* The fast path's tables; 0 when these anchors need the general path (then a->grams lists every
+ * anchor, off 0, gram = its first three bytes or fewer, for anchor_at_general). */
+static int build_tables(Anchors *a, PyObject *tup) {
+    Py_ssize_t n = PyTuple_GET_SIZE(tup), nshort = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_ssize_t len = PyBytes_GET_SIZE(PyTuple_GET_ITEM(tup, k));
+        if (len <= 2) a->general = 1;
+        else if (len <= 4) nshort++;
+    }
+    if (nshort > MAX_SIMD_ANCHORS) a->general = 1;
+    a->grams = PyMem_Calloc((size_t)(2 * n + 1), sizeof(Gram));
+    if (a->grams == NULL) {
         PyErr_NoMemory();
         return -1;
     }
     for (Py_ssize_t k = 0; k < n; k++) {
         PyObject *o = PyTuple_GET_ITEM(tup, k);
+        const char *t = PyBytes_AS_STRING(o);
         Py_ssize_t len = PyBytes_GET_SIZE(o);
-        const unsigned char *t = (const unsigned char *)PyBytes_AS_STRING(o);
-        if ((kind == 4 && len >= 4) || (kind == 3 && len == 3)) {
-            tmp[m].key = kind == 4 ? load4(t) : (uint32_t)t[0] | (uint32_t)t[1] << 8 | (uint32_t)t[2] << 16;
-            tmp[m].text = (const char *)t;
-            tmp[m].len = len;
-            m++;
-        } else if (kind == 2 && len <= 2) {
-            tmp[m].text = (const char *)t;
-            tmp[m].len = len;
-            m++;
+        if (a->general) {
+            unsigned char first[4] = {0, 0, 0, 0};
+            memcpy(first, t, (size_t)(len < 3 ? len : 3));
+            a->grams[a->ngrams++] = (Gram){load4(first), 0, t, len};
+            if (len >= 3) SET_ADD(a->set, hash16(load4(first)));
+        } else if (len <= 4) {
+            memcpy(a->simd[a->nsimd], t, (size_t)len);
+            a->simd_len[a->nsimd++] = len;
+        } else {
+            for (Py_ssize_t off = 0; off < 2; off++) {
+                uint32_t g = load4((const unsigned char *)t + off);
+                a->grams[a->ngrams++] = (Gram){g, off, t, len};
+                SET_ADD(a->set, hash16(g));
+            }
         }
     }
-    qsort(tmp, (size_t)m, sizeof(KeyedAnchor), keyed_cmp);
-    for (Py_ssize_t k = 0; k < m; k++) {
-        (*keys)[k] = tmp[k].key;
-        (*texts)[k] = tmp[k].text;
-        if (lens) (*lens)[k] = tmp[k].len;
-    }
-    *count = m;
-    PyMem_Free(tmp);
+    qsort(a->grams, (size_t)a->ngrams, sizeof(Gram), gram_cmp);
     return 0;
 }
 
@@ -1697,70 +1709,105 @@ static PyObject *anchors_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
         return NULL;
     }
     a->keep = tup;
-    uint32_t *unused = NULL;
-    if (keyed_table(tup, 4, &a->key4, &a->text4, &a->len4, &a->n4) < 0 ||
-        keyed_table(tup, 3, &a->key3, &a->text3, NULL, &a->n3) < 0 ||
-        keyed_table(tup, 2, &unused, &a->textshort, &a->lenshort, &a->nshort) < 0) {
-        PyMem_Free(unused);
+    if (build_tables(a, tup) < 0) {
         Py_DECREF(a);
         return NULL;
     }
-    PyMem_Free(unused);
-    for (Py_ssize_t k = 0; k < a->n4; k++) SET_ADD(a->set4, hash16(a->key4[k]));
-    for (Py_ssize_t k = 0; k < a->n4; k++) SET_ADD(a->set3, hash16(a->key4[k] & 0xFFFFFFu));
-    for (Py_ssize_t k = 0; k < a->n3; k++) SET_ADD(a->set3, hash16(a->key3[k]));
     return (PyObject *)a;
 }
 
-/* Index of the first key >= key in keys[0:n). */
-static Py_ssize_t lower_bound(const uint32_t *keys, Py_ssize_t n, uint32_t key) {
+/* Index of the first gram >= g. */
+static Py_ssize_t gram_lower_bound(const Gram *grams, Py_ssize_t n, uint32_t g) {
     Py_ssize_t l = 0, r = n;
     while (l < r) {
         Py_ssize_t mid = (l + r) / 2;
-        if (keys[mid] < key) l = mid + 1;
+        if (grams[mid].gram < g) l = mid + 1;
         else r = mid;
     }
     return l;
 }
 
-/* Whether an anchor of three or more bytes starts at s[i] and ends by hi (i + 4 <= hi). */
-static int long_anchor_at(const Anchors *a, const unsigned char *s, Py_ssize_t i, Py_ssize_t hi) {
-    uint32_t w = load4(s + i);
-    if (SET_HAS(a->set4, hash16(w)))
-        for (Py_ssize_t l = lower_bound(a->key4, a->n4, w); l < a->n4 && a->key4[l] == w; l++)
-            if (i + a->len4[l] <= hi && memcmp(s + i + 4, a->text4[l] + 4, (size_t)(a->len4[l] - 4)) == 0) return 1;
-    uint32_t w3 = w & 0xFFFFFFu;
-    if (a->n3 && SET_HAS(a->set3, hash16(w3))) {
-        Py_ssize_t l = lower_bound(a->key3, a->n3, w3);
-        if (l < a->n3 && a->key3[l] == w3) return 1;
+/* Fast path, long anchors: the window at x is in the set; an anchor at x - off, inside [from, hi)? */
+static int long_at(const Anchors *a, const unsigned char *s, Py_ssize_t x, Py_ssize_t from, Py_ssize_t hi) {
+    uint32_t w = load4(s + x);
+    for (Py_ssize_t l = gram_lower_bound(a->grams, a->ngrams, w); l < a->ngrams && a->grams[l].gram == w; l++) {
+        const Gram *g = &a->grams[l];
+        Py_ssize_t p = x - g->off;
+        if (p >= from && p + g->len <= hi && memcmp(s + p, g->text, (size_t)g->len) == 0) return 1;
     }
     return 0;
 }
 
-/* The same near the end of the region (fewer than four bytes left), and for one- and two-byte anchors. */
-static int anchor_at_slow(const Anchors *a, const unsigned char *s, Py_ssize_t i, Py_ssize_t hi) {
-    for (Py_ssize_t k = 0; k < a->nshort; k++)
-        if (i + a->lenshort[k] <= hi && memcmp(s + i, a->textshort[k], (size_t)a->lenshort[k]) == 0) return 1;
-    if (i + 3 == hi && a->n3) {
-        for (Py_ssize_t k = 0; k < a->n3; k++)
-            if (memcmp(s + i, a->text3[k], 3) == 0) return 1;
-    }
-    return i + 4 <= hi && long_anchor_at(a, s, i, hi);
+/* Fast path: the first position >= from (stepping by two from there) whose window starts or
+ * continues a long anchor lying inside [from, hi), or -1. The position lies in that anchor's line. */
+static Py_ssize_t next_long(const Anchors *a, const unsigned char *s, Py_ssize_t from, Py_ssize_t hi) {
+    if (a->ngrams == 0) return -1;
+    const uint64_t *set = a->set;
+    for (Py_ssize_t x = from; x + 4 <= hi; x += 2) /* the hot loop: one hashed-set lookup per two bytes */
+        if (SET_HAS(set, hash16(load4(s + x))) && long_at(a, s, x, from, hi)) return x;
+    return -1;
 }
 
-/* The first position >= i (and < hi) where an anchor starts, or -1. */
-static Py_ssize_t next_anchor(const Anchors *a, const unsigned char *s, Py_ssize_t i, Py_ssize_t hi) {
-    if (a->nshort) {
-        for (; i < hi; i++)
-            if (anchor_at_slow(a, s, i, hi)) return i;
-        return -1;
+INLINE int short_at(const Anchors *a, const unsigned char *s, Py_ssize_t x, Py_ssize_t hi) {
+    for (Py_ssize_t k = 0; k < a->nsimd; k++)
+        if (x + a->simd_len[k] <= hi && memcmp(s + x, a->simd[k], (size_t)a->simd_len[k]) == 0) return 1;
+    return 0;
+}
+
+/* Fast path: the first position >= from where a short anchor lies inside [from, hi), or -1. */
+static Py_ssize_t next_short(const Anchors *a, const unsigned char *s, Py_ssize_t from, Py_ssize_t hi) {
+    if (a->nsimd == 0) return -1;
+    Py_ssize_t x = from;
+#if defined(__SSE2__)
+    __m128i b[MAX_SIMD_ANCHORS][4];
+    for (Py_ssize_t k = 0; k < a->nsimd; k++)
+        for (int j = 0; j < 4; j++) /* a three-byte anchor's fourth compare is made always true */
+            b[k][j] = j < a->simd_len[k] ? _mm_set1_epi8((char)a->simd[k][j]) : _mm_set1_epi8(0);
+    const __m128i zero = _mm_setzero_si128(), ones = _mm_cmpeq_epi8(zero, zero);
+    for (; x + 19 <= hi; x += 16) { /* 16 positions, each anchor compared whole (the loads reach x + 18) */
+        __m128i v0 = _mm_loadu_si128((const __m128i *)(s + x)), v1 = _mm_loadu_si128((const __m128i *)(s + x + 1));
+        __m128i v2 = _mm_loadu_si128((const __m128i *)(s + x + 2)), v3 = _mm_loadu_si128((const __m128i *)(s + x + 3));
+        __m128i any = zero;
+        for (Py_ssize_t k = 0; k < a->nsimd; k++) {
+            __m128i m = _mm_and_si128(_mm_cmpeq_epi8(v0, b[k][0]), _mm_cmpeq_epi8(v1, b[k][1]));
+            m = _mm_and_si128(m, _mm_cmpeq_epi8(v2, b[k][2]));
+            m = _mm_and_si128(m, a->simd_len[k] == 4 ? _mm_cmpeq_epi8(v3, b[k][3]) : ones);
+            any = _mm_or_si128(any, m);
+        }
+        int mask = _mm_movemask_epi8(any);
+        if (mask) return x + __builtin_ctz((unsigned)mask);
     }
-    const uint64_t *set = a->set3;
-    for (; i + 4 <= hi; i++) { /* the hot loop: one hashed-set lookup per byte */
-        if (SET_HAS(set, hash16(load4(s + i) & 0xFFFFFFu)) && long_anchor_at(a, s, i, hi)) return i;
+#endif
+    for (; x < hi; x++)
+        if (short_at(a, s, x, hi)) return x;
+    return -1;
+}
+
+/* General path: an anchor at x, inside [x, hi)? */
+static int anchor_at_general(const Anchors *a, const unsigned char *s, Py_ssize_t x, Py_ssize_t hi) {
+    for (Py_ssize_t k = 0; k < a->ngrams; k++) {
+        const Gram *g = &a->grams[k];
+        if (g->len <= 2 && x + g->len <= hi && memcmp(s + x, g->text, (size_t)g->len) == 0) return 1;
     }
-    for (; i < hi; i++)
-        if (anchor_at_slow(a, s, i, hi)) return i;
+    if (x + 4 > hi) {
+        for (Py_ssize_t k = 0; k < a->ngrams; k++) {
+            const Gram *g = &a->grams[k];
+            if (g->len >= 3 && x + g->len <= hi && memcmp(s + x, g->text, (size_t)g->len) == 0) return 1;
+        }
+        return 0;
+    }
+    uint32_t w3 = load4(s + x) & LOW3;
+    if (!SET_HAS(a->set, hash16(w3))) return 0;
+    for (Py_ssize_t l = gram_lower_bound(a->grams, a->ngrams, w3); l < a->ngrams && a->grams[l].gram == w3; l++) {
+        const Gram *g = &a->grams[l];
+        if (g->len >= 3 && x + g->len <= hi && memcmp(s + x, g->text, (size_t)g->len) == 0) return 1;
+    }
+    return 0;
+}
+
+static Py_ssize_t next_general(const Anchors *a, const unsigned char *s, Py_ssize_t x, Py_ssize_t hi) {
+    for (; x < hi; x++)
+        if (anchor_at_general(a, s, x, hi)) return x;
     return -1;
 }
 
@@ -1779,12 +1826,21 @@ static PyObject *anchors_line_starts(Anchors *a, PyObject *args) {
         return NULL;
     }
     const unsigned char *s = (const unsigned char *)view.buf;
-    Py_ssize_t i = lo;
+    /* Fast path: the next hit of each filter, kept while it lies ahead (a hit found from an
+     * earlier line start is still the first one at or after a later start that has not passed it). */
+    Py_ssize_t i = lo, at_short = -2, at_long = -2; /* -2: not searched yet; -1: none left */
     while (i < hi) {
-        i = next_anchor(a, s, i, hi);
-        if (i < 0) break;
-        Py_ssize_t b = i; /* back to the line's start (memrchr is not portable; lines are short) */
-        while (b > lo && s[b - 1] != '\n') b--;
+        Py_ssize_t x;
+        if (a->general) {
+            x = next_general(a, s, i, hi);
+        } else {
+            if (at_short == -2 || (at_short >= 0 && at_short < i)) at_short = next_short(a, s, i, hi);
+            if (at_long == -2 || (at_long >= 0 && at_long < i)) at_long = next_long(a, s, i, hi);
+            x = at_short < 0 ? at_long : at_long < 0 ? at_short : at_short < at_long ? at_short : at_long;
+        }
+        if (x < 0) break;
+        Py_ssize_t b = x; /* back to the line's start (memrchr is not portable; lines are short) */
+        while (b > i && s[b - 1] != '\n') b--;
         PyObject *start = PyLong_FromSsize_t(b);
         if (start == NULL || PyList_Append(out, start) < 0) {
             Py_XDECREF(start);
@@ -1793,7 +1849,7 @@ static PyObject *anchors_line_starts(Anchors *a, PyObject *args) {
             return NULL;
         }
         Py_DECREF(start);
-        const unsigned char *end = memchr(s + i, '\n', (size_t)(hi - i));
+        const unsigned char *end = memchr(s + x, '\n', (size_t)(hi - x));
         if (end == NULL) break;
         i = end - s + 1;
     }
