@@ -351,3 +351,15 @@ def test_anchor_scan_refuses_what_the_python_scanner_refuses():
             NATIVE.Anchors(bad)
     with pytest.raises(ValueError):
         NATIVE.Anchors([b"mem"]).line_starts(b"mem\n", 2, 1)
+
+
+@settings(max_examples=int(os.environ.get("KVSCOPE_PROPERTY_EXAMPLES", "300")), deadline=None)
+@given(data=st.data(), word=st.sampled_from([b"Avg prompt throughput", b"ab", b"x", b"\xff\x00"]))
+def test_lines_with_is_the_python_search(data, word):
+    from kvscope.runtime.lines import _lines_with
+
+    piece = st.one_of(st.just(word), st.binary(max_size=12), st.just(b"\n"), st.just(word[:-1]))
+    body = data.draw(st.lists(piece, max_size=30).map(b"".join)) + b"\n"
+    lo = body.rfind(b"\n", 0, data.draw(st.integers(0, len(body) - 1))) + 1
+    hi = body.find(b"\n", data.draw(st.integers(lo, len(body) - 1))) + 1
+    assert NATIVE.lines_with(body, lo, hi, word) == _lines_with(body, lo, hi, word)

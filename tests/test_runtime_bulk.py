@@ -11,16 +11,19 @@ block boundaries.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import kvscope.api as api
-from kvscope.engines import BULK, BULK_LANE, ENGINES
+from kvscope.engines import _NEW_RECORD, BULK, BULK_LANE, ENGINES
 from kvscope.engines.base import LineContext
 from kvscope.reading import clean_line, source
 from kvscope.render.json_out import render
-from kvscope.runtime.lines import NATIVE, BulkLane, RuntimeLines
+from kvscope.runtime.lines import NATIVE, VLLM_BULK, BulkLane, RuntimeLines, VllmRows, _a_date
 
 FIX = Path(__file__).parent / "fixtures"
 RUNTIME = sorted((FIX / "runtime").glob("*.txt"))
@@ -193,3 +196,147 @@ def test_serving_only_input_says_the_ledger_is_unknown():
     text = terminal.render(analysis)
     assert "serving lines only" in text and "Per-rank memory" not in text
     assert "serving lines only" in markdown.render(analysis)
+
+
+# ---- the vLLM lane --------------------------------------------------------------------------------
+
+VLLM_RUNTIME = [p for p in RUNTIME if p.name.startswith("vllm-")]
+
+
+def _stats_lines() -> list[str]:
+    """Every real vLLM stats line of the fixtures, as posted."""
+    out = []
+    for path in RUNTIME + LOGS + sorted((FIX / "logs").glob("vllm/*/*.log")):
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            if "Avg prompt throughput" in line:
+                out.append(line)
+    return out
+
+
+def _vllm_taken(line: str) -> bool:
+    m = VLLM_BULK.fullmatch(line)
+    return m is not None and _a_date(m.group(2), m.group(3))
+
+
+def test_vllm_lane_takes_real_stats_lines():
+    lines = _stats_lines()
+    taken = [line for line in lines if _vllm_taken(line)]
+    assert len(taken) >= 40, len(taken)
+    wordings = {("Waiting" in x, "GPU KV" in x, "Prefix cache" in x, "Engine 0" in x, "MM cache" in x) for x in taken}
+    assert len(wordings) >= 4  # V0 swapped/pending, V1 GPU and CPU pools, with and without the extras
+
+
+@pytest.mark.parametrize("line", [x for x in _stats_lines() if _vllm_taken(x)][:80])
+def test_vllm_lane_reads_a_line_as_the_per_line_path(line: str):
+    """The line-level claim the lane rests on: same sample, label and stamp; no other engine reads
+    the line and none waits to join it; it starts a new record (so no pending join takes it in)."""
+    _assert_stats_line_same(line)
+
+
+def _assert_stats_line_same(line: str) -> None:
+    (text,) = clean_line(line)
+    ctx = LineContext()
+    per_line = RuntimeLines().parse(text, ctx)
+    assert len(per_line) == 1
+    lane = RuntimeLines().stats_rows(VllmRows([VLLM_BULK.fullmatch(line).groups()]), LineContext())
+    assert lane == [(per_line[0].data, per_line[0].rank, per_line[0].timestamp)]
+    assert _NEW_RECORD.match(text)
+    for engine in ENGINES:
+        assert not engine.wants_join(text), (engine.engine, line)
+        if not isinstance(engine, RuntimeLines):
+            assert engine.parse(text, ctx) == [], (engine.engine, line)
+
+
+_MUTATIONS = st.sampled_from(["", "0", "9", ".", "..", " ", "  ", "%", ":", ",", "[", "[1m", "\x1b[0m", "\r", "\t",
+                              "Engine ", "Engine 12: ", "(Engine pid=3) ", "é", "INFO ", "WARNING ", "-", "x"])
+
+
+@settings(max_examples=int(os.environ.get("KVSCOPE_PROPERTY_EXAMPLES", "300")), deadline=None)
+@given(data=st.data())
+def test_vllm_lane_on_mutated_real_lines(data):
+    """Real stats lines with bytes inserted, deleted or replaced anywhere: whenever the lane still
+    takes one, the per-line path reads it the same."""
+    line = data.draw(st.sampled_from([x for x in _stats_lines() if _vllm_taken(x)]))
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(line)))
+        cut = data.draw(st.integers(0, 3))
+        line = line[:at] + data.draw(_MUTATIONS) + line[at + cut:]
+    if "\n" in line or not _vllm_taken(line):
+        return
+    _assert_stats_line_same(line)
+
+
+AWKWARD_VLLM = [
+    "(APIServer pid=1) INFO 02-30 12:00:10 [loggers.py:271] Engine 000: Avg prompt throughput: 1.0 tokens/s, "
+    "Avg generation throughput: 2.0 tokens/s, Running: 3 reqs, Waiting: 0 reqs, GPU KV cache usage: 4.0%, "
+    "Prefix cache hit rate: 5.0%",  # no such date: the per-line path drops it
+    "(APIServer pid=1) INFO 12-31 23:59:55 [loggers.py:271] Engine 000: Avg prompt throughput: 1.0 tokens/s, "
+    "Avg generation throughput: 2.0 tokens/s, Running: 3 reqs, Waiting: 9 reqs, GPU KV cache usage: 99.0%, "
+    "Prefix cache hit rate: 5.0%",  # new year next: the yearless clock wraps
+    "(APIServer pid=1) INFO 01-01 00:00:05 [loggers.py:271] Engine 001: Avg prompt throughput: 1.0 tokens/s, "
+    "Avg generation throughput: 2.0 tokens/s, Running: 3 reqs, Waiting: 2 reqs, GPU KV cache usage: 98.5%, "
+    "Prefix cache hit rate: 5.0%",  # a second engine
+    "(Engine pid=1) INFO 02-28 12:00:10 [loggers.py:271] Avg prompt throughput: 1.0 tokens/s, "
+    "Avg generation throughput: 2.0 tokens/s, Running: 3 reqs, Waiting: 0 reqs, GPU KV cache usage: 4.0%",
+    "\x1b[32mINFO 02-28 12:00:10 metrics.py:455] Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: "
+    "2.0 tokens/s, Running: 3 reqs, Swapped: 1 reqs, Pending: 4 reqs, GPU KV cache usage: 97.0%, "
+    "CPU KV cache usage: 3.0%.\x1b[0m",  # colour
+    "INFO 02-28 12:00:10 metrics.py:455] Avg prompt throughput: 1..0 tokens/s, Avg generation throughput: "
+    "2.0 tokens/s, Running: 3 reqs, Swapped: 1 reqs, Pending: 4 reqs, GPU KV cache usage: 97.0%, "
+    "CPU KV cache usage: 3.0%.",  # a number that does not convert
+    "2026-02-28T12:00:10.123456789Z (APIServer pid=1) INFO 02-28 12:00:10 [loggers.py:271] Engine 000: Avg prompt "
+    "throughput: 1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, Running: 3 reqs, Waiting: 1 reqs, "
+    "GPU KV cache usage: 50.0%, Prefix cache hit rate: 5.0%",  # kubectl timestamps
+    "INFO 02-28 12:00:11 [loggers.py:271] Engine 000: Avg prompt throughput: 1.0 tokens/s, Avg generation "
+    "throughput: 2.0 tokens/s, Running: 3 reqs, Waiting: 1 reqs, GPU KV cache usage: 50.0%, Prefix cache hit "
+    "rate: 5.0%, External prefix cache hit rate: 7.0%, Preemptions: 2",  # a wording the lane leaves alone
+    "INFO 02-28 12:00:12 [loggers.py:271] Engine 000: Avg prompt throughput: 1.0 tokens/s, Avg generation "
+    "throughput: 2.0 tokens/s, Running:",  # cut by a wrap: joined with the next line
+    "3 reqs, Waiting: 1 reqs, GPU KV cache usage: 50.0%",
+    'INFO:     127.0.0.1:40000 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
+]
+
+
+def _vllm_journal(tmp_path: Path, extra: list[str], name: str = "vllm.log") -> Path:
+    """Every real vLLM runtime fixture, journald-wrapped, with ``extra`` lines after each stats line."""
+    jd = "Feb 28 12:00:10 gpu-node-3 vllm[40034]: "
+    out = []
+    for path in VLLM_RUNTIME:
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
+            out.append(jd + line)
+            if extra and "Avg prompt throughput" in line:
+                out.append(extra[i % len(extra)])
+                out.append(jd + extra[(i + 1) % len(extra)])
+    path = tmp_path / name
+    path.write_text("\n".join(out) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("path", VLLM_RUNTIME, ids=lambda p: p.stem)
+def test_vllm_fixtures_same_report_and_lane_used(path: Path, monkeypatch: pytest.MonkeyPatch):
+    _same([path], monkeypatch)
+
+
+def test_vllm_journal_with_awkward_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    path = _vllm_journal(tmp_path, AWKWARD_VLLM)
+    report = _same([path], monkeypatch)
+    assert any(s["runtime"] for s in report["startups"])
+    items = list(source.iter_candidate_lines([str(path)], api.ANCHORS, None, BULK_LANE))
+    assert sum(len(i.rows) for i in items if isinstance(i, source.Bulk)) > 40  # the lane did take lines
+
+
+@pytest.mark.parametrize("block", [257, 4096, 1 << 16])
+def test_vllm_block_and_stretch_boundaries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int):
+    path = _vllm_journal(tmp_path, AWKWARD_VLLM)
+    expected = _report([path], False, monkeypatch)
+    monkeypatch.setattr(source, "BLOCK_BYTES", block)
+    monkeypatch.setattr(source, "BULK_BYTES", max(64, block // 3))
+    assert _report([path], True, monkeypatch) == expected
+
+
+def test_sglang_and_vllm_journals_together(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Both lanes in one input, an engine change between files and within one."""
+    mixed = tmp_path / "mixed.log"
+    mixed.write_text(_journal(tmp_path, AWKWARD[:4], "s.log").read_text() + _vllm_journal(tmp_path, AWKWARD_VLLM).read_text())
+    report = _same([mixed, _vllm_journal(tmp_path, [], "v2.log"), _journal(tmp_path, [], "s2.log")], monkeypatch)
+    assert {s["engine"] for s in report["startups"]} >= {"sglang", "vllm"}

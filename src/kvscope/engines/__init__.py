@@ -21,10 +21,10 @@ try:  # the bulk lane for the dominant serving-line shapes (see kvscope.runtime.
     from kvscope.runtime.accumulate import _label as _bulk_label
     from kvscope.runtime.accumulate import _times as _bulk_times
     from kvscope.runtime.accumulate import _valid as _bulk_valid
-    from kvscope.runtime.lines import BULK, BULK_LANE, RuntimeLines
+    from kvscope.runtime.lines import BULK, BULK_LANE, RuntimeLines, VllmRows
 except ImportError:
     BULK = BULK_LANE = None
-    RuntimeLines = None  # type: ignore[assignment,misc]
+    RuntimeLines = VllmRows = None  # type: ignore[assignment,misc]
 
 
 def _optional(module: str, cls: str) -> EngineLines | None:
@@ -82,12 +82,15 @@ def _wants_join(text: str) -> bool:
     return False
 
 
-def _bulk_event(item: Bulk, order: list[EngineLines]) -> Iterator[ev.Event]:
+def _bulk_event(item: Bulk, order: list[EngineLines], ctx: LineContext) -> Iterator[ev.Event]:
     """One RUNTIME event for a run of bulk-lane rows: what the per-line path would make of each
     line, folded by ``kvscope.runtime.accumulate``. The event carries the first convertible row's
     rank and stamp (a row whose numbers do not convert is no event on the per-line path either),
     and the runtime parser moves to the front of ``order`` as it would after such a line."""
     rows = item.rows
+    if rows.__class__ is VllmRows:
+        yield from _vllm_bulk_event(item, order, ctx)
+        return
     listed = rows.__class__ is list  # the regex lane's tuples; else the C lane's Batch
     first = next((i for i, row in enumerate(rows) if _bulk_valid(row)), None) if listed else rows.first_valid()
     if first is None:
@@ -101,6 +104,19 @@ def _bulk_event(item: Bulk, order: list[EngineLines]) -> Iterator[ev.Event]:
     stamp, ranks = (_bulk_times(rows[0][0])[1], rows[0][1]) if listed else rows.head(0)
     yield ev.Event("sglang", ev.RUNTIME, {"src": "bulk", "rows": rows}, _bulk_label(ranks), item.file,
                    item.line_no, "", stamp, {"last_line": item.last_line})
+
+
+def _vllm_bulk_event(item: Bulk, order: list[EngineLines], ctx: LineContext) -> Iterator[ev.Event]:
+    """The vLLM lane's rows (every one a sample): their (sample, label, stamp) triples, read on
+    the runtime parser's clock, as one event."""
+    runtime = _RUNTIME
+    if order[0] is not runtime:
+        order.remove(runtime)
+        order.insert(0, runtime)
+    samples = runtime.stats_rows(item.rows, ctx)
+    _, label, stamp = samples[0]
+    yield ev.Event("vllm", ev.RUNTIME, {"src": "bulk", "samples": samples}, label, item.file, item.line_no, "",
+                   stamp, {"last_line": item.last_line})
 
 
 def parse_lines(lines: Iterable[Line | Bulk]) -> Iterator[ev.Event]:
@@ -126,7 +142,7 @@ def parse_lines(lines: Iterable[Line | Bulk]) -> Iterator[ev.Event]:
             if pending and pending_line is not None:  # a bulk line starts a new record
                 yield from emit("".join(pending), pending_line)
                 pending, pending_line = [], None
-            yield from _bulk_event(line, order)  # type: ignore[arg-type]
+            yield from _bulk_event(line, order, ctx)  # type: ignore[arg-type]
             continue
         if line.context and not pending:  # a context line only ever completes a pending record
             continue

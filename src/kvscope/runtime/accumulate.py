@@ -235,11 +235,17 @@ def add_event(startup: Startup, event: Any) -> None:
     acc = startup.runtime
     if acc.__class__ is not Accumulator:
         acc = _start(startup, event)
-    rows = event.data.get("rows")
-    if rows is not None:
-        acc.add_rows(rows)
+    data = event.data
+    if data["src"] == "bulk":
+        rows = data.get("rows")
+        if rows is not None:
+            acc.add_rows(rows)
+        else:  # the vLLM lane: samples already read, one per stats line
+            add = acc.add
+            for sample, label, stamp in data["samples"]:
+                add(sample, label, stamp)
     else:
-        acc.add(event.data, event.rank, event.timestamp)
+        acc.add(data, event.rank, event.timestamp)
 
 
 def _start(startup: Startup, event: Any) -> Accumulator:

@@ -32,7 +32,7 @@ from typing import Any
 from kvscope import events as ev
 from kvscope.engines.base import LineContext, Parsed, to_float, to_int
 from kvscope.reading.cleanup import JOURNALD_PREFIX
-from kvscope.reading.source import NATIVE, regex_split
+from kvscope.reading.source import BULK_MARK, NATIVE, regex_split
 
 ANCHORS: tuple[bytes, ...] = (b" batch", b"throughput", b"reempt", b"etract", b"hit rate")
 
@@ -96,6 +96,104 @@ BULK = re.compile(
 )
 
 
+# The vLLM bulk lane: the periodic stats line is a vLLM journal's only serving line that matters
+# (one per engine every 5-10 s among ~100 uvicorn access lines), and each cost ~60 µs on the
+# per-line path (candidate + context line, cleaning, join check, dispatch, pairs, clock, event,
+# assembler). Matched in place, it costs one regex match and one fold. Like BULK it takes only the
+# lines it provably reads as the per-line path does (``RuntimeLines.parse`` → ``_vllm_stats``):
+# * an optional journald prefix (the one ``clean_line`` strips), then the cleaned line must start
+#   as a new record does (``(Proc pid=N) `` or ``INFO``), so no pending join takes it in;
+# * the V1 (``loggers.py``, GPU or CPU pool) and V0 (``metrics.py``, swapped/pending) wordings with
+#   their numbers as ``\d+(\.\d+)?`` (every one converts), printable ASCII only, no colour code
+#   (a ``[`` is never followed by a digit), ending in ``%`` or ``%.`` (no engine's join fires);
+# * a stamp whose month and day are a date (checked when split: the per-line path drops the line).
+# Group 1 is the cleaned text before "Avg prompt throughput" (the engine label is read from it as
+# ``_vllm_stats`` reads it); 2-6 the stamp; then the values, named by ``_vllm_pairs``.
+_NUM = r"(\d+(?:\.\d+)?)"
+VLLM_BULK = re.compile(
+    r"(?:" + JOURNALD_PREFIX + r")?"
+    r"((?:\(\w+ pid=\d+\) )?INFO (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d) \[?[A-Za-z_][\w.]*:\d+\] (?:Engine \d+: )?)"
+    r"Avg prompt throughput: " + _NUM + r" tokens/s, Avg generation throughput: " + _NUM + r" tokens/s, "
+    r"Running: (\d+) reqs, (?:Waiting: (\d+) reqs|Swapped: (\d+) reqs, Pending: (\d+) reqs), "
+    r"(GPU|CPU) KV cache usage: " + _NUM + r"%(?:, CPU KV cache usage: " + _NUM + r"%)?"
+    r"(?:, Prefix cache hit rate: " + _NUM + r"%)?(?:, MM cache hit rate: " + _NUM + r"%)?\.?[ \t]*\r?",
+    re.ASCII,
+)
+_VL_WORD = b"Avg prompt throughput"
+
+
+class VllmRows(list):
+    """Match groups of ``VLLM_BULK``, one tuple per stats line: the rows of a vLLM ``Bulk`` run.
+    A slice is VllmRows too (the reader cuts runs out of a stretch's rows by slicing)."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key: Any) -> Any:
+        got = list.__getitem__(self, key)
+        return VllmRows(got) if key.__class__ is slice else got
+
+
+def _lines_with(buf: bytes, lo: int, hi: int, word: bytes) -> list[int]:
+    """Starts of the lines of ``buf[lo:hi]`` (whole lines) holding ``word``."""
+    out = []
+    at = buf.find(word, lo, hi)
+    while at >= 0:
+        out.append(buf.rfind(b"\n", lo, at) + 1 or lo)
+        end = buf.find(b"\n", at, hi)
+        if end < 0:
+            break
+        at = buf.find(word, end, hi)
+    return out
+
+
+lines_with = NATIVE.lines_with if NATIVE is not None else _lines_with
+
+
+def vllm_split(buf: bytes, lo: int, hi: int) -> tuple[bytes, VllmRows] | None:
+    """The vLLM lane over ``buf[lo:hi]`` (whole lines): the text after a leading newline with each
+    taken stats line replaced by BULK_MARK, and its groups; None when no line was taken. The stats
+    lines are found by their words (memmem in C), and each is matched alone."""
+    starts = lines_with(buf, lo, hi, _VL_WORD)
+    if not starts:
+        return None
+    view = memoryview(buf)  # the text between taken lines is copied once, by the join
+    parts, rows, done = [b"\n"], VllmRows(), lo
+    match, find = VLLM_BULK.fullmatch, buf.find
+    for start in starts:
+        end = find(b"\n", start, hi)
+        if end < 0:
+            break
+        raw = buf[start:end]
+        if not raw.isascii():
+            continue
+        m = match(raw.decode())
+        if m is not None and _a_date(m.group(2), m.group(3)):
+            parts += (view[done:start], BULK_MARK)
+            rows.append(m.groups())
+            done = end
+    if not rows:
+        return None
+    parts.append(view[done:hi])
+    return b"".join(parts), rows
+
+
+_DATES: dict[str, bool] = {}
+
+
+def _a_date(month: str, day: str) -> bool:
+    """Whether MM-DD is a date in a leap year (``_Clock.vllm`` reads it as one of the year 2000)."""
+    key = month + day
+    ok = _DATES.get(key)
+    if ok is None:
+        try:
+            _dt.date(2000, int(month), int(day))
+            ok = True
+        except ValueError:
+            ok = False
+        _DATES[key] = ok
+    return ok
+
+
 class BulkLane:
     """``BULK`` over a stretch of whole lines: (the text with each matched line replaced by ``\x01``,
     the rows), or None when no line matched.
@@ -103,20 +201,25 @@ class BulkLane:
     The rows come from the C lane (``kvscope._bulk``: a ``Batch``, folded in C as well) when it was
     built, else from the regex (a list of group tuples, folded by ``Stream.sample_rows``); both give
     the same text, rows and sums (tests/test_bulk_native.py). ``KVSCOPE_PURE_PYTHON=1`` turns the C
-    lane off, e.g. to compare the two.
+    lane off, e.g. to compare the two. A stretch without SGLang serving lines is offered to the
+    vLLM lane (``vllm_split``: ``VllmRows``); one holding both leaves its vLLM lines to the per-line path.
     """
 
-    def __init__(self, pattern: re.Pattern[bytes], native: Any = None) -> None:
+    def __init__(self, pattern: re.Pattern[bytes], native: Any = None, vllm: bool = True) -> None:
         self.pattern = pattern
         self.native = native
+        self.vllm = vllm
 
     def split_rows(self, buf: bytes, lo: int, hi: int) -> tuple[bytes, Any] | None:
         """``buf[lo:hi]`` holds whole lines; the text returned starts with the newline before them."""
+        out: Any = False
         if self.native is not None:
             out = self.native.split(buf, lo, hi)  # in place: no copy of the stretch
-            if out is not False:  # False: a number too long for the C lane; the regex reads this stretch
-                return out
-        return regex_split(self.pattern, buf, lo, hi)
+        if out is False:  # no C lane, or a number too long for it: the regex reads this stretch
+            out = regex_split(self.pattern, buf, lo, hi)
+        if out is None and self.vllm:
+            return vllm_split(buf, lo, hi)
+        return out
 
 
 BULK_LANE = BulkLane(BULK, NATIVE)
@@ -214,6 +317,12 @@ class _Clock:
         self.last_key, self.last = prefix, (t, None, stamp)
         return t, stamp
 
+    def vllm_parts(self, mo: str, d: str, hh: str, mm: str, ss: str) -> tuple[float, str]:
+        """``vllm`` for a stamp already split (the bulk lane's groups): the same seconds and text."""
+        secs = int(hh) * 3600 + int(mm) * 60 + int(ss)
+        t = self.unwrap(self.ordinal(2000, int(mo), int(d)) * 86400.0 + secs, "year")
+        return t, f"{mo}-{d} {hh}:{mm}:{ss}"
+
     def _iso(self, prefix: str) -> tuple[float | None, str | None, str | None]:
         m = _ISO_STAMP.search(prefix)
         if m is None:
@@ -286,16 +395,32 @@ def _sglang_batch(text: str, at: int, word: str, clock: _Clock) -> list[Parsed]:
 def _vllm_stats(text: str, at: int, clock: _Clock) -> list[Parsed]:
     """A vLLM periodic stats line (V0 ``metrics.py`` or V1 ``loggers.py``)."""
     pairs = dict(_VL_PAIRS.findall(text, at))
+    usage, cpu = _pool_usage(pairs)
+    if usage is None and "Running" not in pairs:
+        return []
+    label = _engine_label(text, at)
+    t, stamp = clock.vllm(text[:at])  # before the numbers convert: a mangled line still moves the clock
+    return [Parsed(ev.RUNTIME, _stats_data(pairs, t, usage, cpu), label, stamp)]
+
+
+def _engine_label(text: str, at: int) -> str | None:
+    """``Engine 000`` of a V1 stats line (the last one before the numbers), else None."""
+    engine = text.rfind("Engine ", 0, at)
+    return text[engine:engine + 10].rstrip(": ") if engine >= 0 else None
+
+
+def _pool_usage(pairs: dict[str, str]) -> tuple[str | None, str | None]:
+    """(the KV pool's usage %, V0's CPU swap-space usage %) as printed."""
     usage = pairs.get("GPU KV cache usage") or pairs.get("KV cache usage")
     cpu = pairs.get("CPU KV cache usage")
     if usage is None and cpu is not None and "Swapped" not in pairs:
         usage, cpu = cpu, None  # the CPU backend's only pool is called "CPU KV cache"
+    return usage, cpu
+
+
+def _stats_data(pairs: dict[str, str], t: float | None, usage: str | None, cpu: str | None) -> dict:
+    """The sample of a stats line from its ``key: value`` pairs. Shared by both lanes."""
     running = pairs.get("Running")
-    if usage is None and running is None:
-        return []
-    engine = text.rfind("Engine ", 0, at)
-    label = text[engine:engine + 10].rstrip(": ") if engine >= 0 else None
-    t, stamp = clock.vllm(text[:at])
     waiting = pairs.get("Waiting", pairs.get("Pending"))
     data: dict = {
         "src": "stats",
@@ -314,7 +439,25 @@ def _vllm_stats(text: str, at: int, clock: _Clock) -> list[Parsed]:
             data[name] = float(pairs[key])
     if cpu is not None:
         data["cpu_usage_pct"] = float(cpu)  # V0 swap space
-    return [Parsed(ev.RUNTIME, data, label, stamp)]
+    return data
+
+
+def _vllm_pairs(row: tuple) -> dict[str, str]:
+    """The pairs ``_VL_PAIRS`` finds on a line ``VLLM_BULK`` took, from its groups, in line order."""
+    _, _, _, _, _, _, prompt, gen, running, waiting, swapped, pending, pool, usage, cpu, hit, mm = row
+    pairs = {"Avg prompt throughput": prompt, "Avg generation throughput": gen, "Running": running}
+    if waiting is not None:
+        pairs["Waiting"] = waiting
+    else:
+        pairs["Swapped"], pairs["Pending"] = swapped, pending
+    pairs[pool + " KV cache usage"] = usage
+    if cpu is not None:
+        pairs["CPU KV cache usage"] = cpu
+    if hit is not None:
+        pairs["Prefix cache hit rate"] = hit
+    if mm is not None:
+        pairs["MM cache hit rate"] = mm
+    return pairs
 
 
 class RuntimeLines:
@@ -356,6 +499,22 @@ class RuntimeLines:
         if "hit rate: GPU:" in text:
             return self._v0_hit_rate(text)
         return []
+
+    def stats_rows(self, rows: VllmRows, ctx: LineContext) -> list[tuple[dict, str | None, str]]:
+        """(sample, engine label, stamp) of each row of the vLLM lane: what ``parse`` makes of
+        those lines, on the same clock (the rows' stamps advance its year-wrap state in order)."""
+        if ctx is not self._ctx:
+            self._ctx, self._clock = ctx, _Clock()
+        clock = self._clock
+        out = []
+        for row in rows:
+            pairs = _vllm_pairs(row)
+            prefix = row[0]
+            t, stamp = clock.vllm_parts(row[1], row[2], row[3], row[4], row[5])
+            out.append((_stats_data(pairs, t, *_pool_usage(pairs)), _engine_label(prefix, len(prefix)), stamp))
+        clock.last_key = None  # its cached prefix is no longer the last line's
+        self.engine = "vllm"
+        return out
 
     def _retract(self, text: str) -> list[Parsed]:
         m = _RETRACTED.search(text)
