@@ -363,3 +363,32 @@ def test_lines_with_is_the_python_search(data, word):
     lo = body.rfind(b"\n", 0, data.draw(st.integers(0, len(body) - 1))) + 1
     hi = body.find(b"\n", data.draw(st.integers(lo, len(body) - 1))) + 1
     assert NATIVE.lines_with(body, lo, hi, word) == _lines_with(body, lo, hi, word)
+
+
+_HEADS = ["[2026-09-01 12:00:05] ", "[2026-09-01 12:00:05 TP0] ", "[2026-02-30 12:00:05 DP1 TP1] ",
+          "Sep 01 00:00:00 gpu-node-7 python3[30000]: [2026-09-01 12:00:05.123 TP0] ", "[0000-01-01 00:00:00] "]
+_BODIES = [line[line.index("] ") + 2:] for line in SERVING if "] " in line]
+
+
+@settings(max_examples=int(os.environ.get("KVSCOPE_PROPERTY_EXAMPLES", "300")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_runs_of_one_head_split_and_fold_alike(data):
+    """Lines of one second and rank share their head, which the C split parses once per run: runs
+    of such lines (an impossible date, bodies that fail, lines shorter than the head, a head that
+    changes by one byte) split as the regex does, and fold into the same stream state."""
+    lines = []
+    for _ in range(data.draw(st.integers(1, 12))):
+        head = data.draw(st.sampled_from(_HEADS))
+        if data.draw(st.booleans()):
+            at = data.draw(st.integers(0, len(head)))
+            head = head[:at] + data.draw(st.sampled_from(["1", " ", "]", "x", ""])) + head[at + 1:]
+        body = data.draw(st.sampled_from(_BODIES + ["", "x", "Decode batch, #running-req: 1"]))
+        lines.append(head + body if data.draw(st.integers(0, 9)) else head[: data.draw(st.integers(0, len(head)))])
+    view = ("\n" + "\n".join(lines) + "\n").encode()
+    _same_split(view)
+    got = NATIVE.split(view, 1, len(view))
+    if got and len(got[1].labels()) == 1:
+        result, py_error, diff = _fold_compare(lines)
+        assert py_error is None or result is None
+        assert not diff

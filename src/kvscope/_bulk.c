@@ -268,19 +268,27 @@ static int prefill_rest(Line *L, Py_ssize_t p, Row *row) {
     return tail_end(L, p) >= 0;
 }
 
-/* Whole-line match of the BULK pattern on s[lo:hi) (hi at "\n"); fills the spans. */
-static int match_line(const unsigned char *s, Py_ssize_t lo, Py_ssize_t hi, Row *row) {
-    Line L = {s, hi, hi, 0, 0, -1};
-    if (hi > lo && s[hi - 1] == '\r') L.h2 = hi - 1;
-    L.last = L.h2 - 1;
-    while (L.last >= lo && is_blank(s[L.last])) L.last--;
-    L.okfrom = L.last + 1;
-    Py_ssize_t p = lo;
-    if (!prefix(&L, &p)) return 0;
-    if (!LIT(&L, &p, "[")) return 0;
+static void line_init(Line *L, const unsigned char *s, Py_ssize_t lo, Py_ssize_t hi) {
+    *L = (Line){s, hi, hi, 0, 0, -1};
+    if (hi > lo && s[hi - 1] == '\r') L->h2 = hi - 1;
+    L->last = L->h2 - 1;
+    while (L->last >= lo && is_blank(s[L->last])) L->last--;
+    L->okfrom = L->last + 1;
+}
+
+static int match_body(Line *L, Py_ssize_t p, Row *row);
+
+/* The line's head: the optional prefix, "[stamp ranks] " (groups 1 and 2). It reads no byte past
+ * the "] " it ends with, so another line with the same head bytes has the same head (bulk_split
+ * relies on that to parse a run of lines of one second and rank once). 0: no match. */
+static int match_head(Line *L, Py_ssize_t lo, Py_ssize_t *pp, Row *row) {
+    const unsigned char *s = L->s;
+    Py_ssize_t hi = L->hi, p = lo;
+    if (!prefix(L, &p)) return 0;
+    if (!LIT(L, &p, "[")) return 0;
     Py_ssize_t st = p;
-    if (!(digits(&L, &p, 4) && LIT(&L, &p, "-") && digits(&L, &p, 2) && LIT(&L, &p, "-") && digits(&L, &p, 2) &&
-          LIT(&L, &p, " ") && hms(&L, &p)))
+    if (!(digits(L, &p, 4) && LIT(L, &p, "-") && digits(L, &p, 2) && LIT(L, &p, "-") && digits(L, &p, 2) &&
+          LIT(L, &p, " ") && hms(L, &p)))
         return 0;
     for (int g = 0; g < NGROUPS; g++) SET(row, g, -1, -1);
     SET(row, 0, st, p);
@@ -292,14 +300,42 @@ static int match_line(const unsigned char *s, Py_ssize_t lo, Py_ssize_t hi, Row 
     for (;;) { /* ((?: [A-Z_]+\d+)*) */
         Py_ssize_t q = p;
         if (!(q < hi && s[q] == ' ')) break;
-        Py_ssize_t a = q + 1, b = run_of(&L, a, C_RANK);
+        Py_ssize_t a = q + 1, b = run_of(L, a, C_RANK);
         if (b == a) break;
-        Py_ssize_t c = run_of(&L, b, C_DIGIT);
+        Py_ssize_t c = run_of(L, b, C_DIGIT);
         if (c == b) break;
         p = c;
     }
     SET(row, 1, rs, p);
-    if (!LIT(&L, &p, "] ")) return 0;
+    if (!LIT(L, &p, "] ")) return 0;
+    *pp = p;
+    return 1;
+}
+
+/* Whole-line match of the BULK pattern on s[lo:hi) (hi at "\n"); fills the spans. */
+static int match_line(const unsigned char *s, Py_ssize_t lo, Py_ssize_t hi, Row *row, Py_ssize_t *head_end) {
+    Line L;
+    line_init(&L, s, lo, hi);
+    return match_head(&L, lo, head_end, row) && match_body(&L, *head_end, row);
+}
+
+/* The same for a line whose first head_len bytes are those of a line already matched (whose
+ * spans 0 and 1 are given, at offset shift from this one's). */
+static int match_same_head(const unsigned char *s, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t head_len, const Row *prev,
+                           Py_ssize_t shift, Row *row) {
+    Line L;
+    line_init(&L, s, lo, hi);
+    for (int g = 2; g < NGROUPS; g++) SET(row, g, -1, -1);
+    SET(row, 0, prev->span[0][0] + shift, prev->span[0][1] + shift);
+    SET(row, 1, prev->span[1][0] + shift, prev->span[1][1] + shift);
+    return match_body(&L, lo + head_len, row);
+}
+
+/* The rest of the line after its head: a decode, prefill or retraction line. */
+static int match_body(Line *Lp, Py_ssize_t p, Row *row) {
+    Line L = *Lp;
+    const unsigned char *s = L.s;
+    Py_ssize_t hi = L.hi;
     if (LIT(&L, &p, "Decode batch")) {
         if (!(p < hi && (s[p] == '.' || s[p] == ','))) return 0;
         p++;
@@ -466,11 +502,17 @@ static char graph_flag(const unsigned char *s, const Row *row) {
 
 /* Numbers of a matched row. 1: done (row->valid says whether Python would convert it);
  * 0: a number is out of this lane's range; -1: error set. */
-static int convert(const unsigned char *s, Row *row) {
+static int convert(const unsigned char *s, Row *row, const Row *same_stamp) {
     row->valid = 0;
     row->has_hit = row->has_tps = 0;
     row->graph = -1;
-    if (!stamp_seconds(s, row->span[0][0], &row->t)) return 1;
+    if (same_stamp != NULL) { /* the stamp's bytes are those of a row already converted */
+        row->t = same_stamp->t; /* NaN (an impossible date) passes on to the next row of the run */
+        if (row->t != row->t) return 1;
+    } else if (!stamp_seconds(s, row->span[0][0], &row->t)) {
+        row->t = Py_NAN;
+        return 1;
+    }
     int ok;
     if (row->kind == 'r') {
         row->retracted = to_int(s, row->span[17]);
@@ -769,6 +811,7 @@ static PyObject *bulk_split(PyObject *mod, PyObject *args) {
     out[0] = '\n';
     Py_ssize_t w = 1, copied = start; /* out[:w] holds "\n" + s[start:copied], matched lines replaced */
     Py_ssize_t lo = start;
+    Py_ssize_t prev_lo = -1, head_len = 0; /* the last matched line (the row before b->n) and its head's length */
     while (lo < n) {
         const unsigned char *next = lo < n ? memchr(s + lo, '\n', (size_t)(n - lo)) : NULL;
         if (next == NULL) break;
@@ -780,19 +823,31 @@ static PyObject *bulk_split(PyObject *mod, PyObject *args) {
             b->rows = grown;
         }
         Row *row = &b->rows[b->n];
-        if (hi - lo >= 40 && match_line(s, lo, hi, row)) {
-            int ok = convert(s, row);
+        /* A run of lines of one second and one rank share their head: compared in one memcmp, it
+         * is parsed, its stamp converted and its label looked up once (same bytes, same result). */
+        const Row *prev = prev_lo >= 0 ? &b->rows[b->n - 1] : NULL;
+        int same = prev != NULL && hi - lo > head_len && memcmp(s + lo, s + prev_lo, (size_t)head_len) == 0;
+        Py_ssize_t head_end = 0;
+        if (hi - lo >= 40 && (same ? match_same_head(s, lo, hi, head_len, prev, lo - prev_lo, row)
+                                   : match_line(s, lo, hi, row, &head_end))) {
+            int ok = convert(s, row, same ? prev : NULL);
             if (ok < 0) goto fail;
             if (ok == 0) { /* a number this lane cannot hold: the regex does this stretch */
                 Py_DECREF(b);
                 Py_RETURN_FALSE;
             }
-            row->label = label_index(b, row->span[1][0], row->span[1][1]);
+            row->label = same ? prev->label : label_index(b, row->span[1][0], row->span[1][1]);
             if (row->label == -2) { /* labels without end: the regex does this stretch */
                 Py_DECREF(b);
                 Py_RETURN_FALSE;
             }
             if (row->label < 0) goto fail;
+            if (!same) {
+                prev_lo = lo;
+                head_len = head_end - lo;
+            } else {
+                prev_lo = lo;
+            }
             b->n++;
             memcpy(out + w, s + copied, (size_t)(lo - copied));
             w += lo - copied;
