@@ -155,9 +155,10 @@ def test_awkward_lines_between_bulk_lines(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 @pytest.mark.parametrize("block", [257, 4096, 1 << 16])
-def test_block_and_stretch_boundaries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int):
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_block_and_stretch_boundaries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int, engine: str):
     """Lines cut by block ends, stretches of a few lines: the same report as one big block."""
-    path = _journal(tmp_path, AWKWARD)
+    path = _journal(tmp_path, AWKWARD) if engine == "sglang" else _vllm_journal(tmp_path, AWKWARD_VLLM)
     expected = _report([path], False, monkeypatch)
     monkeypatch.setattr(source, "BLOCK_BYTES", block)
     monkeypatch.setattr(source, "BULK_BYTES", max(64, block // 3))
@@ -323,15 +324,6 @@ def test_vllm_journal_with_awkward_lines(tmp_path: Path, monkeypatch: pytest.Mon
     assert any(s["runtime"] for s in report["startups"])
     items = list(source.iter_candidate_lines([str(path)], api.ANCHORS, None, BULK_LANE))
     assert sum(len(i.rows) for i in items if isinstance(i, source.Bulk)) > 40  # the lane did take lines
-
-
-@pytest.mark.parametrize("block", [257, 4096, 1 << 16])
-def test_vllm_block_and_stretch_boundaries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int):
-    path = _vllm_journal(tmp_path, AWKWARD_VLLM)
-    expected = _report([path], False, monkeypatch)
-    monkeypatch.setattr(source, "BLOCK_BYTES", block)
-    monkeypatch.setattr(source, "BULK_BYTES", max(64, block // 3))
-    assert _report([path], True, monkeypatch) == expected
 
 
 def test_sglang_and_vllm_journals_together(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
