@@ -332,3 +332,18 @@ def test_sglang_and_vllm_journals_together(tmp_path: Path, monkeypatch: pytest.M
     mixed.write_text(_journal(tmp_path, AWKWARD[:4], "s.log").read_text() + _vllm_journal(tmp_path, AWKWARD_VLLM).read_text())
     report = _same([mixed, _vllm_journal(tmp_path, [], "v2.log"), _journal(tmp_path, [], "s2.log")], monkeypatch)
     assert {s["engine"] for s in report["startups"]} >= {"sglang", "vllm"}
+
+
+def test_a_rank_whose_only_line_is_invalid_does_not_speak(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A rank label first seen on a line the per-line path drops (an impossible date) must not
+    become its DP group's speaker in a lane: the group's real scheduler, seen next, speaks."""
+    dec = ("[2026-{} 12:26:1{} {}] Decode batch, #running-req: 3, #token: 100, token usage: 0.50, "
+           "cuda graph: True, gen throughput (token/s): 5.00, #queue-req: {}")
+    lines = [dec.format("03-01", 1, "DP0 TP0", 0), dec.format("02-30", 1, "DP1 TP1", 4),
+             dec.format("03-01", 2, "DP1 TP5", 2), dec.format("03-01", 3, "DP0 TP0", 0),
+             dec.format("03-01", 4, "DP1 TP5", 7)]
+    path = tmp_path / "dp.log"
+    path.write_text("\n".join(lines) + "\n")
+    report = _same([path], monkeypatch)
+    (startup,) = report["startups"]
+    assert startup["runtime"]["samples"] == 4

@@ -707,7 +707,7 @@ static PyObject *batch_sample_labels(Batch *b, PyObject *unused) {
     }
     for (Py_ssize_t i = 0; i < b->n; i++) {
         Py_ssize_t k = b->rows[i].label;
-        if (b->rows[i].kind == 'r' || seen[k]) continue;
+        if (b->rows[i].kind == 'r' || !b->rows[i].valid || seen[k]) continue; /* a dropped line routes nothing */
         seen[k] = 1;
         PyObject *v = PyLong_FromSsize_t(k);
         if (v == NULL || PyList_Append(out, v) < 0) {
@@ -1626,11 +1626,11 @@ static PyObject *bulk_count_lines(PyObject *mod, PyObject *args) {
     const unsigned char *p = (const unsigned char *)view.buf + lo, *end = (const unsigned char *)view.buf + hi;
 #if defined(__SSE2__)
     const __m128i nl16 = _mm_set1_epi8('\n');
-    for (; p + 16 <= end; p += 16) /* 16 bytes a compare; popcount of the match mask */
+    for (; end - p >= 16; p += 16) /* 16 bytes a compare; popcount of the match mask */
         n += __builtin_popcount((unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)p), nl16)));
 #endif
     const uint64_t ones7 = 0x7F7F7F7F7F7F7F7FULL, nl = 0x0A0A0A0A0A0A0A0AULL;
-    while (p + 8 <= end) {
+    while (end - p >= 8) {
         uint64_t w;
         memcpy(&w, p, 8);
         uint64_t t = w ^ nl;

@@ -97,13 +97,16 @@ class Accumulator:
             rows = [row for row in rows if row[17] is None]
             if not rows:
                 return
-        labels = dict.fromkeys(row[1] for row in rows)
-        if len(labels) == 1:
-            self._rows(_label(rows[0][1]), rows)
+        labels = dict.fromkeys(row[1] for row in rows if _valid(row))  # a dropped line routes nothing
+        if len(labels) <= 1:
+            for ranks in labels:  # sample_rows drops the invalid rows of other labels
+                self._rows(_label(ranks), rows)
             return
         buckets: dict[bytes, list[tuple]] = {ranks: [] for ranks in labels}
         for row in rows:
-            buckets[row[1]].append(row)
+            bucket = buckets.get(row[1])
+            if bucket is not None:
+                bucket.append(row)
         for ranks, bucket in buckets.items():
             self._rows(_label(ranks), bucket)
 

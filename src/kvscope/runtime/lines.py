@@ -134,7 +134,9 @@ class VllmRows(list):
 
 
 def _lines_with(buf: bytes, lo: int, hi: int, word: bytes) -> list[int]:
-    """Starts of the lines of ``buf[lo:hi]`` (whole lines) holding ``word``."""
+    """Starts of the lines of ``buf[lo:hi]`` (whole lines) holding ``word`` (no newline in it)."""
+    if not word or b"\n" in word:
+        raise ValueError("lines_with(): the word must be non-empty and hold no newline")
     out = []
     at = buf.find(word, lo, hi)
     while at >= 0:
