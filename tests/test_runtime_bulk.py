@@ -147,6 +147,8 @@ AWKWARD = [
     "[2026-03-01 12:26:12 TP0] Decode batch, #running-req: 2, #token: 50, token usage: 0.10, "
     "gen throughput (token/s): 1.00, #queue-req: 0, caf\u00e9: 1",  # non-ASCII
     'INFO:     127.0.0.1:40000 - "POST /generate HTTP/1.1" 200 OK',
+    "[2026-03-01 12:26:12 TP0] Decode batch, #running-req: 4, #token: 100, token usage: 0.12345678901234567, "
+    "gen throughput (token/s): 5.00000000000000001, #queue-req: 1",  # floats Python converts (the C lane asks it)
 ]
 
 
@@ -164,6 +166,18 @@ def test_block_and_stretch_boundaries(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setattr(source, "BULK_BYTES", max(64, block // 3))
     assert _report([path], True, monkeypatch) == expected
     assert _report([path], False, monkeypatch) == expected
+
+
+def test_stretches_split_ahead_on_a_thread_give_the_same_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Small stretches, so that each block has several and the later ones are split on the second
+    thread (the C lane gives the GIL back while it reads, and takes it for long numbers)."""
+    path = _journal(tmp_path, AWKWARD)
+    monkeypatch.setattr(source, "BULK_BYTES", 2048)
+    monkeypatch.setattr(source, "PREFETCH_SPLITS", False)
+    expected = _report([path], True, monkeypatch)
+    monkeypatch.setattr(source, "PREFETCH_SPLITS", True)
+    assert _report([path], True, monkeypatch) == expected
+    assert expected == _report([path], False, monkeypatch)
 
 
 def test_two_files_and_an_engine_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

@@ -424,8 +424,9 @@ static long long to_int(const unsigned char *s, const int32_t *span) {
     return v;
 }
 
-/* float(span) for a [\d.]+ span, as Python converts it; 0 when Python would raise ValueError. */
-static int to_float(const unsigned char *s, const int32_t *span, double *out) {
+/* float(span) for a [\d.]+ span, as Python converts it; 0 when Python would raise ValueError;
+ * 2 when it needs Python's own conversion (more than 15 digits) and the GIL is not held (gil 0). */
+static int to_float(const unsigned char *s, const int32_t *span, double *out, int gil) {
     char buf[64];
     Py_ssize_t n = span[1] - span[0];
     int dots = 0, nd = 0;
@@ -449,6 +450,7 @@ static int to_float(const unsigned char *s, const int32_t *span, double *out) {
         *out = (double)m / P10[frac];
         return 1;
     }
+    if (!gil) return 2;
     if (n >= (Py_ssize_t)sizeof(buf)) { /* long: let Python convert it */
         PyObject *b = PyBytes_FromStringAndSize((const char *)s + span[0], n);
         if (b == NULL) return -1;
@@ -500,9 +502,16 @@ static char graph_flag(const unsigned char *s, const Row *row) {
     return any ? 0 : -1;
 }
 
+#define FLOAT(g, dst)                                                                                        \
+    do {                                                                                                     \
+        int ok_ = to_float(s, row->span[g], (dst), gil);                                                     \
+        if (ok_ == 2 || ok_ <= 0) return ok_ == 2 ? 2 : ok_ < 0 ? -1 : 1;                                    \
+    } while (0)
+
 /* Numbers of a matched row. 1: done (row->valid says whether Python would convert it);
- * 0: a number is out of this lane's range; -1: error set. */
-static int convert(const unsigned char *s, Row *row, const Row *same_stamp) {
+ * 0: a number is out of this lane's range; -1: error set; 2: a number needs Python's conversion
+ * and the GIL is not held (gil 0): call again holding it. */
+static int convert(const unsigned char *s, Row *row, const Row *same_stamp, int gil) {
     row->valid = 0;
     row->has_hit = row->has_tps = 0;
     row->graph = -1;
@@ -513,7 +522,6 @@ static int convert(const unsigned char *s, Row *row, const Row *same_stamp) {
         row->t = Py_NAN;
         return 1;
     }
-    int ok;
     if (row->kind == 'r') {
         row->retracted = to_int(s, row->span[17]);
         if (row->retracted < 0) return 0;
@@ -522,8 +530,8 @@ static int convert(const unsigned char *s, Row *row, const Row *same_stamp) {
         row->tok = to_int(s, row->span[3]);
         row->q = to_int(s, row->span[8]);
         if (row->r < 0 || row->tok < 0 || row->q < 0) return 0;
-        if ((ok = to_float(s, row->span[4], &row->u)) <= 0) return ok < 0 ? -1 : 1;
-        if ((ok = to_float(s, row->span[6], &row->gen)) <= 0) return ok < 0 ? -1 : 1;
+        FLOAT(4, &row->u);
+        FLOAT(6, &row->gen);
         row->graph = graph_flag(s, row);
     } else {
         row->r = to_int(s, row->span[14]);
@@ -532,13 +540,13 @@ static int convert(const unsigned char *s, Row *row, const Row *same_stamp) {
         row->cached = to_int(s, row->span[11]);
         row->tok = 0;
         if (row->r < 0 || row->q < 0 || row->new_tok < 0 || row->cached < 0) return 0;
-        if ((ok = to_float(s, row->span[13], &row->u)) <= 0) return ok < 0 ? -1 : 1;
+        FLOAT(13, &row->u);
         if (row->span[12][0] >= 0) {
-            if ((ok = to_float(s, row->span[12], &row->hit)) <= 0) return ok < 0 ? -1 : 1;
+            FLOAT(12, &row->hit);
             row->has_hit = 1;
         }
         if (row->span[16][0] >= 0) {
-            if ((ok = to_float(s, row->span[16], &row->tps)) <= 0) return ok < 0 ? -1 : 1;
+            FLOAT(16, &row->tps);
             row->has_tps = 1;
         }
     }
@@ -549,7 +557,7 @@ static int convert(const unsigned char *s, Row *row, const Row *same_stamp) {
 /* ---------------------------------------------------------------- Batch ---- */
 
 static void batch_dealloc(Batch *b) {
-    PyMem_Free(b->rows);
+    PyMem_RawFree(b->rows); /* rows use the raw allocator: split grows them without the GIL */
     Py_XDECREF(b->view);
     Py_XDECREF(b->labels);
     Py_TYPE(b)->tp_free((PyObject *)b);
@@ -579,7 +587,7 @@ static PyObject *row_tuple(Batch *b, Py_ssize_t i) {
 static Batch *batch_new(PyObject *view, Py_ssize_t cap) {
     Batch *b = PyObject_New(Batch, &BatchType);
     if (b == NULL) return NULL;
-    b->rows = PyMem_Malloc(sizeof(Row) * (size_t)(cap ? cap : 1));
+    b->rows = PyMem_RawMalloc(sizeof(Row) * (size_t)(cap ? cap : 1));
     b->n = 0;
     Py_INCREF(view);
     b->view = view;
@@ -767,14 +775,14 @@ static PyTypeObject BatchType = {
 
 /* ---------------------------------------------------------------- split ---- */
 
-/* The output text is built in one buffer kept between calls (split holds the GIL throughout):
- * allocating a stretch-sized buffer per call costs more in page faults than the copy itself. */
-static char *scratch_buf = NULL;
-static size_t scratch_len = 0;
+/* The output text is built in one buffer per thread, kept between calls: allocating a
+ * stretch-sized buffer per call costs more in page faults than the copy itself. */
+static _Thread_local char *scratch_buf = NULL;
+static _Thread_local size_t scratch_len = 0;
 
-static char *scratch(size_t n) {
+static char *scratch(size_t n) { /* no GIL needed: the raw allocator */
     if (n > scratch_len) {
-        char *grown = PyMem_Realloc(scratch_buf, n);
+        char *grown = PyMem_RawRealloc(scratch_buf, n);
         if (grown == NULL) return NULL;
         scratch_buf = grown;
         scratch_len = n;
@@ -782,8 +790,78 @@ static char *scratch(size_t n) {
     return scratch_buf;
 }
 
+/* The rank labels of one split, as spans into its buffer until the GIL is held again. */
+typedef struct {
+    Py_ssize_t n;
+    int32_t at[MAX_LABELS][2];
+} Labels;
+
+/* Index of the label s[a:e) in lab, adding it at first appearance; -2: more than MAX_LABELS. */
+static Py_ssize_t label_span_index(Labels *lab, const unsigned char *s, Py_ssize_t a, Py_ssize_t e) {
+    for (Py_ssize_t k = lab->n - 1; k >= 0; k--) /* few labels; the last one is the likely one */
+        if (lab->at[k][1] - lab->at[k][0] == e - a && memcmp(s + lab->at[k][0], s + a, (size_t)(e - a)) == 0) return k;
+    if (lab->n >= MAX_LABELS) return -2;
+    lab->at[lab->n][0] = (int32_t)a;
+    lab->at[lab->n][1] = (int32_t)e;
+    return lab->n++;
+}
+
+enum { SPLIT_OK, SPLIT_NOMEM, SPLIT_ERROR, SPLIT_REGEX };
+
+/* The line loop of split, run without the GIL (it takes the GIL back only for a number Python
+ * must convert). Fills b's rows, lab and out; *w is the text's length. */
+static int split_lines(Batch *b, const unsigned char *s, Py_ssize_t start, Py_ssize_t n, Py_ssize_t *cap, Labels *lab,
+                       char *out, Py_ssize_t *wp, PyThreadState **save) {
+    Py_ssize_t w = 1, copied = start; /* out[:w] holds "\n" + s[start:copied], matched lines replaced */
+    Py_ssize_t lo = start;
+    Py_ssize_t prev_lo = -1, head_len = 0; /* the last matched line (the row before b->n) and its head's length */
+    while (lo < n) {
+        const unsigned char *next = memchr(s + lo, '\n', (size_t)(n - lo));
+        if (next == NULL) break;
+        Py_ssize_t hi = next - s;
+        if (b->n == *cap) {
+            Row *grown = PyMem_RawRealloc(b->rows, sizeof(Row) * (size_t)(*cap * 2));
+            if (grown == NULL) return SPLIT_NOMEM;
+            b->rows = grown;
+            *cap *= 2;
+        }
+        Row *row = &b->rows[b->n];
+        /* A run of lines of one second and one rank share their head: compared in one memcmp, it
+         * is parsed, its stamp converted and its label looked up once (same bytes, same result). */
+        const Row *prev = prev_lo >= 0 ? &b->rows[b->n - 1] : NULL;
+        int same = prev != NULL && hi - lo > head_len && memcmp(s + lo, s + prev_lo, (size_t)head_len) == 0;
+        Py_ssize_t head_end = 0;
+        if (hi - lo >= 40 && (same ? match_same_head(s, lo, hi, head_len, prev, lo - prev_lo, row)
+                                   : match_line(s, lo, hi, row, &head_end))) {
+            int ok = convert(s, row, same ? prev : NULL, 0);
+            if (ok == 2) { /* a long number: Python converts it, as float() would */
+                PyEval_RestoreThread(*save);
+                ok = convert(s, row, same ? prev : NULL, 1);
+                *save = PyEval_SaveThread();
+            }
+            if (ok < 0) return SPLIT_ERROR;
+            if (ok == 0) return SPLIT_REGEX; /* a number this lane cannot hold: the regex does this stretch */
+            row->label = same ? prev->label : label_span_index(lab, s, row->span[1][0], row->span[1][1]);
+            if (row->label == -2) return SPLIT_REGEX; /* labels without end: the regex does this stretch */
+            if (!same) head_len = head_end - lo;
+            prev_lo = lo;
+            b->n++;
+            memcpy(out + w, s + copied, (size_t)(lo - copied));
+            w += lo - copied;
+            out[w++] = '\x01';
+            copied = hi;
+        }
+        lo = hi + 1;
+    }
+    memcpy(out + w, s + copied, (size_t)(n - copied));
+    *wp = w + (n - copied);
+    return SPLIT_OK;
+}
+
 /* split(buf, lo, hi): the lines of buf[lo:hi) (whole lines: it ends after a newline), as if a
- * newline came before lo. The text returned is "\n" + that region with matched lines marked. */
+ * newline came before lo. The text returned is "\n" + that region with matched lines marked.
+ * The GIL is released while the lines are read (buf is immutable and the caller holds it), so the
+ * reader can split the next stretch on another thread while this one's rows are folded. */
 static PyObject *bulk_split(PyObject *mod, PyObject *args) {
     PyObject *arg;
     Py_ssize_t start, stop;
@@ -802,75 +880,52 @@ static PyObject *bulk_split(PyObject *mod, PyObject *args) {
         Py_RETURN_NONE;
     Py_ssize_t cap = (stop - start) / 160 + 16; /* serving lines are ~200 bytes: one allocation, rarely a second */
     Batch *b = batch_new(arg, cap);
-    if (b == NULL) return NULL;
-    char *out = scratch((size_t)(stop - start) + 2);
-    if (out == NULL) {
-        Py_DECREF(b);
+    Labels *lab = PyMem_RawMalloc(sizeof(Labels));
+    if (b == NULL || lab == NULL) {
+        Py_XDECREF(b);
+        PyMem_RawFree(lab);
         return PyErr_NoMemory();
     }
-    out[0] = '\n';
-    Py_ssize_t w = 1, copied = start; /* out[:w] holds "\n" + s[start:copied], matched lines replaced */
-    Py_ssize_t lo = start;
-    Py_ssize_t prev_lo = -1, head_len = 0; /* the last matched line (the row before b->n) and its head's length */
-    while (lo < n) {
-        const unsigned char *next = lo < n ? memchr(s + lo, '\n', (size_t)(n - lo)) : NULL;
-        if (next == NULL) break;
-        Py_ssize_t hi = next - s;
-        if (b->n == cap) {
-            cap *= 2;
-            Row *grown = PyMem_Realloc(b->rows, sizeof(Row) * (size_t)cap);
-            if (grown == NULL) goto nomem;
-            b->rows = grown;
-        }
-        Row *row = &b->rows[b->n];
-        /* A run of lines of one second and one rank share their head: compared in one memcmp, it
-         * is parsed, its stamp converted and its label looked up once (same bytes, same result). */
-        const Row *prev = prev_lo >= 0 ? &b->rows[b->n - 1] : NULL;
-        int same = prev != NULL && hi - lo > head_len && memcmp(s + lo, s + prev_lo, (size_t)head_len) == 0;
-        Py_ssize_t head_end = 0;
-        if (hi - lo >= 40 && (same ? match_same_head(s, lo, hi, head_len, prev, lo - prev_lo, row)
-                                   : match_line(s, lo, hi, row, &head_end))) {
-            int ok = convert(s, row, same ? prev : NULL);
-            if (ok < 0) goto fail;
-            if (ok == 0) { /* a number this lane cannot hold: the regex does this stretch */
-                Py_DECREF(b);
-                Py_RETURN_FALSE;
-            }
-            row->label = same ? prev->label : label_index(b, row->span[1][0], row->span[1][1]);
-            if (row->label == -2) { /* labels without end: the regex does this stretch */
-                Py_DECREF(b);
-                Py_RETURN_FALSE;
-            }
-            if (row->label < 0) goto fail;
-            if (!same) {
-                prev_lo = lo;
-                head_len = head_end - lo;
-            } else {
-                prev_lo = lo;
-            }
-            b->n++;
-            memcpy(out + w, s + copied, (size_t)(lo - copied));
-            w += lo - copied;
-            out[w++] = '\x01';
-            copied = hi;
-        }
-        lo = hi + 1;
+    lab->n = 0;
+    int status;
+    Py_ssize_t w = 0;
+    PyThreadState *save = PyEval_SaveThread();
+    char *out = scratch((size_t)(stop - start) + 2);
+    if (out == NULL) {
+        status = SPLIT_NOMEM;
+    } else {
+        out[0] = '\n';
+        status = split_lines(b, s, start, n, &cap, lab, out, &w, &save);
+    }
+    PyEval_RestoreThread(save);
+    PyObject *text = NULL;
+    if (status == SPLIT_NOMEM) PyErr_NoMemory();
+    if (status == SPLIT_NOMEM || status == SPLIT_ERROR) goto fail;
+    if (status == SPLIT_REGEX) {
+        Py_DECREF(b);
+        PyMem_RawFree(lab);
+        Py_RETURN_FALSE;
     }
     if (b->n == 0) {
         Py_DECREF(b);
+        PyMem_RawFree(lab);
         Py_RETURN_NONE;
     }
-    memcpy(out + w, s + copied, (size_t)(n - copied));
-    w += n - copied;
-    PyObject *text = PyBytes_FromStringAndSize(out, w);
-    if (text == NULL) {
-        Py_DECREF(b);
-        return NULL;
+    for (Py_ssize_t k = 0; k < lab->n; k++) { /* the labels as bytes, in order of first appearance */
+        PyObject *l = PyBytes_FromStringAndSize((const char *)s + lab->at[k][0], lab->at[k][1] - lab->at[k][0]);
+        if (l == NULL || PyList_Append(b->labels, l) < 0) {
+            Py_XDECREF(l);
+            goto fail;
+        }
+        Py_DECREF(l);
     }
+    PyMem_RawFree(lab);
+    lab = NULL;
+    text = PyBytes_FromStringAndSize(scratch_buf, w);
+    if (text == NULL) goto fail;
     return Py_BuildValue("(NN)", text, (PyObject *)b);
-nomem:
-    PyErr_NoMemory();
 fail:
+    PyMem_RawFree(lab);
     Py_DECREF(b);
     return NULL;
 }
