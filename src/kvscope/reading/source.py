@@ -47,7 +47,9 @@ DIRECT_REPLAN_BYTES = 8 << 20
 # transient Python objects, so this bounds their memory), and the byte that marks a removed line.
 BULK_BYTES = 1 << 20
 BULK_MARK = b"\x01"
-PREFETCH_SPLITS = True  # split the next stretches on a second thread (C lane only; see _FileScan._region)
+# Split the next stretches on a second thread (C lane only; see _FileScan._region); KVSCOPE_THREADS=0
+# keeps everything on one thread (to compare, or where a second thread is unwelcome).
+PREFETCH_SPLITS = os.environ.get("KVSCOPE_THREADS", "1") != "0"
 NOT_SPLIT: Any = object()  # "the C lane has not been run on this stretch yet" (its None means: no line)
 
 
@@ -247,6 +249,7 @@ class _FileScan:
         self.next_plan = 0  # bytes_read at which the key plan is remade
         self.last_plan = 0
         self.file_bytes = 0
+        self.native_rows = True  # the last region gave C-lane rows: split the next one's stretches ahead
 
     def run(self, blocks: Iterator[bytes]) -> Iterator[Line | Bulk]:
         carry = b""  # the start of a line whose newline has not been read yet
@@ -345,18 +348,21 @@ class _FileScan:
             lo = cut
         splits: Iterable[Any]
         ahead_of = getattr(self.bulk, "split_native", None) if getattr(self.bulk, "native", None) else None
-        if PREFETCH_SPLITS and len(cuts) > 1 and ahead_of is not None:
+        if PREFETCH_SPLITS and len(cuts) > 1 and ahead_of is not None and self.native_rows:
             ahead = [_splitter().submit(ahead_of, buf, a, b) for a, b in cuts[1:]]
             first = [self._bulk_split(buf, *cuts[0])]
             later = zip(cuts[1:], ahead, strict=True)
             splits = itertools.chain(first, (self._bulk_split(buf, a, b, f.result()) for (a, b), f in later))
         else:
             splits = (self._bulk_split(buf, a, b) for a, b in cuts)
+        found = False
         for (a, b), split in zip(cuts, splits, strict=True):
             if split is None:
                 yield from self._lines(buf, a, b)
             else:
+                found = found or not isinstance(split[1], list)  # the C lane's Batch, not vLLM's or regex rows
                 yield from self._lines(split[0], 1, len(split[0]), split[1])
+        self.native_rows = found  # a region without C-lane rows (a vLLM journal) is not worth a thread
 
     def _bulk_split(self, buf: bytes, lo: int, hi: int, native: Any = NOT_SPLIT) -> tuple[bytes, list[tuple]] | None:
         """(``buf[lo:hi]`` with each bulk-matched line replaced by BULK_MARK, after a leading newline;
