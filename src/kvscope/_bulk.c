@@ -599,23 +599,35 @@ static Batch *batch_new(PyObject *view, Py_ssize_t cap) {
     return b;
 }
 
-/* Index of the row's rank label in b->labels, adding it at first appearance; -1: error set;
- * -2: more than MAX_LABELS labels (the linear search would make a stretch quadratic). */
-static Py_ssize_t label_index(Batch *b, Py_ssize_t a, Py_ssize_t e) {
+/* The rank labels of a Batch being built, as spans into its buffer (no Python object, so split can
+ * collect them without the GIL); labels_to_list makes them the Batch's labels once it is done. */
+typedef struct {
+    Py_ssize_t n;
+    int32_t at[MAX_LABELS][2];
+} Labels;
+
+/* Index of the label s[a:e) in lab, adding it at first appearance; -2: more than MAX_LABELS. */
+static Py_ssize_t label_span_index(Labels *lab, const unsigned char *s, Py_ssize_t a, Py_ssize_t e) {
+    for (Py_ssize_t k = lab->n - 1; k >= 0; k--) /* few labels; the last one is the likely one */
+        if (lab->at[k][1] - lab->at[k][0] == e - a && memcmp(s + lab->at[k][0], s + a, (size_t)(e - a)) == 0) return k;
+    if (lab->n >= MAX_LABELS) return -2;
+    lab->at[lab->n][0] = (int32_t)a;
+    lab->at[lab->n][1] = (int32_t)e;
+    return lab->n++;
+}
+
+/* b->labels = the labels of lab as bytes, in order of first appearance; -1: error set. */
+static int labels_to_list(Batch *b, const Labels *lab) {
     const char *s = PyBytes_AS_STRING(b->view);
-    Py_ssize_t n = PyList_GET_SIZE(b->labels);
-    for (Py_ssize_t k = n - 1; k >= 0; k--) { /* few labels; the last one is the likely one */
-        PyObject *l = PyList_GET_ITEM(b->labels, k);
-        if (PyBytes_GET_SIZE(l) == e - a && memcmp(PyBytes_AS_STRING(l), s + a, e - a) == 0) return k;
+    for (Py_ssize_t k = 0; k < lab->n; k++) {
+        PyObject *l = PyBytes_FromStringAndSize(s + lab->at[k][0], lab->at[k][1] - lab->at[k][0]);
+        if (l == NULL || PyList_Append(b->labels, l) < 0) {
+            Py_XDECREF(l);
+            return -1;
+        }
+        Py_DECREF(l);
     }
-    if (n >= MAX_LABELS) return -2;
-    PyObject *l = PyBytes_FromStringAndSize(s + a, e - a);
-    if (l == NULL || PyList_Append(b->labels, l) < 0) {
-        Py_XDECREF(l);
-        return -1;
-    }
-    Py_DECREF(l);
-    return n;
+    return 0;
 }
 
 static PyObject *batch_item(Batch *b, Py_ssize_t i) {
@@ -649,16 +661,25 @@ static PyObject *batch_subscript(Batch *b, PyObject *key) {
         return (PyObject *)b;
     }
     Batch *out = batch_new(b->view, len);
-    if (out == NULL) return NULL;
-    for (Py_ssize_t i = 0; i < len; i++) {
+    Labels *lab = PyMem_RawMalloc(sizeof(Labels));
+    if (out == NULL || lab == NULL) {
+        Py_XDECREF(out);
+        PyMem_RawFree(lab);
+        return PyErr_NoMemory();
+    }
+    lab->n = 0;
+    const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(b->view);
+    for (Py_ssize_t i = 0; i < len; i++) { /* at most b's labels: never more than MAX_LABELS */
         Row *r = &out->rows[i];
         *r = b->rows[start + i];
-        r->label = label_index(out, r->span[1][0], r->span[1][1]);
-        if (r->label < 0) {
-            Py_DECREF(out);
-            return NULL;
-        }
+        r->label = label_span_index(lab, s, r->span[1][0], r->span[1][1]);
         out->n++;
+    }
+    int ok = labels_to_list(out, lab);
+    PyMem_RawFree(lab);
+    if (ok < 0) {
+        Py_DECREF(out);
+        return NULL;
     }
     return (PyObject *)out;
 }
@@ -790,22 +811,6 @@ static char *scratch(size_t n) { /* no GIL needed: the raw allocator */
     return scratch_buf;
 }
 
-/* The rank labels of one split, as spans into its buffer until the GIL is held again. */
-typedef struct {
-    Py_ssize_t n;
-    int32_t at[MAX_LABELS][2];
-} Labels;
-
-/* Index of the label s[a:e) in lab, adding it at first appearance; -2: more than MAX_LABELS. */
-static Py_ssize_t label_span_index(Labels *lab, const unsigned char *s, Py_ssize_t a, Py_ssize_t e) {
-    for (Py_ssize_t k = lab->n - 1; k >= 0; k--) /* few labels; the last one is the likely one */
-        if (lab->at[k][1] - lab->at[k][0] == e - a && memcmp(s + lab->at[k][0], s + a, (size_t)(e - a)) == 0) return k;
-    if (lab->n >= MAX_LABELS) return -2;
-    lab->at[lab->n][0] = (int32_t)a;
-    lab->at[lab->n][1] = (int32_t)e;
-    return lab->n++;
-}
-
 enum { SPLIT_OK, SPLIT_NOMEM, SPLIT_ERROR, SPLIT_REGEX };
 
 /* The line loop of split, run without the GIL (it takes the GIL back only for a number Python
@@ -914,17 +919,10 @@ static PyObject *bulk_split(PyObject *mod, PyObject *args) {
         PyMem_RawFree(lab);
         Py_RETURN_NONE;
     }
-    for (Py_ssize_t k = 0; k < lab->n; k++) { /* the labels as bytes, in order of first appearance */
-        PyObject *l = PyBytes_FromStringAndSize((const char *)s + lab->at[k][0], lab->at[k][1] - lab->at[k][0]);
-        if (l == NULL || PyList_Append(b->labels, l) < 0) {
-            Py_XDECREF(l);
-            goto fail;
-        }
-        Py_DECREF(l);
-    }
+    if (labels_to_list(b, lab) < 0) goto fail;
     PyMem_RawFree(lab);
     lab = NULL;
-    text = PyBytes_FromStringAndSize(scratch_buf, w);
+    text = PyBytes_FromStringAndSize(out, w);
     if (text == NULL) goto fail;
     return Py_BuildValue("(NN)", text, (PyObject *)b);
 fail:

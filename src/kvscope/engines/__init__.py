@@ -82,6 +82,13 @@ def _wants_join(text: str) -> bool:
     return False
 
 
+def _to_front(order: list[EngineLines], engine: EngineLines) -> None:
+    """The engine that matched a line is tried first on the next one."""
+    if order[0] is not engine:
+        order.remove(engine)
+        order.insert(0, engine)
+
+
 def _bulk_event(item: Bulk, order: list[EngineLines], ctx: LineContext) -> Iterator[ev.Event]:
     """One RUNTIME event for a run of bulk-lane rows: what the per-line path would make of each
     line, folded by ``kvscope.runtime.accumulate``. The event carries the first convertible row's
@@ -97,9 +104,7 @@ def _bulk_event(item: Bulk, order: list[EngineLines], ctx: LineContext) -> Itera
         return
     rows = rows[first:] if first else rows
     runtime = _RUNTIME
-    if order[0] is not runtime:
-        order.remove(runtime)
-        order.insert(0, runtime)
+    _to_front(order, runtime)
     runtime.engine = "sglang"
     stamp, ranks = (_bulk_times(rows[0][0])[1], rows[0][1]) if listed else rows.head(0)
     yield ev.Event("sglang", ev.RUNTIME, {"src": "bulk", "rows": rows}, _bulk_label(ranks), item.file,
@@ -110,9 +115,7 @@ def _vllm_bulk_event(item: Bulk, order: list[EngineLines], ctx: LineContext) -> 
     """The vLLM lane's rows (every one a sample): their (sample, label, stamp) triples, read on
     the runtime parser's clock, as one event."""
     runtime = _RUNTIME
-    if order[0] is not runtime:
-        order.remove(runtime)
-        order.insert(0, runtime)
+    _to_front(order, runtime)
     samples = runtime.stats_rows(item.rows, ctx)
     _, label, stamp = samples[0]
     yield ev.Event("vllm", ev.RUNTIME, {"src": "bulk", "samples": samples}, label, item.file, item.line_no, "",
@@ -131,9 +134,8 @@ def parse_lines(lines: Iterable[Line | Bulk]) -> Iterator[ev.Event]:
         engine, parsed = _parse_one(text, order, ctx)
         if engine is None:
             return
-        if order[0] is not engine and engine.engine != "common":
-            order.remove(engine)
-            order.insert(0, engine)
+        if engine.engine != "common":
+            _to_front(order, engine)
         for p in parsed:
             yield ev.Event(engine.engine, p.kind, p.data, p.rank, line.file, line.line_no, text, p.timestamp)
 

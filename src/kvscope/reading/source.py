@@ -69,7 +69,7 @@ class Line:
 class BulkSplitter(Protocol):
     """A bulk lane that splits a stretch itself: (text with matched lines marked, rows) or None."""
 
-    def split_rows(self, buf: bytes, lo: int, hi: int, native: Any = ...) -> tuple[bytes, Any] | None: ...
+    def split_rows(self, buf: bytes, lo: int, hi: int, native: Any = NOT_SPLIT) -> tuple[bytes, Any] | None: ...
 
 
 @dataclass(slots=True)
@@ -376,7 +376,7 @@ class _FileScan:
             return None
         lane = getattr(self.bulk, "split_rows", None)
         if lane is not None:  # an engine's lane object (kvscope.runtime.lines.BulkLane)
-            return lane(buf, lo, hi) if native is NOT_SPLIT else lane(buf, lo, hi, native)
+            return lane(buf, lo, hi, native)
         return regex_split(self.bulk, buf, lo, hi)  # type: ignore[arg-type]
 
     def _lines(self, buf: bytes, lo: int, hi: int, rows: list[tuple] | None = None) -> Iterator[Line | Bulk]:

@@ -317,15 +317,13 @@ class _Clock:
         if m is None:
             t, _, stamp = self._iso(prefix)
         else:
-            mo, d, hh, mm, ss = m.groups()
-            secs = int(hh) * 3600 + int(mm) * 60 + int(ss)
-            t = self.unwrap(self.ordinal(2000, int(mo), int(d)) * 86400.0 + secs, "year")
-            stamp = f"{mo}-{d} {hh}:{mm}:{ss}"
+            t, stamp = self.vllm_parts(*m.groups())
         self.last_key, self.last = prefix, (t, None, stamp)
         return t, stamp
 
     def vllm_parts(self, mo: str, d: str, hh: str, mm: str, ss: str) -> tuple[float, str]:
-        """``vllm`` for a stamp already split (the bulk lane's groups): the same seconds and text."""
+        """Seconds and stamp text of a yearless ``MM-DD HH:MM:SS`` stamp already split (by
+        ``_VL_STAMP`` in ``vllm``, or the bulk lane's groups)."""
         secs = int(hh) * 3600 + int(mm) * 60 + int(ss)
         t = self.unwrap(self.ordinal(2000, int(mo), int(d)) * 86400.0 + secs, "year")
         return t, f"{mo}-{d} {hh}:{mm}:{ss}"
