@@ -175,6 +175,25 @@ def test_fold_continues_a_stream_already_fed_line_by_line():
     assert _state(py) == _state(c)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_running_counts_while_queued_keep_the_dicts_order_and_bound(seed: int):
+    """queued_running is counted in C below RUNNING_CAP (1024) and by the dict above it: more than
+    MAX_RUNNING_KEYS distinct counts, both sides of the cap interleaved, keys already there."""
+    rng = random.Random(seed)
+    lines = []
+    for i in range(4000):
+        r = rng.choice([rng.randrange(0, 1024), rng.randrange(1000, 1100), rng.randrange(1024, 5000)])
+        q = rng.choice([0, 1, 3]) if i % 50 else 0
+        lines.append(f"[2026-09-01 00:{i // 60 % 60:02d}:{i % 60:02d}] Decode batch, #running-req: {r}, #token: 9, "
+                     f"token usage: 0.50, gen throughput (token/s): 1.00, #queue-req: {q}")
+    view = ("\n" + "\n".join(lines) + "\n").encode()
+    before = [{"src": "decode", "t": 63946339200.0, "usage": 0.9, "running": r, "queued": 2, "tokens": 1,
+               "graph": None, "gen_tps": 1.0} for r in (5, 2000, 7)]
+    py, c = _fold_both(view, before)
+    assert len(py.queued_running) == 512
+    assert _state(py) == _state(c)
+
+
 def test_fold_into_an_untimed_stream():
     before = [{"src": "decode", "t": None, "usage": 0.2, "running": 1, "queued": 1, "tokens": 5, "graph": None,
                "gen_tps": 1.0}]

@@ -38,6 +38,7 @@
 #define USAGE_BINS 1001
 #define QUEUED_BINS 101
 #define MAX_RUNNING_KEYS 512
+#define RUNNING_CAP 1024 /* running-request counts below this are counted in C while queued */
 #define GAP_CAP_S 30.0
 #define SATURATED 0.90
 #define FULL 0.99
@@ -98,10 +99,12 @@ typedef struct {
     const unsigned char *s;
     Py_ssize_t hi;   /* index of the line's "\n" */
     Py_ssize_t h2;   /* hi, less a "\r" just before it */
+    Py_ssize_t lo;   /* the line's first byte */
     Py_ssize_t last; /* index of the last char of s[..h2) that is not blank (may be < line start) */
-    Py_ssize_t okfrom; /* s[okfrom..last] is known to be all `_T` (starts at last + 1: nothing known) */
-    Py_ssize_t bad;    /* a byte at or before last known not to be `_T`, or -1 */
+    Py_ssize_t lastbad; /* the last byte of s[lo..last] that is not `_T` (lo - 1: none); LASTBAD_UNKNOWN until asked */
 } Line;
+
+#define LASTBAD_UNKNOWN (-2)
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -171,29 +174,49 @@ static int prefix(const Line *L, Py_ssize_t *p) {
     return 1;
 }
 
-/* `_END` then `[ \t]*\r?(?=\n)` from p: the END group's end, or -1. Each byte of the line is
- * looked at once over all calls (L->okfrom / L->bad remember what was seen): it is tried at every
- * candidate field, and a hostile line may hold thousands of them. */
+/* The last byte of s[lo..last] that is not `_T` (printable ASCII but '[', or tab), or lo - 1.
+ * Found once per line, from the end, sixteen bytes at a time: a serving line's body (everything
+ * after its head, which holds the last '[') is all `_T`, so every "is the free text between these
+ * two fields `_T`?" question the pattern asks is then answered by one comparison, and the work per
+ * line stays linear however many candidate fields a hostile line holds. */
+static Py_ssize_t last_bad(Line *L) {
+    if (L->lastbad != LASTBAD_UNKNOWN) return L->lastbad;
+    const unsigned char *s = L->s;
+    Py_ssize_t e = L->last + 1; /* bytes s[e..last] are known to be `_T` */
+#if defined(__SSE2__)
+    const __m128i below = _mm_set1_epi8(0x1f), del = _mm_set1_epi8(0x7f), open = _mm_set1_epi8('['),
+                  tab = _mm_set1_epi8('\t');
+    while (e - 16 >= L->lo) {
+        __m128i c = _mm_loadu_si128((const __m128i *)(s + e - 16));
+        /* signed: 0x20..0x7f are > 0x1f, 0x80..0xff are negative */
+        __m128i ok = _mm_andnot_si128(_mm_or_si128(_mm_cmpeq_epi8(c, del), _mm_cmpeq_epi8(c, open)),
+                                      _mm_cmpgt_epi8(c, below));
+        unsigned bad = (~(unsigned)_mm_movemask_epi8(_mm_or_si128(ok, _mm_cmpeq_epi8(c, tab)))) & 0xffffu;
+        if (bad) return L->lastbad = e - 16 + (31 - __builtin_clz(bad));
+        e -= 16;
+    }
+#endif
+    while (e > L->lo && is_T(s[e - 1])) e--;
+    return L->lastbad = e - 1; /* e == lo: lo - 1, none */
+}
+
+/* `_END` then `[ \t]*\r?(?=\n)` from p: the END group's end, or -1. */
 static Py_ssize_t tail_end(Line *L, Py_ssize_t p) {
     if (L->last < p) return p; /* only blanks (and the "\r") are left */
     unsigned char c = L->s[L->last];
     if (!(is_digit(c) || c == ',' || c == '.' || c == '%' || c == ')')) return -1;
     if (L->last - p > MAX_FREE) return -1; /* `_T{0,MAX_FREE}` then the last char */
-    if (p <= L->bad) return -1;
-    Py_ssize_t k = L->okfrom;
-    while (k > p && is_T(L->s[k - 1])) k--;
-    L->okfrom = k;
-    if (k > p) {
-        L->bad = k - 1;
-        return -1;
-    }
-    return L->last + 1;
+    return last_bad(L) < p ? L->last + 1 : -1;
 }
 
 /* Whether s[from:b) is all `_T` (how far a lazy `_T*?` from `from` can reach), where s[from:*seen)
- * is known to be: amortised, each byte is looked at once. */
-INLINE int reach(const Line *L, Py_ssize_t *seen, Py_ssize_t b) {
+ * is known to be: one comparison on a clean line, else each byte is looked at once over all calls. */
+INLINE int reach(Line *L, Py_ssize_t *seen, Py_ssize_t b) {
     Py_ssize_t k = *seen;
+    if (last_bad(L) < k && b <= L->h2) { /* past last: blanks, which are `_T`; then the "\r" */
+        if (b > k) *seen = b;
+        return 1;
+    }
     while (k < b && is_T(L->s[k])) k++;
     *seen = k;
     return k >= b;
@@ -229,14 +252,20 @@ static int decode_rest(Line *L, Py_ssize_t p, Row *row) {
     static const char GEN[] = "gen throughput (token/s): ";
     static const char QUE[] = "#queue-req: ";
     Py_ssize_t t1 = p, seen = p; /* s[t1:seen) is all `_T` */
-    for (Py_ssize_t g = find_lit(L->s, t1, L->hi, GEN, 26); g >= 0; g = find_lit(L->s, g + 1, L->hi, GEN, 26)) {
+    /* Where the gen field comes first after the fields before it: directly, or after the CUDA-graph
+     * field of 0.4+ (that text holds no other gen field, so it is the first occurrence). */
+    Py_ssize_t first = p;
+    if (!(LIT(L, &first, "cuda graph: True, ") || LIT(L, &first, "cuda graph: False, "))) first = p;
+    if (!(first + 26 <= L->hi && memcmp(L->s + first, GEN, 26) == 0)) first = find_lit(L->s, t1, L->hi, GEN, 26);
+    for (Py_ssize_t g = first; g >= 0; g = find_lit(L->s, g + 1, L->hi, GEN, 26)) {
         if (g - t1 > MAX_FREE || !reach(L, &seen, g)) break; /* nor any later occurrence */
         Py_ssize_t q = g + 26, gs = q;
         if (!number_span(L, &q, C_NUM)) continue;
         Py_ssize_t ge = q;
         if (!LIT(L, &q, ", ")) continue;
         Py_ssize_t t2 = q; /* s[t1:t2) is `_T`, so s[t2:k) is `_T` iff s[t1:k) is */
-        for (Py_ssize_t k = find_lit(L->s, t2, L->hi, QUE, 12); k >= 0; k = find_lit(L->s, k + 1, L->hi, QUE, 12)) {
+        Py_ssize_t k0 = t2 + 12 <= L->hi && memcmp(L->s + t2, QUE, 12) == 0 ? t2 : find_lit(L->s, t2, L->hi, QUE, 12);
+        for (Py_ssize_t k = k0; k >= 0; k = find_lit(L->s, k + 1, L->hi, QUE, 12)) {
             if (k - t2 > MAX_FREE || !reach(L, &seen, k)) break;
             Py_ssize_t d = k + 12, ds = d;
             if (!number_span(L, &d, C_DIGIT)) continue;
@@ -269,11 +298,10 @@ static int prefill_rest(Line *L, Py_ssize_t p, Row *row) {
 }
 
 static void line_init(Line *L, const unsigned char *s, Py_ssize_t lo, Py_ssize_t hi) {
-    *L = (Line){s, hi, hi, 0, 0, -1};
+    *L = (Line){s, hi, hi, lo, 0, LASTBAD_UNKNOWN};
     if (hi > lo && s[hi - 1] == '\r') L->h2 = hi - 1;
     L->last = L->h2 - 1;
     while (L->last >= lo && is_blank(s[L->last])) L->last--;
-    L->okfrom = L->last + 1;
 }
 
 static int match_body(Line *L, Py_ssize_t p, Row *row);
@@ -427,26 +455,21 @@ static long long to_int(const unsigned char *s, const int32_t *span) {
 /* float(span) for a [\d.]+ span, as Python converts it; 0 when Python would raise ValueError;
  * 2 when it needs Python's own conversion (more than 15 digits) and the GIL is not held (gil 0). */
 static int to_float(const unsigned char *s, const int32_t *span, double *out, int gil) {
+    static const double P10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
     char buf[64];
     Py_ssize_t n = span[1] - span[0];
-    int dots = 0, nd = 0;
+    int dots = 0, nd = 0, frac = 0;
+    long long m = 0; /* the digits as one integer: exact while nd <= 15 */
     for (Py_ssize_t k = span[0]; k < span[1]; k++) {
-        if (s[k] == '.') dots++;
-        else nd++;
+        if (s[k] == '.') {
+            dots++;
+            continue;
+        }
+        if (++nd <= 15) m = m * 10 + (s[k] - '0');
+        frac += dots;
     }
     if (dots > 1 || nd == 0) return 0;
     if (nd <= 15) { /* exact integer / exact power of ten: one correctly rounded division, as float() gives */
-        static const double P10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
-        long long m = 0;
-        int frac = 0, seen_dot = 0;
-        for (Py_ssize_t k = span[0]; k < span[1]; k++) {
-            if (s[k] == '.') {
-                seen_dot = 1;
-                continue;
-            }
-            m = m * 10 + (s[k] - '0');
-            frac += seen_dot;
-        }
         *out = (double)m / P10[frac];
         return 1;
     }
@@ -491,6 +514,8 @@ static int stamp_seconds(const unsigned char *s, Py_ssize_t at, double *out) {
 /* The per-line path's CUDA-graph flag: None without "graph: ", else whether "graph: True" is there,
  * looked for in the decode line's three free-text groups (never across them). */
 static char graph_flag(const unsigned char *s, const Row *row) {
+    static const char ON[] = "cuda graph: True, "; /* 0.4+: the whole first free text, most lines */
+    if (row->span[5][1] - row->span[5][0] == 18 && memcmp(s + row->span[5][0], ON, 18) == 0) return 1;
     int any = 0;
     for (int g = 5; g <= 9; g += 2) {
         Py_ssize_t a = row->span[g][0], b = row->span[g][1];
@@ -948,6 +973,14 @@ typedef struct {
     Py_ssize_t last_stamp_row, peak_u_stamp_row, peak_q_stamp_row; /* -1: unchanged */
     double span_s, usage_time, above90_s, above99_s, queued_s;
     long long *hist_delta, *queued_delta;
+    /* queued_running (a dict {running: count}, at most MAX_RUNNING_KEYS keys) counted in C for
+     * running < RUNNING_CAP: qr_delta[r] waits to be added, qr_present[r] says r is a key (or will
+     * be), qr_new lists the keys to insert, in order of first appearance, qr_size the dict's size
+     * once they are. */
+    long long *qr_delta;
+    unsigned char *qr_present;
+    int32_t *qr_new;
+    Py_ssize_t qr_new_n, qr_size;
     long long usage_n, sum_r, r_n, peak_r, q_seen;
     double peak_u, pool_u;
     long long pool_tok;
@@ -1112,6 +1145,55 @@ static PyObject *attr_obj(PyObject *o, const char *name, PyTypeObject *type) {
     } while (0)
 
 /* 0 loaded; 1 some attribute has a shape this code does not handle (nothing was changed); -1 error */
+/* Which running counts are keys of queued_running already (qr_present), and how many keys it has. */
+static int load_running(St *st) {
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    st->qr_new_n = 0;
+    st->qr_size = PyDict_GET_SIZE(st->queued_running);
+    while (PyDict_Next(st->queued_running, &pos, &key, &value)) {
+        if (!PyLong_CheckExact(key) || !PyLong_CheckExact(value)) return 1;
+        long long r = PyLong_AsLongLong(key);
+        if (r == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            continue; /* a key too big for C: never one of ours */
+        }
+        if (r >= 0 && r < RUNNING_CAP) st->qr_present[r] = 1;
+    }
+    return 0;
+}
+
+/* Add the counts waiting in C to queued_running: the new keys first, in the order they appeared
+ * (a dict keeps insertion order, and ties of the mode go to the first key), then the rest. */
+static int flush_running(St *st) {
+    for (Py_ssize_t j = 0; j < st->qr_new_n; j++) {
+        int32_t r = st->qr_new[j];
+        PyObject *key = PyLong_FromLong(r), *v = PyLong_FromLongLong(st->qr_delta[r]);
+        int rc = key == NULL || v == NULL ? -1 : PyDict_SetItem(st->queued_running, key, v);
+        Py_XDECREF(key);
+        Py_XDECREF(v);
+        if (rc < 0) return -1;
+        st->qr_delta[r] = 0;
+    }
+    st->qr_new_n = 0;
+    for (int r = 0; r < RUNNING_CAP; r++) {
+        if (!st->qr_delta[r]) continue;
+        PyObject *key = PyLong_FromLong(r);
+        if (key == NULL) return -1;
+        PyObject *old = PyDict_GetItemWithError(st->queued_running, key); /* borrowed */
+        PyObject *add = old == NULL ? NULL : PyLong_FromLongLong(st->qr_delta[r]);
+        PyObject *nv = add == NULL ? NULL : PyNumber_Add(old, add);
+        int rc = nv == NULL ? -1 : PyDict_SetItem(st->queued_running, key, nv);
+        if (old == NULL && !PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "queued_running lost a key");
+        Py_DECREF(key);
+        Py_XDECREF(add);
+        Py_XDECREF(nv);
+        if (rc < 0) return -1;
+        st->qr_delta[r] = 0;
+    }
+    return 0;
+}
+
 static int load(St *st) {
     PyObject *S = st->S;
     st->loaded = 1;
@@ -1202,12 +1284,16 @@ static int load(St *st) {
     st->n_decode = st->n_prefill = 0;
     st->first_kind = 0;
     st->last_stamp_row = st->peak_u_stamp_row = -1;
-    st->hist_delta = PyMem_Calloc(USAGE_BINS + QUEUED_BINS, sizeof(long long));
-    if (st->hist_delta == NULL) {
+    st->hist_delta = PyMem_Calloc(USAGE_BINS + QUEUED_BINS + RUNNING_CAP, sizeof(long long));
+    st->qr_present = PyMem_Calloc(RUNNING_CAP, 1);
+    st->qr_new = PyMem_Calloc(MAX_RUNNING_KEYS, sizeof(int32_t));
+    if (st->hist_delta == NULL || st->qr_present == NULL || st->qr_new == NULL) {
         PyErr_NoMemory();
         return -1;
     }
     st->queued_delta = st->hist_delta + USAGE_BINS;
+    st->qr_delta = st->queued_delta + QUEUED_BINS;
+    TRY(load_running(st));
     TRY(load_timeline(st));
     TRY(load_episode(st));
     return 0;
@@ -1366,6 +1452,18 @@ static int queue_row(St *st, Batch *b, Py_ssize_t i, double t, long long q, int 
         if (u < 0.8) st->low_queued_n++;
     }
     if (r > st->peak_r_queued) st->peak_r_queued = r;
+    if (r >= 0 && r < RUNNING_CAP) {
+        if (st->qr_present[r]) {
+            st->qr_delta[r]++;
+        } else if (st->qr_size < MAX_RUNNING_KEYS) {
+            st->qr_present[r] = 1;
+            st->qr_delta[r] = 1;
+            st->qr_new[st->qr_new_n++] = (int32_t)r;
+            st->qr_size++;
+        }
+        return 0;
+    }
+    if (flush_running(st) < 0) return -1; /* a count C does not keep: the dict in order, then this one */
     PyObject *key = PyLong_FromLongLong(r);
     if (key == NULL) return -1;
     PyObject *old = PyDict_GetItemWithError(st->queued_running, key);
@@ -1379,6 +1477,7 @@ static int queue_row(St *st, Batch *b, Py_ssize_t i, double t, long long q, int 
         Py_XDECREF(nv);
     }
     Py_DECREF(key);
+    st->qr_size = PyDict_GET_SIZE(st->queued_running);
     return rc;
 }
 
@@ -1578,7 +1677,7 @@ static int store(St *st, Batch *b) {
         set_item(st->gen_list, 3, PyFloat_FromDouble(st->gen_last)) < 0)
         return -1;
     if (store_rates(st) < 0) return -1;
-    if (flush_bucket(st) < 0) return -1;
+    if (flush_bucket(st) < 0 || flush_running(st) < 0) return -1;
     return flush_queue(st, b);
 }
 
@@ -1594,7 +1693,11 @@ static void release(St *st) {
     Py_CLEAR(st->ep);
     Py_CLEAR(st->closed);
     PyMem_Free(st->hist_delta);
+    PyMem_Free(st->qr_present);
+    PyMem_Free(st->qr_new);
     st->hist_delta = NULL;
+    st->qr_present = NULL;
+    st->qr_new = NULL;
 }
 
 /* Whether every stream's sum_r, new_tokens and cached_tokens stay within long long over the batch

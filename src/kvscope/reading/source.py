@@ -14,8 +14,8 @@ beyond what any log compresses to (a decompression bomb). stdin and FIFOs are re
 
 from __future__ import annotations
 
+import collections
 import gzip
-import itertools
 import os
 import re
 import stat
@@ -51,6 +51,9 @@ BULK_MARK = b"\x01"
 # keeps everything on one thread (to compare, or where a second thread is unwelcome).
 PREFETCH_SPLITS = os.environ.get("KVSCOPE_THREADS", "1") != "0"
 NOT_SPLIT: Any = object()  # "the C lane has not been run on this stretch yet" (its None means: no line)
+# How many regions (blocks) the reader reads, and starts splitting, before handing on the current one.
+REGIONS_AHEAD = 4
+SKIP_LINE, OVERLONG = "skip-line", "overlong-started"  # run()'s marks between regions
 
 
 # ``count_lines(buf, lo, hi)`` = ``buf.count(b"\n", lo, hi)``; the C one is 4-6x faster, and line
@@ -252,6 +255,23 @@ class _FileScan:
         self.native_rows = True  # the last region gave C-lane rows: split the next one's stretches ahead
 
     def run(self, blocks: Iterator[bytes]) -> Iterator[Line | Bulk]:
+        """The candidate lines (and bulk rows) of the file, in order.
+
+        Each region's bulk split is started before the previous region's lines are handed on (a
+        region's stretches are split on a second thread where the C lane runs), so the split of
+        what comes next overlaps the folding of what came before.
+        """
+        ahead: collections.deque[tuple[Any, Any]] = collections.deque()
+        for piece in self._pieces(blocks):
+            ahead.append((piece, self._start(piece)))
+            if len(ahead) > REGIONS_AHEAD:
+                yield from self._finish(*ahead.popleft())
+        while ahead:
+            yield from self._finish(*ahead.popleft())
+
+    def _pieces(self, blocks: Iterator[bytes]) -> Iterator[tuple[bytes, int, int] | str]:
+        """The file as regions of whole lines ``(buf, lo, hi)``, with SKIP_LINE / OVERLONG where a
+        line too long to keep ends or begins (their effect on line numbers is applied in order)."""
         carry = b""  # the start of a line whose newline has not been read yet
         skipping = False  # inside an overlong line: drop bytes until its newline
         for block in blocks:
@@ -267,33 +287,33 @@ class _FileScan:
                 if nl == -1:
                     continue
                 pos, skipping = nl + 1, False
-                self._skip_line()
+                yield SKIP_LINE
             first = block.find(b"\n", pos)
             if first == -1:
                 carry = carry + block[pos:] if carry else block[pos:]
                 if len(carry) > MAX_LINE_BYTES:
-                    self._overlong_started()
+                    yield OVERLONG
                     carry, skipping = b"", True
                 continue
             if carry:
                 head, carry = carry + block[pos : first + 1], b""
                 if len(head) - 1 > MAX_LINE_BYTES:
                     self.stats.overlong_lines += 1
-                    self._skip_line()
+                    yield SKIP_LINE
                 else:
-                    yield from self._region(head, 0, len(head))
+                    yield head, 0, len(head)
                 pos = first + 1
             end = block.rfind(b"\n", pos) + 1
             if end > pos:
-                yield from self._region(block, pos, end)
+                yield block, pos, end
             carry = block[max(end, pos) :]
             if len(carry) > MAX_LINE_BYTES:
-                self._overlong_started()
+                yield OVERLONG
                 carry, skipping = b"", True
         if skipping:
-            self._skip_line()
+            yield SKIP_LINE
         elif carry:
-            yield from self._region(carry + b"\n", 0, len(carry) + 1)
+            yield carry + b"\n", 0, len(carry) + 1
 
     def _sample_text(self, head: bytes) -> None:
         """Count what in the head of the input cannot be text: control bytes and invalid UTF-8."""
@@ -328,35 +348,45 @@ class _FileScan:
             self.last_plan = self.stats.bytes_read
             self.next_plan = self.stats.bytes_read + REPLAN_BYTES
 
-    def _region(self, buf: bytes, lo: int, hi: int) -> Iterator[Line | Bulk]:
-        """Candidate lines (and their successors) of ``buf[lo:hi]``, which holds whole lines.
+    def _start(self, piece: tuple[bytes, int, int] | str) -> list[tuple[int, int, Any]] | None:
+        """A region's stretches ``(lo, hi, split)``; ``split`` is a future where the second thread
+        splits it, else NOT_SPLIT (split when finished). None: a SKIP_LINE / OVERLONG mark.
 
         With a bulk lane the region is cut into stretches of about BULK_BYTES. Where the C lane
-        runs (it releases the GIL while it reads lines), the stretches after the first are split
-        on a second thread while this one's lines and rows are handed on and folded: the split is
-        half of the work on a serving journal. The results are taken in order, so nothing but
-        the timing changes.
+        runs (it releases the GIL while it reads lines), every stretch is split on the second
+        thread while this one hands on and folds the rows before it: the split is half of the
+        work on a serving journal. The results are taken in order, so nothing but the timing
+        changes. A journal without C-lane rows (vLLM's) stays on one thread: its lane holds the GIL.
         """
+        if isinstance(piece, str):
+            return None
+        buf, lo, hi = piece
         if self.bulk is None:
-            yield from self._lines(buf, lo, hi)
-            return
+            return [(lo, hi, None)]
         cuts = []
         while lo < hi:  # stretches of about BULK_BYTES, cut at line ends
             cut = buf.find(b"\n", lo + BULK_BYTES, hi) + 1 if hi - lo > 2 * BULK_BYTES else hi
             cut = cut or hi
             cuts.append((lo, cut))
             lo = cut
-        splits: Iterable[Any]
-        ahead_of = getattr(self.bulk, "split_native", None) if getattr(self.bulk, "native", None) else None
-        if PREFETCH_SPLITS and len(cuts) > 1 and ahead_of is not None and self.native_rows:
-            ahead = [_splitter().submit(ahead_of, buf, a, b) for a, b in cuts[1:]]
-            first = [self._bulk_split(buf, *cuts[0])]
-            later = zip(cuts[1:], ahead, strict=True)
-            splits = itertools.chain(first, (self._bulk_split(buf, a, b, f.result()) for (a, b), f in later))
-        else:
-            splits = (self._bulk_split(buf, a, b) for a, b in cuts)
+        threaded = PREFETCH_SPLITS and self.native_rows and getattr(self.bulk, "native", None) is not None
+        if not threaded:
+            return [(a, b, NOT_SPLIT) for a, b in cuts]
+        return [(a, b, _splitter().submit(self._bulk_split, buf, a, b)) for a, b in cuts]
+
+    def _finish(self, piece: tuple[bytes, int, int] | str, stretches: list[tuple[int, int, Any]] | None
+                ) -> Iterator[Line | Bulk]:
+        """Hand on the candidate lines and bulk rows of a region started by ``_start``."""
+        if stretches is None:
+            self._skip_line() if piece == SKIP_LINE else self._overlong_started()
+            return
+        buf = piece[0]
+        if self.bulk is None:
+            yield from self._lines(buf, piece[1], piece[2])
+            return
         found = False
-        for (a, b), split in zip(cuts, splits, strict=True):
+        for a, b, ahead in stretches:
+            split = self._bulk_split(buf, a, b) if ahead is NOT_SPLIT else ahead.result()
             if split is None:
                 yield from self._lines(buf, a, b)
             else:
@@ -364,7 +394,7 @@ class _FileScan:
                 yield from self._lines(split[0], 1, len(split[0]), split[1])
         self.native_rows = found  # a region without C-lane rows (a vLLM journal) is not worth a thread
 
-    def _bulk_split(self, buf: bytes, lo: int, hi: int, native: Any = NOT_SPLIT) -> tuple[bytes, list[tuple]] | None:
+    def _bulk_split(self, buf: bytes, lo: int, hi: int) -> tuple[bytes, list[tuple]] | None:
         """(``buf[lo:hi]`` with each bulk-matched line replaced by BULK_MARK, after a leading newline;
         the match groups, in order), or None where the lane does not apply.
 
@@ -376,7 +406,7 @@ class _FileScan:
             return None
         lane = getattr(self.bulk, "split_rows", None)
         if lane is not None:  # an engine's lane object (kvscope.runtime.lines.BulkLane)
-            return lane(buf, lo, hi, native)
+            return lane(buf, lo, hi)
         return regex_split(self.bulk, buf, lo, hi)  # type: ignore[arg-type]
 
     def _lines(self, buf: bytes, lo: int, hi: int, rows: list[tuple] | None = None) -> Iterator[Line | Bulk]:
