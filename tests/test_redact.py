@@ -7,8 +7,10 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from kvscope.render import render_analysis
+from kvscope.render import redact, render_analysis
 from kvscope.render.redact import MARK, is_secret_key, redact_text, redact_value
 
 from .test_render_logs import SECRETS, example_analysis, hostile_analysis, hostile_log
@@ -144,3 +146,30 @@ def test_html_text_pass_leaves_scripts_alone():
     out = redact_text(html, "html")
     assert "abc123" not in out and "hunter2" not in out and "alice" not in out
     assert "<script>var token=getToken();</script>" in out  # code is not text: never rewritten
+
+
+# --- the clue shortcut: a string with no clue skips the patterns, and that never changes a result ---
+
+_WORDS = ["api_key", "API-KEY", "token", "hf_token", "Bearer", "authorization", "password", "secret", "://", "@",
+          "hf_abcdefghijklmnopqrstuvwx", "sk-abcdefghijklmnopqrst", "ghp_" + "a" * 30, "github_pat_" + "b" * 30,
+          "glpat-" + "c" * 20, "xoxb-1234567890", "AKIA" + "A" * 16, "eyJabcdefghi.abcdefghi.abcdefghi", "/home/alice/x",
+          "/Users/bob", "C:\\Users\\eve\\x", "=", ": ", "'", '"', " ", "--", "x", "7", "\u212a", "\u017f", "\u0131", "\u0130"]
+
+
+def _full(text: str) -> str:
+    """Every pattern, without the shortcut (what _plain did before it)."""
+    redact._plain.cache_clear()
+    original = redact._may_hold
+    redact._may_hold = lambda text, clues: True
+    try:
+        return redact._plain.__wrapped__(text)
+    finally:
+        redact._may_hold = original
+
+
+@given(st.lists(st.sampled_from(_WORDS) | st.text(max_size=6), max_size=10).map("".join))
+@settings(max_examples=400, deadline=None)
+def test_the_clue_shortcut_never_changes_a_redaction(text: str):
+    assert redact._plain.__wrapped__(text) == _full(text)
+    key = text.strip()
+    assert redact.is_secret_key(key) == (redact._KEY_NAME.fullmatch(key) is not None)

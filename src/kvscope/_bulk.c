@@ -73,7 +73,10 @@ static PyTypeObject BatchType;
 enum { C_T = 1, C_DIGIT = 2, C_NUM = 4, C_HOST = 8, C_IDENT = 16, C_ISOTAIL = 32, C_RANK = 64, C_BLANK = 128 };
 static unsigned char CLS[256];
 
+static int32_t NO_SPANS[NGROUPS][2]; /* every group: did not take part (-1, -1) */
+
 static void init_classes(void) {
+    memset(NO_SPANS, 0xff, sizeof(NO_SPANS));
     for (int c = 0; c < 256; c++) {
         unsigned char k = 0;
         int digit = c >= '0' && c <= '9', alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
@@ -213,6 +216,7 @@ static Py_ssize_t tail_end(Line *L, Py_ssize_t p) {
  * is known to be: one comparison on a clean line, else each byte is looked at once over all calls. */
 INLINE int reach(Line *L, Py_ssize_t *seen, Py_ssize_t b) {
     Py_ssize_t k = *seen;
+    if (b <= k) return 1;
     if (last_bad(L) < k && b <= L->h2) { /* past last: blanks, which are `_T`; then the "\r" */
         if (b > k) *seen = b;
         return 1;
@@ -256,7 +260,10 @@ static int decode_rest(Line *L, Py_ssize_t p, Row *row) {
      * field of 0.4+ (that text holds no other gen field, so it is the first occurrence). */
     Py_ssize_t first = p;
     if (!(LIT(L, &first, "cuda graph: True, ") || LIT(L, &first, "cuda graph: False, "))) first = p;
-    if (!(first + 26 <= L->hi && memcmp(L->s + first, GEN, 26) == 0)) first = find_lit(L->s, t1, L->hi, GEN, 26);
+    if (first + 26 <= L->hi && memcmp(L->s + first, GEN, 26) == 0)
+        seen = first; /* what lies before it is one of those literals: `_T` */
+    else
+        first = find_lit(L->s, t1, L->hi, GEN, 26);
     for (Py_ssize_t g = first; g >= 0; g = find_lit(L->s, g + 1, L->hi, GEN, 26)) {
         if (g - t1 > MAX_FREE || !reach(L, &seen, g)) break; /* nor any later occurrence */
         Py_ssize_t q = g + 26, gs = q;
@@ -264,6 +271,7 @@ static int decode_rest(Line *L, Py_ssize_t p, Row *row) {
         Py_ssize_t ge = q;
         if (!LIT(L, &q, ", ")) continue;
         Py_ssize_t t2 = q; /* s[t1:t2) is `_T`, so s[t2:k) is `_T` iff s[t1:k) is */
+        seen = t2;         /* s[t1:g) was reached; the field, its number and ", " are `_T` */
         Py_ssize_t k0 = t2 + 12 <= L->hi && memcmp(L->s + t2, QUE, 12) == 0 ? t2 : find_lit(L->s, t2, L->hi, QUE, 12);
         for (Py_ssize_t k = k0; k >= 0; k = find_lit(L->s, k + 1, L->hi, QUE, 12)) {
             if (k - t2 > MAX_FREE || !reach(L, &seen, k)) break;
@@ -318,7 +326,7 @@ static int match_head(Line *L, Py_ssize_t lo, Py_ssize_t *pp, Row *row) {
     if (!(digits(L, &p, 4) && LIT(L, &p, "-") && digits(L, &p, 2) && LIT(L, &p, "-") && digits(L, &p, 2) &&
           LIT(L, &p, " ") && hms(L, &p)))
         return 0;
-    for (int g = 0; g < NGROUPS; g++) SET(row, g, -1, -1);
+    memcpy(row->span, NO_SPANS, sizeof(NO_SPANS));
     SET(row, 0, st, p);
     if (p + 1 < hi && (s[p] == '.' || s[p] == ',') && is_digit(s[p + 1])) {
         p++;
@@ -353,7 +361,7 @@ static int match_same_head(const unsigned char *s, Py_ssize_t lo, Py_ssize_t hi,
                            Py_ssize_t shift, Row *row) {
     Line L;
     line_init(&L, s, lo, hi);
-    for (int g = 2; g < NGROUPS; g++) SET(row, g, -1, -1);
+    memcpy(row->span[2], NO_SPANS[2], sizeof(int32_t) * 2 * (NGROUPS - 2));
     SET(row, 0, prev->span[0][0] + shift, prev->span[0][1] + shift);
     SET(row, 1, prev->span[1][0] + shift, prev->span[1][1] + shift);
     return match_body(&L, lo + head_len, row);

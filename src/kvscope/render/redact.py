@@ -72,6 +72,23 @@ _HOME = re.compile(r"(?<![\w.~-])/(?:home|Users)/(?!\.\.?/)[^/\s'\"<>:;,|()\[\]{
 _WIN_HOME = re.compile(r"\b[A-Za-z]:(?P<sep>\\{1,2})Users(?P=sep)[^\\\s'\"<>:;,|*?]+", re.IGNORECASE)
 
 
+# Every pattern above matches only text holding one of these (ASCII case-insensitively): the key
+# words, the token prefixes, "://", the home folders. A string holding none is returned as it is,
+# which is most of a report (numbers as text, stamps, rank labels): 17 substitutions saved each.
+_CLUES = ("key", "secret", "passw", "credential", "token", "authorization", "bearer", "://", "hf_", "sk-", "gh", "github_pat_",
+          "glpat-", "xox", "akia", "eyj", "/home/", "/users/", "\\users")
+_KEY_CLUES = ("key", "secret", "passw", "credential", "token")
+
+
+def _may_hold(text: str, clues: tuple[str, ...]) -> bool:
+    """False only where no pattern can match. Only for ASCII text: IGNORECASE also matches a few
+    other letters to ASCII ones (K, ſ, ı, İ), and those strings take the full patterns."""
+    if not text.isascii():
+        return True
+    low = text.lower()
+    return any(clue in low for clue in clues)
+
+
 def _keep(value: str, numeric_ok: bool = False) -> bool:
     """Values that are not secrets: None-likes, an earlier mark, and (after ``key:``) plain numbers."""
     v = value.strip()
@@ -102,6 +119,8 @@ def _url(m: re.Match[str]) -> str:
 def _plain(text: str) -> str:
     """Apply every text pattern; idempotent (a redacted text comes back unchanged). Cached: a report
     repeats the same strings (rank labels, settings, stamps) many times over."""
+    if not _may_hold(text, _CLUES):
+        return text
     text = _URL_CREDS.sub(_url, text)
     for shape, prefix in _SHAPES:
         text = shape.sub(prefix + MARK, text)
@@ -115,9 +134,10 @@ def _plain(text: str) -> str:
     return _WIN_HOME.sub("~", text)
 
 
+@functools.lru_cache(maxsize=4096)
 def is_secret_key(key: str) -> bool:
     """True for dictionary keys such as ``api_key``, ``hf_token``, ``--api-key``, ``DB_PASSWORD``."""
-    return _KEY_NAME.fullmatch(key.strip()) is not None
+    return _may_hold(key, _KEY_CLUES) and _KEY_NAME.fullmatch(key.strip()) is not None
 
 
 def redact_value(value: Any, key: str | None = None) -> Any:
