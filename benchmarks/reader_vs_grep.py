@@ -152,6 +152,7 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the generated journal")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
+    synth.compile_kvscope()
     if args.file:
         report(measure(args.file, args.repeat, SERVING_WORDS[args.engine]))
         return 0

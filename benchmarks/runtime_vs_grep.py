@@ -34,6 +34,8 @@ import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import synth
+
 ROOT = Path(__file__).resolve().parents[1]
 SGLANG_STARTUP = ROOT / "tests" / "fixtures" / "runtime" / "sglang-0.5.18-qwen3-4b-saturated-retract.txt"
 VLLM_RUN = ROOT / "tests" / "fixtures" / "logs" / "vllm" / "902-cpu-v0.32-tiny-qwen2-4MiB-kv-saturated" / "log.txt"
@@ -259,6 +261,7 @@ def main() -> int:
         if args.stages:
             stages(path)
             return 0
+        synth.compile_kvscope()
         g_wall, g_rss, g_out = _timed(["grep", "-c", "Decode batch", str(path)], max(3, args.repeat))
         k_wall, k_rss, k_out = _timed(kvscope_cmd(path), args.repeat)
         print(f"grep -c 'Decode batch'         : {g_wall:7.2f} s   peak RSS {g_rss / 1024:7.1f} MiB   ({g_out.strip()} lines)")

@@ -411,3 +411,26 @@ def test_runs_of_one_head_split_and_fold_alike(data):
         result, py_error, diff = _fold_compare(lines)
         assert py_error is None or result is None
         assert not diff
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from(["02-30", "09-01"]), st.sampled_from("dpr")), max_size=60))
+@settings(max_examples=200, deadline=None)
+def test_sample_labels_and_retracts_noted_by_split_match_a_look_at_the_rows(lines):
+    """split notes the label order and the retractions while it makes the rows; a slice of a batch
+    (rows not made by split) finds them by looking at the rows. Same answer, impossible dates included."""
+    text = {"d": "Decode batch, #running-req: 3, #token: 9, token usage: 0.50, gen throughput (token/s): 1.00, "
+                 "#queue-req: 1",
+            "p": "Prefill batch, #new-seq: 1, #new-token: 5, #cached-token: 0, token usage: 0.50, #running-req: 1, "
+                 "#queue-req: 0",
+            "r": "KV cache pool is full. Retract requests. #retracted_reqs: 2"}
+    body = "".join(f"[2026-{day} 00:00:01 DP{rank} TP0] {text[kind]}\n" for rank, day, kind in lines)
+    view = ("\n" + body + "[2026-09-01 00:00:02 DP9 TP0] " + text["d"] + "\n").encode()
+    got = NATIVE.split(view, 1, len(view))
+    assert got not in (None, False)
+    batch = got[1]
+    looked = batch[0 : len(batch) - 1]  # the same rows but the last, by the slow path
+    if not lines:
+        return
+    ours = NATIVE.split(("\n" + body).encode(), 1, len(body) + 1)[1]
+    assert ours.sample_labels() == looked.sample_labels()
+    assert ours.retracts() == looked.retracts()

@@ -63,6 +63,9 @@ typedef struct {
     Row *rows;
     Py_ssize_t n;
     PyObject *labels; /* list of bytes: rank labels in order of first appearance */
+    int32_t *sample;      /* label indexes in order of first appearance among valid sample rows */
+    Py_ssize_t n_sample;  /* -1: not known (a slice): sample_labels() looks at the rows */
+    Py_ssize_t n_retract; /* retraction rows; -1: not known */
 } Batch;
 
 static PyTypeObject BatchType;
@@ -591,6 +594,7 @@ static int convert(const unsigned char *s, Row *row, const Row *same_stamp, int 
 
 static void batch_dealloc(Batch *b) {
     PyMem_RawFree(b->rows); /* rows use the raw allocator: split grows them without the GIL */
+    PyMem_RawFree(b->sample);
     Py_XDECREF(b->view);
     Py_XDECREF(b->labels);
     Py_TYPE(b)->tp_free((PyObject *)b);
@@ -622,6 +626,8 @@ static Batch *batch_new(PyObject *view, Py_ssize_t cap) {
     if (b == NULL) return NULL;
     b->rows = PyMem_RawMalloc(sizeof(Row) * (size_t)(cap ? cap : 1));
     b->n = 0;
+    b->sample = NULL;
+    b->n_sample = b->n_retract = -1;
     Py_INCREF(view);
     b->view = view;
     b->labels = PyList_New(0);
@@ -637,7 +643,27 @@ static Batch *batch_new(PyObject *view, Py_ssize_t cap) {
 typedef struct {
     Py_ssize_t n;
     int32_t at[MAX_LABELS][2];
+    /* what sample_labels() and retracts() would find, noted while the rows are made (in cache,
+     * on the splitting thread) instead of by another pass over them on the folding one */
+    unsigned char sampled[MAX_LABELS];
+    int32_t order[MAX_LABELS];
+    Py_ssize_t n_order, n_retract;
 } Labels;
+
+static void labels_init(Labels *lab) {
+    lab->n = lab->n_order = lab->n_retract = 0;
+    memset(lab->sampled, 0, sizeof(lab->sampled));
+}
+
+/* Note a row just made (its label known) for sample_labels() / retracts(). */
+static void labels_note(Labels *lab, const Row *row) {
+    if (row->kind == 'r') {
+        lab->n_retract++;
+    } else if (row->valid && !lab->sampled[row->label]) {
+        lab->sampled[row->label] = 1;
+        lab->order[lab->n_order++] = (int32_t)row->label;
+    }
+}
 
 /* Index of the label s[a:e) in lab, adding it at first appearance; -2: more than MAX_LABELS. */
 static Py_ssize_t label_span_index(Labels *lab, const unsigned char *s, Py_ssize_t a, Py_ssize_t e) {
@@ -759,6 +785,15 @@ static PyObject *batch_head(Batch *b, PyObject *arg) {
 
 /* Label indexes in order of first appearance among the sample (decode / prefill) rows. */
 static PyObject *batch_sample_labels(Batch *b, PyObject *unused) {
+    if (b->n_sample >= 0) { /* noted by split */
+        PyObject *out = PyList_New(b->n_sample);
+        for (Py_ssize_t j = 0; out != NULL && j < b->n_sample; j++) {
+            PyObject *v = PyLong_FromLong(b->sample[j]);
+            if (v == NULL) Py_CLEAR(out);
+            else PyList_SET_ITEM(out, j, v);
+        }
+        return out;
+    }
     Py_ssize_t nl = PyList_GET_SIZE(b->labels);
     char *seen = PyMem_Calloc((size_t)(nl ? nl : 1), 1);
     PyObject *out = PyList_New(0);
@@ -787,7 +822,7 @@ static PyObject *batch_sample_labels(Batch *b, PyObject *unused) {
 /* [(label index, retracted requests)] of the retraction rows whose stamp converts, in order. */
 static PyObject *batch_retracts(Batch *b, PyObject *unused) {
     PyObject *out = PyList_New(0);
-    if (out == NULL) return NULL;
+    if (out == NULL || b->n_retract == 0) return out; /* split counted none */
     for (Py_ssize_t i = 0; i < b->n; i++) {
         const Row *r = &b->rows[i];
         if (r->kind != 'r' || !r->valid) continue;
@@ -882,6 +917,7 @@ static int split_lines(Batch *b, const unsigned char *s, Py_ssize_t start, Py_ss
             row->label = same ? prev->label : label_span_index(lab, s, row->span[1][0], row->span[1][1]);
             if (row->label == -2) return SPLIT_REGEX; /* labels without end: the regex does this stretch */
             if (!same) head_len = head_end - lo;
+            labels_note(lab, row);
             prev_lo = lo;
             b->n++;
             memcpy(out + w, s + copied, (size_t)(lo - copied));
@@ -927,7 +963,7 @@ static PyObject *bulk_split(PyObject *mod, PyObject *args) {
         PyMem_RawFree(lab);
         return PyErr_NoMemory();
     }
-    lab->n = 0;
+    labels_init(lab);
     int status;
     Py_ssize_t w = 0;
     PyThreadState *save = PyEval_SaveThread();
@@ -953,6 +989,14 @@ static PyObject *bulk_split(PyObject *mod, PyObject *args) {
         Py_RETURN_NONE;
     }
     if (labels_to_list(b, lab) < 0) goto fail;
+    b->sample = PyMem_RawMalloc(sizeof(int32_t) * (size_t)(lab->n_order ? lab->n_order : 1));
+    if (b->sample == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    memcpy(b->sample, lab->order, sizeof(int32_t) * (size_t)lab->n_order);
+    b->n_sample = lab->n_order;
+    b->n_retract = lab->n_retract;
     PyMem_RawFree(lab);
     lab = NULL;
     text = PyBytes_FromStringAndSize(out, w);

@@ -52,7 +52,11 @@ BULK_MARK = b"\x01"
 PREFETCH_SPLITS = os.environ.get("KVSCOPE_THREADS", "1") != "0"
 NOT_SPLIT: Any = object()  # "the C lane has not been run on this stretch yet" (its None means: no line)
 # How many regions (blocks) the reader reads, and starts splitting, before handing on the current one.
-REGIONS_AHEAD = 4
+REGIONS_AHEAD = 8
+# While the second thread splits, the interpreter's GIL switch interval is this short (the default
+# is 5 ms): the splitting thread needs the GIL briefly after each stretch, and waited up to the whole
+# interval for the folding thread to let go of it (measured: a third of its time).
+SWITCH_S = 0.0002
 SKIP_LINE, OVERLONG = "skip-line", "overlong-started"  # run()'s marks between regions
 
 
@@ -253,6 +257,7 @@ class _FileScan:
         self.last_plan = 0
         self.file_bytes = 0
         self.native_rows = True  # the last region gave C-lane rows: split the next one's stretches ahead
+        self.queued: collections.deque[_Ahead] = collections.deque()  # stretches handed to the second thread
 
     def run(self, blocks: Iterator[bytes]) -> Iterator[Line | Bulk]:
         """The candidate lines (and bulk rows) of the file, in order.
@@ -262,12 +267,18 @@ class _FileScan:
         what comes next overlaps the folding of what came before.
         """
         ahead: collections.deque[tuple[Any, Any]] = collections.deque()
-        for piece in self._pieces(blocks):
-            ahead.append((piece, self._start(piece)))
-            if len(ahead) > REGIONS_AHEAD:
+        switch = sys.getswitchinterval()
+        if PREFETCH_SPLITS and self.bulk is not None:  # see SWITCH_S; given back when the file is done
+            sys.setswitchinterval(min(switch, SWITCH_S))
+        try:
+            for piece in self._pieces(blocks):
+                ahead.append((piece, self._start(piece)))
+                if len(ahead) > REGIONS_AHEAD:
+                    yield from self._finish(*ahead.popleft())
+            while ahead:
                 yield from self._finish(*ahead.popleft())
-        while ahead:
-            yield from self._finish(*ahead.popleft())
+        finally:
+            sys.setswitchinterval(switch)
 
     def _pieces(self, blocks: Iterator[bytes]) -> Iterator[tuple[bytes, int, int] | str]:
         """The file as regions of whole lines ``(buf, lo, hi)``, with SKIP_LINE / OVERLONG where a
@@ -372,7 +383,9 @@ class _FileScan:
         threaded = PREFETCH_SPLITS and self.native_rows and getattr(self.bulk, "native", None) is not None
         if not threaded:
             return [(a, b, NOT_SPLIT) for a, b in cuts]
-        return [(a, b, _splitter().submit(self._bulk_split, buf, a, b)) for a, b in cuts]
+        started = [(a, b, _Ahead(self, buf, a, b)) for a, b in cuts]
+        self.queued.extend(slot for _, _, slot in started)
+        return started
 
     def _finish(self, piece: tuple[bytes, int, int] | str, stretches: list[tuple[int, int, Any]] | None
                 ) -> Iterator[Line | Bulk]:
@@ -386,13 +399,36 @@ class _FileScan:
             return
         found = False
         for a, b, ahead in stretches:
-            split = self._bulk_split(buf, a, b) if ahead is NOT_SPLIT else ahead.result()
+            split = self._bulk_split(buf, a, b) if ahead is NOT_SPLIT else self._take(ahead)
             if split is None:
                 yield from self._lines(buf, a, b)
             else:
                 found = found or not isinstance(split[1], list)  # the C lane's Batch, not vLLM's or regex rows
                 yield from self._lines(split[0], 1, len(split[0]), split[1])
         self.native_rows = found  # a region without C-lane rows (a vLLM journal) is not worth a thread
+
+    def _take(self, slot: _Ahead) -> Any:
+        """A stretch's split. While the second thread is still on it, this thread takes the newest
+        split not yet begun back and does it itself: both threads stay busy whichever is faster."""
+        while slot.value is NOT_SPLIT and not slot.future.done() and self._steal():
+            pass
+        if slot.value is NOT_SPLIT:
+            slot.value = slot.future.result()
+        if self.queued and self.queued[0] is slot:
+            self.queued.popleft()
+        return slot.value
+
+    def _steal(self) -> bool:
+        """Split the newest queued stretch here if the second thread has not begun it."""
+        while self.queued:
+            last = self.queued.pop()
+            if last.value is not NOT_SPLIT or last.future.done():
+                continue
+            if not last.future.cancel():
+                return False  # begun: every older one is begun or done too (the thread takes them in order)
+            last.value = self._bulk_split(*last.args)
+            return True
+        return False
 
     def _bulk_split(self, buf: bytes, lo: int, hi: int) -> tuple[bytes, list[tuple]] | None:
         """(``buf[lo:hi]`` with each bulk-matched line replaced by BULK_MARK, after a leading newline;
@@ -457,6 +493,17 @@ class _FileScan:
         first, last = buf.find(BULK_MARK, lo, hi), buf.rfind(BULK_MARK, lo, hi)
         first_no = line_no + count_lines(buf, counted_to, first) + 1
         return Bulk(self.name, first_no, first_no + count_lines(buf, first, last), rows)
+
+
+class _Ahead:
+    """A stretch's split, handed to the second thread; ``value`` is set once this thread has it."""
+
+    __slots__ = ("args", "future", "value")
+
+    def __init__(self, scan: _FileScan, buf: bytes, lo: int, hi: int) -> None:
+        self.args = (buf, lo, hi)
+        self.value: Any = NOT_SPLIT
+        self.future = _splitter().submit(scan._bulk_split, buf, lo, hi)
 
 
 _SPLITTER: ThreadPoolExecutor | None = None
