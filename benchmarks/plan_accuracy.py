@@ -57,8 +57,10 @@ CASE_FACTS: dict[str, dict[str, Any]] = {
         "why": "notes: \"max_model_len 32768 (user-set)\"",
     },
     "vllm/012-qwen3-235b-a22b-fp8-4xh100-lmcache": {
-        "settings": {"gpu_memory_utilization": 0.9},
-        "why": "notes: \"Default gpu_memory_utilization (0.9) and default max_model_len\"",
+        "engine_version": "0.9.2", "settings": {"gpu_memory_utilization": 0.9},
+        "why": "notes: \"Default gpu_memory_utilization (0.9) and default max_model_len\"; the source issue "
+               "(#21348) was filed 2025-07-22, when v0.9.2 was the current release (v0.10.0 came 07-24), and "
+               "the notes' reply blames PR #19312, which is in it",
     },
     "vllm/006-club3090-qwen36-35b-a3b-nvfp4-5090": {
         "settings": {"kv_cache_dtype": "fp8", "max_num_seqs": 1, "enable_prefix_caching": True},

@@ -51,10 +51,43 @@ def test_v0_29k_run_is_predicted_to_fail_like_the_log(accuracy):
 
 
 @pytest.mark.parametrize("key", ["026s", "027s"])
-def test_deepseek_v32_b200_dp_attention_within_five_percent(accuracy, key):
-    """Known bias: both B200 DP-attention runs come out ≈ +1.7 GiB (+3.5–4 %) too generous."""
+def test_deepseek_v32_b200_dp_attention_within_three_percent(accuracy, key):
+    """Known bias: both B200 DP-attention runs come out ≈ +0.8 GiB (+1.7–2.2 %) too generous, with NCCL at
+    8 NVSwitch ranks taken as the TP4 report (before that: 0.91 GiB, and +3.5–4 %)."""
     r = accuracy[key]
-    assert 0 < r["error_pct"] < 5.0
+    assert 0 < r["error_pct"] < 3.0
+
+
+def test_qwen3_235b_tp4_h100_within_six_percent(accuracy):
+    """vLLM 0.9.2 (the release current when issue #21348 was filed), default utilization: 178,880 tokens
+    logged. The sampler's dummy run (1,024 rows × 151,936 logits) and NCCL on NVSwitch dominate what the
+    weights leave; LMCache's connector is not modelled."""
+    r = accuracy["012v"]
+    assert r["logged"] == 178880
+    assert 0 < r["error_pct"] < 6.0
+
+
+def test_sampler_peak_matches_vllm_s_own_measurement():
+    """vLLM PR #21429's debug line: torch peak increase 5.62 GiB for Qwen3-235B-A22B-FP8 at TP4 with the
+    API server's defaults (8,192 batched tokens, 1,024 sequences): the sampler, not the forward."""
+    from kvscope.capacity.plan import vllm_activation_gib
+    from kvscope.capacity.weights import load_model_config
+
+    cfg = load_model_config("Qwen/Qwen3-235B-A22B-FP8").cfg
+    assert vllm_activation_gib(cfg, 4, 8192, 1024) == pytest.approx(5.62, rel=0.05)
+    assert vllm_activation_gib(cfg, 4, 8192, 256) < 2.0  # a quarter of the rows: the forward may lead
+
+
+def test_nccl_on_nvswitch_gpus_comes_from_the_tp4_report():
+    from kvscope.capacity.overheads import budget_basis
+
+    h200 = budget_basis("H200", 4)
+    assert h200.nccl.gib == pytest.approx(1.944) and h200.nccl.how == "reported"
+    assert budget_basis("H100", 4).nccl.how == "assumed"  # another GPU kind: carried over
+    assert budget_basis("B200", 8).nccl.gib == pytest.approx(1.944)
+    assert budget_basis("H200", 2).nccl.gib == pytest.approx(0.910)  # the TP2 measurement stands
+    assert budget_basis("RTX PRO 6000", 8).nccl.gib == pytest.approx(0.910)  # PCIe: no NVSwitch
+    assert budget_basis("L40S", 4).nccl.gib == pytest.approx(0.910)
 
 
 def test_sglang_auto_fraction_is_applied_and_reported():

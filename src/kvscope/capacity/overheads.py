@@ -29,6 +29,13 @@ H200_RESERVED_MIB = 616
 CUDA_CONTEXT_GIB = 0.516
 NCCL_TP2_GIB = 0.910
 CUBLAS_GIB = 0.096
+# An engine's NCCL memory at TP4 on an NVSwitch GPU (NVLink 4/5: H100/H200 SXM, B200…): vLLM's own
+# debug line on an H200 at TP4 (PR #21429, Qwen3-235B-A22B-FP8) reports 2.04 GiB of non-torch
+# memory taken from before NCCL's start to after the profile run; less cuBLAS's workspace that is
+# 1.94 GiB. More than the 0.910 measured at TP2 because that measurement ran with NVLink multicast
+# (NVLS) off, and an engine holds two communicators (torch.distributed's and its own) plus custom
+# all-reduce buffers.
+NCCL_NVSWITCH_TP4_GIB = 2.04 - CUBLAS_GIB
 
 
 @dataclass
@@ -81,13 +88,21 @@ def _torch_total(g: dict[str, Any], smi_mib: int) -> Figure:
     return Figure((smi_mib - reserved) * MIB / GIB, "assumed")
 
 
-def nccl_gib(tp_world: int) -> Figure:
+def nccl_gib(tp_world: int, nvswitch: bool = False) -> Figure:
     """NCCL memory taken before the baseline: none for one rank (engines skip the communicator)."""
     if tp_world <= 1:
         return Figure(0.0, "measured")
     if tp_world == 2:
         return Figure(NCCL_TP2_GIB, "measured")
+    if nvswitch:
+        return Figure(NCCL_NVSWITCH_TP4_GIB, "reported" if tp_world == 4 else "assumed")
     return Figure(NCCL_TP2_GIB, "assumed")
+
+
+def nvswitch_kind(entry: dict[str, Any]) -> bool:
+    """A GPU kind whose servers join 4-8 GPUs through NVSwitch with NVLink 4/5 (multicast capable)."""
+    link = str((entry.get("interconnect") or {}).get("gpu_gpu") or "")
+    return ("NVLink 4" in link or "NVLink 5" in link) and "bridge" not in link
 
 
 def resolve_gpu(name: str) -> tuple[str, int, dict[str, Any]]:
@@ -127,7 +142,7 @@ def budget_basis(gpu: str, tp_world: int, overrides: dict[str, Any] | None = Non
     basis = BudgetBasis(
         label, smi_mib, _torch_total(entry, smi_mib),
         Figure(CUDA_CONTEXT_GIB, "measured" if measured_kind else "assumed"),
-        nccl_gib(tp_world) if measured_kind or tp_world <= 1 else Figure(nccl_gib(tp_world).gib, "assumed"),
+        _nccl(entry, tp_world, measured_kind),
         Figure(CUBLAS_GIB, "measured" if measured_kind else "assumed"),
     )
     for key, attr in (("torch_total_gib", "torch_total"), ("cuda_context_gib", "cuda_context"),
@@ -137,6 +152,17 @@ def budget_basis(gpu: str, tp_world: int, overrides: dict[str, Any] | None = Non
     if not measured_kind:
         basis.notes.append("driver slice, CUDA context and NCCL sizes are carried over from an H200 measurement "
                            "(H200 only is measured); expect ±0.3 GiB on this GPU kind")
-    if tp_world > 2:
+    if tp_world > 2 and nvswitch_kind(entry):
+        basis.notes.append(f"NCCL at {tp_world} ranks on an NVSwitch GPU: "
+                           f"{NCCL_NVSWITCH_TP4_GIB:.2f} GiB, from vLLM's own report at TP4 on an H200"
+                           + ("" if tp_world == 4 else f" (assumed the same at {tp_world} ranks)"))
+    elif tp_world > 2:
         basis.notes.append(f"NCCL at {tp_world} ranks assumed equal to the measured TP2 figure")
     return basis
+
+
+def _nccl(entry: dict[str, Any], tp_world: int, measured_kind: bool) -> Figure:
+    figure = nccl_gib(tp_world, nvswitch_kind(entry))
+    if measured_kind or tp_world <= 1 or figure.how == "reported" and "H200" in str(entry.get("name")):
+        return figure
+    return Figure(figure.gib, "assumed")

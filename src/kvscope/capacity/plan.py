@@ -46,7 +46,13 @@ SM_MAJOR = (("GB300", 10), ("B300", 10), ("GB200", 10), ("B200", 10), ("RTX PRO 
             ("H200", 9), ("H100", 9), ("H20", 9), ("L40S", 8), ("L4", 8), ("A100", 8), ("A10", 8),
             ("RTX 4090", 8), ("RTX 3090", 8), ("RTX 6000 Ada", 8))
 VLLM_GRAPH_GIB = 0.5  # typical CUDA-graph estimate vLLM ≥0.20 subtracts; assumed, not measured
-VLLM_SAMPLER_COPIES = 2  # logits + probabilities in fp32 during the dummy sampler run
+# The dummy sampler run of the profile (max_num_seqs rows of logits, top-k and top-p both on, the
+# PyTorch sort path) holds about ten fp32 copies of the logits at its peak: the model-dtype logits
+# (½), their fp32 copy (1), sorted values (1) and int64 indices (2), the sort's double buffers (3),
+# softmax (1), the scattered result (1), two masks (½). Measured: a torch peak increase of 5.62 GiB
+# for 1,024 rows × 151,936 (Qwen3-235B-A22B-FP8, TP4, H200; vLLM PR #21429's debug line) = 38.8 B
+# per logit; this count gives 40.
+VLLM_SAMPLER_BYTES_PER_LOGIT = 40
 
 
 @dataclass
@@ -508,9 +514,10 @@ def vllm_activation_gib(cfg: dict[str, Any], tp: int, tokens: int, seqs: int) ->
     """Peak torch memory of the profile run beyond the weights (first principles, per rank).
 
     Forward: the MLP holds gate_up (2I) and its activation (I) next to ~3 hidden-size buffers per
-    token (dense), or top-k × (3N + H) in the fused-MoE caches. Sampler: logits and probabilities
-    in fp32 for max_num_seqs rows. (On the V0 RTX 3090 Llama-3.1-8B log this gives 2.06 GiB at
-    20,000 tokens and 2.99 at 29,000 vs the logged 2.07 and 2.99.)
+    token (dense), or top-k × (3N + H) in the fused-MoE caches. Sampler: the dummy sampler run's
+    copies of max_num_seqs rows of logits (VLLM_SAMPLER_BYTES_PER_LOGIT). The two are not alive at
+    once. (On the V0 RTX 3090 Llama-3.1-8B log the forward gives 2.06 GiB at 20,000 tokens and 2.99
+    at 29,000 vs the logged 2.07 and 2.99.)
     """
     h = int(cfg["hidden_size"])
     vocab = int(cfg.get("vocab_size") or 32000)
@@ -522,7 +529,7 @@ def vllm_activation_gib(cfg: dict[str, Any], tp: int, tokens: int, seqs: int) ->
         topk = int(cfg.get("num_experts_per_tok") or 8)
         per_token = max(per_token if cfg.get("first_k_dense_replace") else 0, topk * (3 * n + h))
     forward = tokens * (per_token + 3 * h) * 2
-    sampler = seqs * vocab * 4 * VLLM_SAMPLER_COPIES + seqs * h * 2
+    sampler = seqs * vocab * VLLM_SAMPLER_BYTES_PER_LOGIT + seqs * h * 2
     return max(forward, sampler) / GIB
 
 
