@@ -434,3 +434,25 @@ def test_sample_labels_and_retracts_noted_by_split_match_a_look_at_the_rows(line
     ours = NATIVE.split(("\n" + body).encode(), 1, len(body) + 1)[1]
     assert ours.sample_labels() == looked.sample_labels()
     assert ours.retracts() == looked.retracts()
+
+
+_FLOATS = st.one_of(st.sampled_from(["0.5", "1.", ".5", "0", "00.250", "1.2.3", ".", "..", "12345678901234.5",
+                                     "1234567890123456", "0.1234567890123456789", "99999999999999999999.9"]),
+                    st.from_regex(r"\A[0-9]{1,18}(\.[0-9]{0,18})?\Z"),
+                    st.floats(0, 2, allow_nan=False).map(lambda f: f"{f:.6f}"))
+_INTS = st.one_of(st.integers(0, 10**15), st.sampled_from(["0", "007", "1" * 15, "9" * 16, "1" * 19]))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.booleans(), _INTS, _INTS, _FLOATS, _FLOATS, _INTS), min_size=1, max_size=8))
+def test_numbers_read_while_matching_convert_as_python_does(rows):
+    """The split reads each number as it matches it (int_run / num_run): whatever the digits (leading
+    zeros, no integer part, two dots, more than 15 digits), the folded stream is the one Python's
+    int() / float() of the same groups gives, or the C lane declines the stretch."""
+    lines = [_dec(r=r, tok=tok, u=u, gen=gen, q=q) if decode else _pre(r=r, new=tok, u=u, q=q)
+             for decode, r, tok, u, gen, q in rows]
+    view = ("\n" + "\n".join(lines) + "\n").encode()
+    if NATIVE.split(view, 1, len(view)) in (False, None):
+        return  # a number too long for the C lane (the regex reads the stretch) or no line taken
+    result, py_error, differ = _fold_compare(lines)
+    assert differ == {}, (py_error, result)

@@ -54,6 +54,7 @@ typedef struct {
     long long r, tok, q, new_tok, cached, retracted;
     Py_ssize_t label;
     char kind; /* 'd' decode, 'p' prefill, 'r' retraction */
+    char st_u, st_gen, st_hit, st_tps; /* what num_run made of each float field (see there) */
     char valid, graph, has_hit, has_tps; /* graph: -1 none, 0 False, 1 True */
 } Row;
 
@@ -244,6 +245,52 @@ static Py_ssize_t find_lit(const unsigned char *s, Py_ssize_t a, Py_ssize_t b, c
 
 #define SET(row, g, a, b) ((row)->span[(g)][0] = (int32_t)(a), (row)->span[(g)][1] = (int32_t)(b))
 
+static const double P10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
+
+/* A run of digits from *p, read once: the span and its value as int() gives it (-1: more than
+ * MAX_DIGITS digits, which the C lane does not hold: the regex takes the stretch). The value is taken while the run is matched, so no second pass converts it. */
+INLINE int int_run(const Line *L, Py_ssize_t *p, long long *v) {
+    Py_ssize_t k = *p;
+    unsigned long long x = 0; /* wraps on a hostile run; such a value is never used */
+    while (k < L->hi && is_digit(L->s[k])) x = x * 10 + (unsigned)(L->s[k++] - '0');
+    if (k == *p) return 0;
+    *v = k - *p > MAX_DIGITS ? -1 : (long long)x;
+    *p = k;
+    return 1;
+}
+
+/* A [\d.]+ run from *p, read once, and what to_float makes of it: *st 1 with the value in *v, 0
+ * where Python's float() would raise (two dots, no digit), 2 for more than 15 digits (to_float
+ * converts the span then, as Python does). */
+INLINE int num_run(const Line *L, Py_ssize_t *p, double *v, char *st) {
+    Py_ssize_t k = *p;
+    unsigned long long m = 0;
+    Py_ssize_t dots = 0, nd = 0, frac = 0;
+    for (; k < L->hi; k++) {
+        unsigned char c = L->s[k];
+        if (c == '.') {
+            dots++;
+        } else if (is_digit(c)) {
+            m = m * 10 + (unsigned)(c - '0');
+            nd++;
+            frac += dots == 1;
+        } else {
+            break;
+        }
+    }
+    if (k == *p) return 0;
+    *p = k;
+    if (dots > 1 || nd == 0) {
+        *st = 0;
+    } else if (nd > 15) {
+        *st = 2;
+    } else { /* exact integer / exact power of ten: one correctly rounded division, as float() gives */
+        *st = 1;
+        *v = (double)(long long)m / P10[frac];
+    }
+    return 1;
+}
+
 INLINE int number_span(const Line *L, Py_ssize_t *p, unsigned char cls) {
     Py_ssize_t e = run_of(L, *p, cls);
     if (e == *p) return 0;
@@ -270,7 +317,9 @@ static int decode_rest(Line *L, Py_ssize_t p, Row *row) {
     for (Py_ssize_t g = first; g >= 0; g = find_lit(L->s, g + 1, L->hi, GEN, 26)) {
         if (g - t1 > MAX_FREE || !reach(L, &seen, g)) break; /* nor any later occurrence */
         Py_ssize_t q = g + 26, gs = q;
-        if (!number_span(L, &q, C_NUM)) continue;
+        double gen;
+        char gen_st;
+        if (!num_run(L, &q, &gen, &gen_st)) continue;
         Py_ssize_t ge = q;
         if (!LIT(L, &q, ", ")) continue;
         Py_ssize_t t2 = q; /* s[t1:t2) is `_T`, so s[t2:k) is `_T` iff s[t1:k) is */
@@ -279,7 +328,8 @@ static int decode_rest(Line *L, Py_ssize_t p, Row *row) {
         for (Py_ssize_t k = k0; k >= 0; k = find_lit(L->s, k + 1, L->hi, QUE, 12)) {
             if (k - t2 > MAX_FREE || !reach(L, &seen, k)) break;
             Py_ssize_t d = k + 12, ds = d;
-            if (!number_span(L, &d, C_DIGIT)) continue;
+            long long queued;
+            if (!int_run(L, &d, &queued)) continue;
             Py_ssize_t end = tail_end(L, d);
             if (end < 0) continue;
             SET(row, 5, t1, g);
@@ -287,6 +337,9 @@ static int decode_rest(Line *L, Py_ssize_t p, Row *row) {
             SET(row, 7, t2, k);
             SET(row, 8, ds, d);
             SET(row, 9, d, end);
+            row->gen = gen;
+            row->st_gen = gen_st;
+            row->q = queued;
             return 1;
         }
         return 0; /* no queue field after this gen field ends the line: none after a later one either */
@@ -300,9 +353,13 @@ static int prefill_rest(Line *L, Py_ssize_t p, Row *row) {
     for (Py_ssize_t k = find_lit(L->s, p, L->hi, TPS, 28); k >= 0; k = find_lit(L->s, k + 1, L->hi, TPS, 28)) {
         if (k - p > MAX_FREE || !reach(L, &seen, k)) break;
         Py_ssize_t q = k + 28, ts = q;
-        if (!number_span(L, &q, C_NUM)) continue;
+        double tps;
+        char tps_st;
+        if (!num_run(L, &q, &tps, &tps_st)) continue;
         if (tail_end(L, q) < 0) continue;
         SET(row, 16, ts, q);
+        row->tps = tps;
+        row->st_tps = tps_st;
         return 1;
     }
     return tail_end(L, p) >= 0;
@@ -381,15 +438,15 @@ static int match_body(Line *Lp, Py_ssize_t p, Row *row) {
         Py_ssize_t a, b;
         if (!LIT(&L, &p, " #running-req: ")) return 0;
         a = p;
-        if (!number_span(&L, &p, C_DIGIT)) return 0;
+        if (!int_run(&L, &p, &row->r)) return 0;
         SET(row, 2, a, p);
         if (!LIT(&L, &p, ", #token: ")) return 0;
         a = p;
-        if (!number_span(&L, &p, C_DIGIT)) return 0;
+        if (!int_run(&L, &p, &row->tok)) return 0;
         SET(row, 3, a, p);
         if (!LIT(&L, &p, ", token usage: ")) return 0;
         a = p;
-        if (!number_span(&L, &p, C_NUM)) return 0;
+        if (!num_run(&L, &p, &row->u, &row->st_u)) return 0;
         b = p;
         if (!LIT(&L, &p, ", ")) return 0;
         SET(row, 4, a, b);
@@ -403,35 +460,39 @@ static int match_body(Line *Lp, Py_ssize_t p, Row *row) {
         if (!LIT(&L, &p, " #new-seq: ") || !number_span(&L, &p, C_DIGIT)) return 0;
         if (!LIT(&L, &p, ", #new-token: ")) return 0;
         a = p;
-        if (!number_span(&L, &p, C_DIGIT)) return 0;
+        if (!int_run(&L, &p, &row->new_tok)) return 0;
         SET(row, 10, a, p);
         if (!LIT(&L, &p, ", #cached-token: ")) return 0;
         a = p;
-        if (!number_span(&L, &p, C_DIGIT)) return 0;
+        if (!int_run(&L, &p, &row->cached)) return 0;
         SET(row, 11, a, p);
         if (!LIT(&L, &p, ", ")) return 0;
         Py_ssize_t q = p;
         if (LIT(&L, &q, "cache hit rate: ")) {
             Py_ssize_t hs = q;
-            if (number_span(&L, &q, C_NUM)) {
+            double hit;
+            char hit_st;
+            if (num_run(&L, &q, &hit, &hit_st)) {
                 Py_ssize_t he = q;
                 if (LIT(&L, &q, "%, ")) {
                     SET(row, 12, hs, he);
+                    row->hit = hit;
+                    row->st_hit = hit_st;
                     p = q;
                 }
             }
         }
         if (!LIT(&L, &p, "token usage: ")) return 0;
         a = p;
-        if (!number_span(&L, &p, C_NUM)) return 0;
+        if (!num_run(&L, &p, &row->u, &row->st_u)) return 0;
         SET(row, 13, a, p);
         if (!LIT(&L, &p, ", #running-req: ")) return 0;
         a = p;
-        if (!number_span(&L, &p, C_DIGIT)) return 0;
+        if (!int_run(&L, &p, &row->r)) return 0;
         SET(row, 14, a, p);
         if (!LIT(&L, &p, ", #queue-req: ")) return 0;
         a = p;
-        if (!number_span(&L, &p, C_DIGIT)) return 0;
+        if (!int_run(&L, &p, &row->q)) return 0;
         SET(row, 15, a, p);
         row->kind = 'p';
         return prefill_rest(&L, p, row);
@@ -439,7 +500,7 @@ static int match_body(Line *Lp, Py_ssize_t p, Row *row) {
     if (LIT(&L, &p, "KV cache pool is full. Retract requests. #retracted_reqs: ") ||
         LIT(&L, &p, "Decode out of memory happened. #retracted_reqs: ")) {
         Py_ssize_t a = p;
-        if (!number_span(&L, &p, C_DIGIT)) return 0;
+        if (!int_run(&L, &p, &row->retracted)) return 0;
         SET(row, 17, a, p);
         Py_ssize_t q = p;
         if (LIT(&L, &q, ", #new_tokens_gained: ") && number_span(&L, &q, C_DIGIT)) p = q;
@@ -455,18 +516,9 @@ static int match_body(Line *Lp, Py_ssize_t p, Row *row) {
 
 /* ---------------------------------------------------------------- converting numbers ---- */
 
-/* int(span) for a digit span; -1 when it has more than MAX_DIGITS digits (then: no C lane). */
-static long long to_int(const unsigned char *s, const int32_t *span) {
-    if (span[1] - span[0] > MAX_DIGITS) return -1;
-    long long v = 0;
-    for (Py_ssize_t k = span[0]; k < span[1]; k++) v = v * 10 + (s[k] - '0');
-    return v;
-}
-
 /* float(span) for a [\d.]+ span, as Python converts it; 0 when Python would raise ValueError;
  * 2 when it needs Python's own conversion (more than 15 digits) and the GIL is not held (gil 0). */
 static int to_float(const unsigned char *s, const int32_t *span, double *out, int gil) {
-    static const double P10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
     char buf[64];
     Py_ssize_t n = span[1] - span[0];
     int dots = 0, nd = 0, frac = 0;
@@ -544,6 +596,14 @@ static char graph_flag(const unsigned char *s, const Row *row) {
         if (ok_ == 2 || ok_ <= 0) return ok_ == 2 ? 2 : ok_ < 0 ? -1 : 1;                                    \
     } while (0)
 
+/* A float field num_run read: its value stands (1), Python would raise (0: the row is dropped), or
+ * to_float converts the span (2: more than 15 digits). */
+#define READ_FLOAT(st, g, dst)                                                                               \
+    do {                                                                                                     \
+        if ((st) == 0) return 1;                                                                             \
+        if ((st) == 2) FLOAT(g, dst);                                                                        \
+    } while (0)
+
 /* Numbers of a matched row. 1: done (row->valid says whether Python would convert it);
  * 0: a number is out of this lane's range; -1: error set; 2: a number needs Python's conversion
  * and the GIL is not held (gil 0): call again holding it. */
@@ -558,31 +618,23 @@ static int convert(const unsigned char *s, Row *row, const Row *same_stamp, int 
         row->t = Py_NAN;
         return 1;
     }
-    if (row->kind == 'r') {
-        row->retracted = to_int(s, row->span[17]);
+    if (row->kind == 'r') { /* the numbers were read while the line was matched (int_run, num_run) */
         if (row->retracted < 0) return 0;
     } else if (row->kind == 'd') {
-        row->r = to_int(s, row->span[2]);
-        row->tok = to_int(s, row->span[3]);
-        row->q = to_int(s, row->span[8]);
         if (row->r < 0 || row->tok < 0 || row->q < 0) return 0;
-        FLOAT(4, &row->u);
-        FLOAT(6, &row->gen);
+        READ_FLOAT(row->st_u, 4, &row->u);
+        READ_FLOAT(row->st_gen, 6, &row->gen);
         row->graph = graph_flag(s, row);
     } else {
-        row->r = to_int(s, row->span[14]);
-        row->q = to_int(s, row->span[15]);
-        row->new_tok = to_int(s, row->span[10]);
-        row->cached = to_int(s, row->span[11]);
         row->tok = 0;
         if (row->r < 0 || row->q < 0 || row->new_tok < 0 || row->cached < 0) return 0;
-        FLOAT(13, &row->u);
+        READ_FLOAT(row->st_u, 13, &row->u);
         if (row->span[12][0] >= 0) {
-            FLOAT(12, &row->hit);
+            READ_FLOAT(row->st_hit, 12, &row->hit);
             row->has_hit = 1;
         }
         if (row->span[16][0] >= 0) {
-            FLOAT(16, &row->tps);
+            READ_FLOAT(row->st_tps, 16, &row->tps);
             row->has_tps = 1;
         }
     }

@@ -21,6 +21,7 @@ from typing import Any
 
 from kvscope import events as ev
 from kvscope.engines.base import NUM, LineContext, Parsed, to_float, to_int
+from kvscope.engines.lazy import lazy_compile
 
 ENGINE = "llamacpp"
 SUMMARY_RANK = "(kv summary)"  # pseudo rank holding summary lines until finish folds them
@@ -29,94 +30,94 @@ BUF_PREFIX = "_buf|"  # rank extras key prefix for one buffer line; finish folds
 G = rf"({NUM})"
 MIB = r"\s*MiB"
 
-_WRAPPER = re.compile(
+_WRAPPER = lazy_compile(
     r"^\s*(?:\[llama \w+\]:\s*|\d+\.\d+\.\d+\.\d+ [EWIDT] |\d\d:\d\d:\d\d \S+ [\w.@/\-]+\[\d+\]:\s*)"
 )
 
 # --- per-device buffers ---------------------------------------------------------------------------
-_KV_BUFFER = re.compile(rf"(\S+) KV buffer size\s*=\s*{G}\s*(MiB|MB)")
-_RS_BUFFER = re.compile(rf"(\S+) RS buffer size\s*=\s*{G}{MIB}")
-_COMPUTE = re.compile(rf"(\S+)\s+compute buffer size\s*=\s*{G}{MIB}")
-_OUTPUT = re.compile(rf"(\S+)\s+output buffer size\s*=\s*{G}{MIB}")
-_INPUT = re.compile(rf"(\S+)\s+input buffer size\s*=\s*{G}{MIB}")
-_MODEL_BUF = re.compile(rf"(?:llm_)?load_tensors:\s+(\S+)\s+(?:model )?buffer size\s*=\s*{G}{MIB}")
-_SPLIT_HEADER = re.compile(r"(KV cache|model buffer) size per device")
-_SPLIT_DEVICE = re.compile(rf"^\s*Device (\d+):\s+{G}(?:{MIB})?\s*$")
+_KV_BUFFER = lazy_compile(rf"(\S+) KV buffer size\s*=\s*{G}\s*(MiB|MB)")
+_RS_BUFFER = lazy_compile(rf"(\S+) RS buffer size\s*=\s*{G}{MIB}")
+_COMPUTE = lazy_compile(rf"(\S+)\s+compute buffer size\s*=\s*{G}{MIB}")
+_OUTPUT = lazy_compile(rf"(\S+)\s+output buffer size\s*=\s*{G}{MIB}")
+_INPUT = lazy_compile(rf"(\S+)\s+input buffer size\s*=\s*{G}{MIB}")
+_MODEL_BUF = lazy_compile(rf"(?:llm_)?load_tensors:\s+(\S+)\s+(?:model )?buffer size\s*=\s*{G}{MIB}")
+_SPLIT_HEADER = lazy_compile(r"(KV cache|model buffer) size per device")
+_SPLIT_DEVICE = lazy_compile(rf"^\s*Device (\d+):\s+{G}(?:{MIB})?\s*$")
 
 # --- KV summaries -----------------------------------------------------------------------------------
-_KV_SELF = re.compile(
+_KV_SELF = lazy_compile(
     rf"[Kk][Vv] self size\s*=\s*{G}\s*(MiB|MB)"
     rf"(?:,\s*(K|c\^KV|K-only) \(([\w.]+)\):\s*{G}{MIB}(?:[,;]\s*(V|kv\^T) \(([\w.]+)\):\s*{G}{MIB})?)?"
 )
-_KV_SIZE = re.compile(
+_KV_SIZE = lazy_compile(
     rf"size\s*=\s*{G}{MIB}\s*\(\s*(\d+) cells,\s*(\d+) layers,\s*(\d+)(?:/\s*(\d+))? seqs\),\s*"
     rf"([KR]) \(([\w.]+)\):\s*{G}{MIB},\s*([VS]) \(([\w.]+)\):\s*{G}{MIB}"
 )
-_ISWA = re.compile(r"creating\s+(non-SWA|SWA) KV cache, size = (\d+) cells")
-_INDEXER = re.compile(rf"KV self indexer size\s*=\s*{G}{MIB}")
+_ISWA = lazy_compile(r"creating\s+(non-SWA|SWA) KV cache, size = (\d+) cells")
+_INDEXER = lazy_compile(rf"KV self indexer size\s*=\s*{G}{MIB}")
 
 # --- 2023 lines (before ggml-backend buffers) ---------------------------------------------------------
-_OLD_VRAM_KV = re.compile(rf"VRAM kv self\s*=\s*{G}\s*(?:MB|MiB)")
-_OLD_VRAM_WEIGHTS = re.compile(rf"VRAM used\s*[:=]\s*{G}\s*(?:MB|MiB)")
-_OLD_SYS_WEIGHTS = re.compile(rf"(?:mem required|system memory used)\s*=\s*{G}\s*(?:MB|MiB)")
-_OLD_COMPUTE = re.compile(rf"compute buffer total size\s*=\s*{G}\s*(?:MB|MiB)")
-_OLD_SCRATCH = re.compile(rf"VRAM scratch buffer:\s*{G}\s*(?:MB|MiB)")
-_OLD_TOTAL_VRAM = re.compile(rf"total VRAM used:\s*{G}\s*(?:MB|MiB)")
+_OLD_VRAM_KV = lazy_compile(rf"VRAM kv self\s*=\s*{G}\s*(?:MB|MiB)")
+_OLD_VRAM_WEIGHTS = lazy_compile(rf"VRAM used\s*[:=]\s*{G}\s*(?:MB|MiB)")
+_OLD_SYS_WEIGHTS = lazy_compile(rf"(?:mem required|system memory used)\s*=\s*{G}\s*(?:MB|MiB)")
+_OLD_COMPUTE = lazy_compile(rf"compute buffer total size\s*=\s*{G}\s*(?:MB|MiB)")
+_OLD_SCRATCH = lazy_compile(rf"VRAM scratch buffer:\s*{G}\s*(?:MB|MiB)")
+_OLD_TOTAL_VRAM = lazy_compile(rf"total VRAM used:\s*{G}\s*(?:MB|MiB)")
 
 # --- context parameters -------------------------------------------------------------------------------
 _CTX_PREFIX = r"(?:llama_new_context_with_model|llama_init_from_model|llama_context|llama_new_context)"
-_PARAM = re.compile(
+_PARAM = lazy_compile(
     _CTX_PREFIX + r":\s+(n_ctx|n_ctx_seq|n_ctx_per_seq|n_seq_max|n_batch|n_ubatch|flash_attn|kv_unified|"
     r"causal_attn|mla_attn|type_k|type_v|n_rs_seq)\s*=\s*(\S+)"
 )
-_CTX_TRAIN = re.compile(r"n_ctx_(?:per_)?seq \((\d+)\) ([<>]) n_ctx_train \((\d+)\)")
-_META = re.compile(
+_CTX_TRAIN = lazy_compile(r"n_ctx_(?:per_)?seq \((\d+)\) ([<>]) n_ctx_train \((\d+)\)")
+_META = lazy_compile(
     r"(?:print_info|llm_load_print_meta):\s+(n_ctx_train|n_layer|n_embd|n_head|n_head_kv|n_embd_head_k|"
     r"n_embd_head_v|n_embd_k_gqa|n_embd_v_gqa|n_swa|n_lora_kv|n_expert|model type|model params|file type|"
     r"model ftype|general\.name|arch)\s*=\s*(.+?)\s*$"
 )
-_LAYER_GQA = re.compile(r"layer\s+(\d+):\s*n_embd_k_gqa\s*=\s*(\d+),\s*n_embd_v_gqa\s*=\s*(\d+)")
-_BENCH = re.compile(r"\bn_kv_max\s*=\s*(\d+)|^(?:generate|main): n_ctx\s*=\s*(\d+)")
-_KV_PAIRS = re.compile(r"(\w+)\s*=\s*([\w.]+)")
-_SLOTS = re.compile(r"\bn_slots\s*[=:]\s*\"?(\d+)")
-_CTX_SLOT = re.compile(r"\bn_ctx_slot\s*[=:]\s*\"?(\d+)")
-_SLOT_MAX = re.compile(r"Slot \d+ - max context: (\d+)|new slot,? n_ctx(?:_slot)? = (\d+)")
-_SLOT_CAP = re.compile(r"slot context \((\d+)\) exceeds the training context of the model \((\d+)\)")
-_KV_UNIFIED_SRV = re.compile(r"kv_unified\s*=\s*'?(true|false)")
-_PIPELINE = re.compile(r"pipeline parallelism enabled \(n_copies=(\d+)\)")
-_OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
-_USING_DEVICE = re.compile(r"using device (\S+) \((.*?)\)(?: \([^)]*\))? - (\d+) MiB free")
-_FOUND = re.compile(r"found (\d+) (CUDA|ROCm|SYCL|MUSA|Vulkan) devices")
-_GPU_LINE = re.compile(r"^\s*Device (\d+): ([^,]+), (?:compute capability|gfx)")
-_BREAKDOWN = re.compile(
+_LAYER_GQA = lazy_compile(r"layer\s+(\d+):\s*n_embd_k_gqa\s*=\s*(\d+),\s*n_embd_v_gqa\s*=\s*(\d+)")
+_BENCH = lazy_compile(r"\bn_kv_max\s*=\s*(\d+)|^(?:generate|main): n_ctx\s*=\s*(\d+)")
+_KV_PAIRS = lazy_compile(r"(\w+)\s*=\s*([\w.]+)")
+_SLOTS = lazy_compile(r"\bn_slots\s*[=:]\s*\"?(\d+)")
+_CTX_SLOT = lazy_compile(r"\bn_ctx_slot\s*[=:]\s*\"?(\d+)")
+_SLOT_MAX = lazy_compile(r"Slot \d+ - max context: (\d+)|new slot,? n_ctx(?:_slot)? = (\d+)")
+_SLOT_CAP = lazy_compile(r"slot context \((\d+)\) exceeds the training context of the model \((\d+)\)")
+_KV_UNIFIED_SRV = lazy_compile(r"kv_unified\s*=\s*'?(true|false)")
+_PIPELINE = lazy_compile(r"pipeline parallelism enabled \(n_copies=(\d+)\)")
+_OFFLOADED = lazy_compile(r"offloaded (\d+)/(\d+) layers to GPU")
+_USING_DEVICE = lazy_compile(r"using device (\S+) \((.*?)\)(?: \([^)]*\))? - (\d+) MiB free")
+_FOUND = lazy_compile(r"found (\d+) (CUDA|ROCm|SYCL|MUSA|Vulkan) devices")
+_GPU_LINE = lazy_compile(r"^\s*Device (\d+): ([^,]+), (?:compute capability|gfx)")
+_BREAKDOWN = lazy_compile(
     r"memory_breakdown_print: \|\s+- (\S+) \((.*?)\)\s*\|\s*(\d+) = +(\d+) \+ \(\s*(\d+) = +(\d+) \+ +(\d+) \+ +(\d+)\)"
 )
-_FIT_CTX = re.compile(r"context size reduced from (\d+) to (\d+)")
-_FIT_PROJECTED = re.compile(r"projected to use (\d+) MiB of device memory vs\. (\d+) MiB of free device memory")
+_FIT_CTX = lazy_compile(r"context size reduced from (\d+) to (\d+)")
+_FIT_PROJECTED = lazy_compile(r"projected to use (\d+) MiB of device memory vs\. (\d+) MiB of free device memory")
 
 # --- process boundaries and identity --------------------------------------------------------------------
-_BUILD = re.compile(r"^(?:main: )?build(?: =|:)\s*(\d+) \((\w+)\)")
-_BUILD_INFO = re.compile(r"build info\b.*?\bbuild\"?[=:]\s*\"?(\d+).*?\bcommit\"?[=:]\s*\"?(\w+)")
-_LOADER = re.compile(r"llama_model_loader: loaded meta data with \d+ key-value pairs and \d+ tensors from (.+?)(?: \(version .*\))?\s*$")
-_LOADING_MODEL = re.compile(r"load_model: loading model '([^']+)'")
-_DRAFT = re.compile(r"loading draft model|load_draft|draft model '")
-_GENERAL_NAME = re.compile(r"general\.name\s+str\s+=\s+(.+?)\s*$")
+_BUILD = lazy_compile(r"^(?:main: )?build(?: =|:)\s*(\d+) \((\w+)\)")
+_BUILD_INFO = lazy_compile(r"build info\b.*?\bbuild\"?[=:]\s*\"?(\d+).*?\bcommit\"?[=:]\s*\"?(\w+)")
+_LOADER = lazy_compile(r"llama_model_loader: loaded meta data with \d+ key-value pairs and \d+ tensors from (.+?)(?: \(version .*\))?\s*$")
+_LOADING_MODEL = lazy_compile(r"load_model: loading model '([^']+)'")
+_DRAFT = lazy_compile(r"loading draft model|load_draft|draft model '")
+_GENERAL_NAME = lazy_compile(r"general\.name\s+str\s+=\s+(.+?)\s*$")
 
 # --- failures --------------------------------------------------------------------------------------------
-_ALLOC_FAIL = re.compile(rf"(\w+?)_buffer_type_alloc_buffer: allocating {G}{MIB} on device (\d+): (\w+) failed: (.+)")
-_GALLOCR = re.compile(r"ggml_gallocr_\w+: failed to allocate (\S+) buffer of size (\d+)")
-_TENSOR_ALLOC = re.compile(r"alloc_tensor_range: failed to allocate (\S+) buffer of size (\d+)")
-_UNABLE_ALLOC = re.compile(r"unable to allocate (\S+) buffer")
-_COMPUTE_FAIL = re.compile(r"failed to allocate compute (?:pp |tg )?buffers")
-_KV_FAIL = re.compile(r"failed to allocate (?:buffer|memory) for kv cache|llama_kv_cache_init\(\) failed")
-_RETRY = re.compile(r"compute buffer allocation failed, retrying without pipeline parallelism")
-_FATAL = re.compile(
+_ALLOC_FAIL = lazy_compile(rf"(\w+?)_buffer_type_alloc_buffer: allocating {G}{MIB} on device (\d+): (\w+) failed: (.+)")
+_GALLOCR = lazy_compile(r"ggml_gallocr_\w+: failed to allocate (\S+) buffer of size (\d+)")
+_TENSOR_ALLOC = lazy_compile(r"alloc_tensor_range: failed to allocate (\S+) buffer of size (\d+)")
+_UNABLE_ALLOC = lazy_compile(r"unable to allocate (\S+) buffer")
+_COMPUTE_FAIL = lazy_compile(r"failed to allocate compute (?:pp |tg )?buffers")
+_KV_FAIL = lazy_compile(r"failed to allocate (?:buffer|memory) for kv cache|llama_kv_cache_init\(\) failed")
+_RETRY = lazy_compile(r"compute buffer allocation failed, retrying without pipeline parallelism")
+_FATAL = lazy_compile(
     r"failed to create context|failed to initialize the context|unable to load model|error loading model|"
     r"failed to load model"
 )
-_METAL_ALLOC = re.compile(rf"error: failed to allocate buffer, size = {G}{MIB}")
-_VULKAN_ALLOC = re.compile(r"Device memory allocation of size (\d+) failed")
-_IK_SHORT = re.compile(rf"Free memory (\d+) MiB on device (\d+) is less the required compute buffer size {G}{MIB}")
+_METAL_ALLOC = lazy_compile(rf"error: failed to allocate buffer, size = {G}{MIB}")
+_VULKAN_ALLOC = lazy_compile(r"Device memory allocation of size (\d+) failed")
+_IK_SHORT = lazy_compile(rf"Free memory (\d+) MiB on device (\d+) is less the required compute buffer size {G}{MIB}")
 
 ANCHORS: tuple[bytes, ...] = (
     b"buffer size",
@@ -590,4 +591,4 @@ _HANDLERS = (
     (("build", "loaded meta data", "draft", "loading model", "general.name"), _boundary),
     (("alloc", "failed", "unable to", "error loading model", "Free memory"), _failures),
 )
-_GATE = re.compile("|".join(re.escape(t) for triggers, _ in _HANDLERS for t in triggers))
+_GATE = lazy_compile("|".join(re.escape(t) for triggers, _ in _HANDLERS for t in triggers))

@@ -12,60 +12,61 @@ import re
 
 from kvscope import events as ev
 from kvscope.engines.base import NUM, LineContext, Parsed, cut_short, to_float, to_int
+from kvscope.engines.lazy import lazy_compile
 from kvscope.engines.sglang.server_args import parse_server_args
 
 ENGINE = "sglang"
 SINGLE_RANK = "TP0"
 
-_PREFIX = re.compile(
+_PREFIX = lazy_compile(
     r"\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)((?: (?:DP|PP|ATTN_CP|MOE_DP|CP|TP|EP)\d+)*)"
     r"(?: rank=(\d+))?\] ?"
 )
-_BARE_RANK = re.compile(r"\[rank=(\d+)\] ?")
+_BARE_RANK = lazy_compile(r"\[rank=(\d+)\] ?")
 G = rf"({NUM})"  # one captured number
 
-_INIT_END = re.compile(rf"Init torch distributed ends\.(?: elapsed={G} s,)? mem usage={G} ?GB")
-_BASELINE = re.compile(rf"Memory baseline taken\. mem usage={G} ?GB")
-_LOAD_BEGIN = re.compile(rf"Load weight begin\. avail mem={G} ?GB")
-_LOAD_END = re.compile(rf"Load weight end\.(.*?)avail mem={G} ?GB(?:, mem usage={G} ?GB)?")
-_KV_DTYPE = re.compile(r"Using KV cache dtype: ([\w.]+)")
-_SWA_SPLIT = re.compile(
+_INIT_END = lazy_compile(rf"Init torch distributed ends\.(?: elapsed={G} s,)? mem usage={G} ?GB")
+_BASELINE = lazy_compile(rf"Memory baseline taken\. mem usage={G} ?GB")
+_LOAD_BEGIN = lazy_compile(rf"Load weight begin\. avail mem={G} ?GB")
+_LOAD_END = lazy_compile(rf"Load weight end\.(.*?)avail mem={G} ?GB(?:, mem usage={G} ?GB)?")
+_KV_DTYPE = lazy_compile(r"Using KV cache dtype: ([\w.]+)")
+_SWA_SPLIT = lazy_compile(
     r"Use [Ss]liding window memory pool(?: \(all SWA\))?\.(?: full_layer_tokens=(\d+),)? swa_layer_tokens=(\d+)"
 )
-_MAMBA = re.compile(rf"Mamba Cache is allocated\. max_mamba_cache_size: (\d+), conv_state size: {G} ?GB, ssm_state size: {G} ?GB")
-_KV_POOL = re.compile(
+_MAMBA = lazy_compile(rf"Mamba Cache is allocated\. max_mamba_cache_size: (\d+), conv_state size: {G} ?GB, ssm_state size: {G} ?GB")
+_KV_POOL = lazy_compile(
     rf"(?:(\w[\w ]*?) )?KV [Cc]ache (?:is allocated|allocated|VA upper bound)\.(?: dtype: ([\w.]+),)?"
     rf"(?: #tokens: (\d+),)? (?:K size: {G} ?GB, V size: {G} ?GB|KV size: {G} ?GB)"
 )
-_SWA_POOL = re.compile(rf"SWAKVPool mem usage: {G} ?GB, swa size: (\d+), full size: (\d+)")
-_KV_AVAILABLE = re.compile(rf"The available memory for KV cache is {G} ?GB")
-_POOL_END = re.compile(rf"Memory pool end\. avail mem={G} ?GB")
-_GRAPH_BEGIN = re.compile(rf"Capture ((?:\w+ )*?)(?:cuda|CUDA|cpu|npu|xpu|musa|hpu) graph begin\..*?avail mem={G} ?GB")
-_GRAPH_END = re.compile(r"Capture ((?:\w+ )*?)(?:cuda|CUDA|cpu|npu|xpu|musa|hpu) graph end\.(.*)")
-_USAGE = re.compile(rf"mem usage={G} ?GB")
-_AVAIL = re.compile(rf"avail mem={G} ?GB")
-_READY = re.compile(r"max_total_num_tokens=(\d+)")
-_READY_FIELDS = re.compile(rf"(\w+)=({NUM})")
-_READY_GPU = re.compile(rf"available_gpu_mem={G} ?GB")
-_HOST_OLD = re.compile(rf"Allocating {G} ?GB host memory for (.+?)\.?$")
-_HOST_E4 = re.compile(rf"Allocating kv hierarchical KV host pool: (\d+) tokens, {G} ?GB host memory")
-_MM_RESERVE = re.compile(rf"Reserving {G} ?GB of the KV budget for post-sizing multimodal")
-_MAX_TOTAL_CLAMP = re.compile(r"max_total_tokens=(\d+) is larger than the profiled value (\d+)")
-_NOT_ENOUGH = re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static")
-_CURRENT_MFS = re.compile(rf"mem_fraction_static={G}")
-_NO_KV_ROOM = re.compile(rf"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static={G}")
-_RAISE_ABOVE = re.compile(rf"Raise --mem-fraction-static above {G}")
-_POOL_TOO_SMALL = re.compile(r"Memory pool size is too small")
-_MAMBA_NO_ROOM = re.compile(r"Not enough GPU memory for hybrid \(mamba/linear-attention\) state cache")
-_UNBALANCED = re.compile(
+_SWA_POOL = lazy_compile(rf"SWAKVPool mem usage: {G} ?GB, swa size: (\d+), full size: (\d+)")
+_KV_AVAILABLE = lazy_compile(rf"The available memory for KV cache is {G} ?GB")
+_POOL_END = lazy_compile(rf"Memory pool end\. avail mem={G} ?GB")
+_GRAPH_BEGIN = lazy_compile(rf"Capture ((?:\w+ )*?)(?:cuda|CUDA|cpu|npu|xpu|musa|hpu) graph begin\..*?avail mem={G} ?GB")
+_GRAPH_END = lazy_compile(r"Capture ((?:\w+ )*?)(?:cuda|CUDA|cpu|npu|xpu|musa|hpu) graph end\.(.*)")
+_USAGE = lazy_compile(rf"mem usage={G} ?GB")
+_AVAIL = lazy_compile(rf"avail mem={G} ?GB")
+_READY = lazy_compile(r"max_total_num_tokens=(\d+)")
+_READY_FIELDS = lazy_compile(rf"(\w+)=({NUM})")
+_READY_GPU = lazy_compile(rf"available_gpu_mem={G} ?GB")
+_HOST_OLD = lazy_compile(rf"Allocating {G} ?GB host memory for (.+?)\.?$")
+_HOST_E4 = lazy_compile(rf"Allocating kv hierarchical KV host pool: (\d+) tokens, {G} ?GB host memory")
+_MM_RESERVE = lazy_compile(rf"Reserving {G} ?GB of the KV budget for post-sizing multimodal")
+_MAX_TOTAL_CLAMP = lazy_compile(r"max_total_tokens=(\d+) is larger than the profiled value (\d+)")
+_NOT_ENOUGH = lazy_compile(r"Not enough memory\. Please try to increase --mem-fraction-static")
+_CURRENT_MFS = lazy_compile(rf"mem_fraction_static={G}")
+_NO_KV_ROOM = lazy_compile(rf"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static={G}")
+_RAISE_ABOVE = lazy_compile(rf"Raise --mem-fraction-static above {G}")
+_POOL_TOO_SMALL = lazy_compile(r"Memory pool size is too small")
+_MAMBA_NO_ROOM = lazy_compile(r"Not enough GPU memory for hybrid \(mamba/linear-attention\) state cache")
+_UNBALANCED = lazy_compile(
     rf"memory capacity is unbalanced.*?(?:min_per_gpu_memory|pre_model_load_memory)={G}.*?local_gpu_memory={G}"
 )
-_HOST_SHORT = re.compile(rf"Not enough host memory available\. Requesting {G} ?GB but only have {G} ?GB")
-_VLM_ADJUST = re.compile(rf"Dynamically adjusted --mem-fraction-static from: {G} to: {G}")
-_MRR_RESET = re.compile(r"Max running requests is reset to (\d+)")
-_EXCEPTION = re.compile(r"Scheduler hit an exception|TpModelWorker hit an exception|Exception in ModelRunner")
-_VERSION = re.compile(r"sglang(?:==| version[: ]+v?)(\d+\.\d+\.\d+[\w.]*)")
-_KV_FIELDS = re.compile(r"(\w+)=([^,]+)")
+_HOST_SHORT = lazy_compile(rf"Not enough host memory available\. Requesting {G} ?GB but only have {G} ?GB")
+_VLM_ADJUST = lazy_compile(rf"Dynamically adjusted --mem-fraction-static from: {G} to: {G}")
+_MRR_RESET = lazy_compile(r"Max running requests is reset to (\d+)")
+_EXCEPTION = lazy_compile(r"Scheduler hit an exception|TpModelWorker hit an exception|Exception in ModelRunner")
+_VERSION = lazy_compile(r"sglang(?:==| version[: ]+v?)(\d+\.\d+\.\d+[\w.]*)")
+_KV_FIELDS = lazy_compile(r"(\w+)=([^,]+)")
 
 ANCHORS: tuple[bytes, ...] = (
     b"mem",
@@ -270,5 +271,5 @@ _JOINABLE: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("Memory pool end", _POOL_END),
     ("max_total_num_tokens=", _READY_GPU),
     ("graph end.", _AVAIL),
-    ("server_args=", re.compile(r"server_args=(?:ServerArgs\(.*\)|\{.*\})\s*$")),
+    ("server_args=", lazy_compile(r"server_args=(?:ServerArgs\(.*\)|\{.*\})\s*$")),
 )

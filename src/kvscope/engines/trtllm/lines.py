@@ -18,6 +18,7 @@ from typing import Any
 
 from kvscope import events as ev
 from kvscope.engines.base import NUM, LineContext, Parsed, to_float, to_int
+from kvscope.engines.lazy import lazy_compile
 
 ENGINE = "trtllm"
 DEFAULT_RANK = "rank=0"
@@ -27,83 +28,83 @@ _UNIT_GIB = {"B": 1 / (1 << 30), "KB": 1 / (1 << 20), "KiB": 1 / (1 << 20), "MB"
              "GB": 1.0, "GiB": 1.0, "TB": 1024.0}
 _UNIT = r"(B|KB|KiB|MB|MiB|GB|GiB|TB)"
 
-_RANK = re.compile(r"\[RANK (\d+)\]")
-_TS = re.compile(r"\[(\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d)\]")
+_RANK = lazy_compile(r"\[RANK (\d+)\]")
+_TS = lazy_compile(r"\[(\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d)\]")
 
 # --- KV cache --------------------------------------------------------------------------------------------
-_ALLOCATED = re.compile(rf"Allocated {G} ?(GiB|GB|MiB) for max tokens(?: in paged KV cache)? \((\d+)\)")
-_ALLOCATE_BYTES = re.compile(r"Allocate (\d+) bytes for k/v cache")
-_USING_TOKENS = re.compile(r"Using (\d+) tokens in paged KV cache")
-_MAX_TOKENS = re.compile(r"Max tokens in paged KV cache: (\d+)")
-_MEM_USAGE = re.compile(rf"Memory usage when calculating max tokens in paged kv cache: total: {G} ?GiB, available: {G} ?GiB")
-_PRIMARY = re.compile(r"Number of blocks in KV cache primary pool: (\d+)")
-_SECONDARY = re.compile(r"Number of blocks in KV cache secondary pool: (\d+)")
-_BLOCKS_LINE = re.compile(
+_ALLOCATED = lazy_compile(rf"Allocated {G} ?(GiB|GB|MiB) for max tokens(?: in paged KV cache)? \((\d+)\)")
+_ALLOCATE_BYTES = lazy_compile(r"Allocate (\d+) bytes for k/v cache")
+_USING_TOKENS = lazy_compile(r"Using (\d+) tokens in paged KV cache")
+_MAX_TOKENS = lazy_compile(r"Max tokens in paged KV cache: (\d+)")
+_MEM_USAGE = lazy_compile(rf"Memory usage when calculating max tokens in paged kv cache: total: {G} ?GiB, available: {G} ?GiB")
+_PRIMARY = lazy_compile(r"Number of blocks in KV cache primary pool: (\d+)")
+_SECONDARY = lazy_compile(r"Number of blocks in KV cache secondary pool: (\d+)")
+_BLOCKS_LINE = lazy_compile(
     r"Max KV cache blocks per sequence: (\d+) \[window size=(\d+)\], tokens per block=(\d+), primary blocks=(\d+), "
     r"secondary blocks=(\d+)"
 )
-_PAGES_PER_SEQ = re.compile(r"Max KV cache (?:pages|blocks) per sequence: (\d+)")
-_TOKENS_PER_BLOCK = re.compile(r"Number of tokens per block: (\d+)")
-_PEAK = re.compile(
+_PAGES_PER_SEQ = lazy_compile(r"Max KV cache (?:pages|blocks) per sequence: (\d+)")
+_TOKENS_PER_BLOCK = lazy_compile(r"Number of tokens per block: (\d+)")
+_PEAK = lazy_compile(
     rf"Peak memory during memory usage profiling \(torch \+ non-torch\): {G} ?GiB, available KV cache memory when "
     rf"calculating max tokens: {G} ?GiB(.*)"
 )
-_PEAK_FRACTION = re.compile(rf"fraction is set {G}")
-_PEAK_KV_SIZE = re.compile(r"kv size(?: per token)? is (\d+)")
-_PEAK_TOTAL = re.compile(rf"device total memory {G} ?GiB")
-_PEAK_TMP = re.compile(rf"(?:tmp kv_mem|temporary kv cache memory during profiling) {G} ?GiB")
-_ESTIMATED = re.compile(rf"Estimated max memory in KV cache\s*:\s*{G} ?GiB")
-_BOTH_SET = re.compile(
+_PEAK_FRACTION = lazy_compile(rf"fraction is set {G}")
+_PEAK_KV_SIZE = lazy_compile(r"kv size(?: per token)? is (\d+)")
+_PEAK_TOTAL = lazy_compile(rf"device total memory {G} ?GiB")
+_PEAK_TMP = lazy_compile(rf"(?:tmp kv_mem|temporary kv cache memory during profiling) {G} ?GiB")
+_ESTIMATED = lazy_compile(rf"Estimated max memory in KV cache\s*:\s*{G} ?GiB")
+_BOTH_SET = lazy_compile(
     rf"Both (?:free_gpu_memory_fraction|freeGpuMemoryFraction)(?: \(aka kv_cache_free_gpu_mem_fraction\))? and "
     rf"(?:max_tokens|maxTokens)(?: \(aka max_tokens_in_paged_kv_cache\))? are set \(to {G} and (\d+)"
 )
-_FRACTION_DEFAULT = re.compile(r"kv_cache_free_gpu_mem_fraction is not specified, will use default value of ([\d.]+)")
-_FRACTION_PARAM = re.compile(rf"(?:kv_cache_free_gpu_mem_fraction|free_gpu_memory_fraction)\s*[=:]\s*{G}")
-_MAX_TOKENS_DEFAULT = re.compile(r"max_tokens_in_paged_kv_cache is not specified")
-_TRITON_PARAM = re.compile(r"\b\w+ is not specified, will (?:use|be set)|\bnot set, defaulting to\b")
-_OVERRIDE = re.compile(r"Maximum kv-cache token overridden by configuration as '(\d+)'")
-_WINDOW_REDUCED = re.compile(r"maxAttentionWindow and maxSequenceLen are too large.*?reduced to (\d+)")
-_WINDOW_UPPER = re.compile(r"Attention window size (\d+) exceeds upper bound (\d+) for available blocks")
-_ADJUSTED_SEQ = re.compile(r"Adjusted max_seq_len to (\d+)")
-_REUSE = re.compile(r"KV cache block reuse is (enabled|disabled)")
+_FRACTION_DEFAULT = lazy_compile(r"kv_cache_free_gpu_mem_fraction is not specified, will use default value of ([\d.]+)")
+_FRACTION_PARAM = lazy_compile(rf"(?:kv_cache_free_gpu_mem_fraction|free_gpu_memory_fraction)\s*[=:]\s*{G}")
+_MAX_TOKENS_DEFAULT = lazy_compile(r"max_tokens_in_paged_kv_cache is not specified")
+_TRITON_PARAM = lazy_compile(r"\b\w+ is not specified, will (?:use|be set)|\bnot set, defaulting to\b")
+_OVERRIDE = lazy_compile(r"Maximum kv-cache token overridden by configuration as '(\d+)'")
+_WINDOW_REDUCED = lazy_compile(r"maxAttentionWindow and maxSequenceLen are too large.*?reduced to (\d+)")
+_WINDOW_UPPER = lazy_compile(r"Attention window size (\d+) exceeds upper bound (\d+) for available blocks")
+_ADJUSTED_SEQ = lazy_compile(r"Adjusted max_seq_len to (\d+)")
+_REUSE = lazy_compile(r"KV cache block reuse is (enabled|disabled)")
 
 # --- engine, buffers, weights --------------------------------------------------------------------------------
-_ENGINE_SIZE = re.compile(rf"Loaded engine size: {G} ?MiB")
-_ENGINE_PER_GPU = re.compile(rf"Total engine size per GPU is {G} ?MiB")
-_EXEC_CTX = re.compile(rf"Allocated {G} ?{_UNIT} for execution context memory")
-_TRT_MANAGED = re.compile(r"TensorRT-managed allocation in IExecutionContext creation: CPU \+?(-?\d+), GPU \+?(-?\d+), now: CPU (\d+), GPU (\d+) \(MiB\)")
-_RUNTIME_BUF = re.compile(rf"Allocated {G} ?{_UNIT} GPU memory for runtime buffers")
-_DECODER = re.compile(rf"Allocated {G} ?{_UNIT} GPU memory for decoder")
-_WEIGHTS_PT = re.compile(rf"Use {G} ?(GB|GiB) for model weights")
-_WEIGHTS_INSIDE = re.compile(rf"Memory used after loading model weights \(inside torch\) in memory usage profiling: {G} ?GiB")
-_WEIGHTS_OUTSIDE = re.compile(rf"Memory used after loading model weights \(outside torch\) in memory usage profiling: {G} ?GiB")
-_ACTIVATION = re.compile(rf"Memory dynamically allocated during inference \(inside torch\) in memory usage profiling: {G} ?GiB")
-_OUTSIDE = re.compile(rf"Memory used outside torch \(e\.g\., NCCL and CUDA graphs\) in memory usage profiling: {G} ?GiB")
+_ENGINE_SIZE = lazy_compile(rf"Loaded engine size: {G} ?MiB")
+_ENGINE_PER_GPU = lazy_compile(rf"Total engine size per GPU is {G} ?MiB")
+_EXEC_CTX = lazy_compile(rf"Allocated {G} ?{_UNIT} for execution context memory")
+_TRT_MANAGED = lazy_compile(r"TensorRT-managed allocation in IExecutionContext creation: CPU \+?(-?\d+), GPU \+?(-?\d+), now: CPU (\d+), GPU (\d+) \(MiB\)")
+_RUNTIME_BUF = lazy_compile(rf"Allocated {G} ?{_UNIT} GPU memory for runtime buffers")
+_DECODER = lazy_compile(rf"Allocated {G} ?{_UNIT} GPU memory for decoder")
+_WEIGHTS_PT = lazy_compile(rf"Use {G} ?(GB|GiB) for model weights")
+_WEIGHTS_INSIDE = lazy_compile(rf"Memory used after loading model weights \(inside torch\) in memory usage profiling: {G} ?GiB")
+_WEIGHTS_OUTSIDE = lazy_compile(rf"Memory used after loading model weights \(outside torch\) in memory usage profiling: {G} ?GiB")
+_ACTIVATION = lazy_compile(rf"Memory dynamically allocated during inference \(inside torch\) in memory usage profiling: {G} ?GiB")
+_OUTSIDE = lazy_compile(rf"Memory used outside torch \(e\.g\., NCCL and CUDA graphs\) in memory usage profiling: {G} ?GiB")
 
 # --- model configuration ------------------------------------------------------------------------------------------
-_TRTGPT = re.compile(r"TRTGptModel (maxNumSequences|maxBatchSize|maxBeamWidth|maxSequenceLen|maxDraftLen|"
+_TRTGPT = lazy_compile(r"TRTGptModel (maxNumSequences|maxBatchSize|maxBeamWidth|maxSequenceLen|maxDraftLen|"
                      r"mMaxAttentionWindowSize|maxNumTokens|maxInputLen): \(?(\d+)")
-_PY_LIMITS = re.compile(r"\bmax_seq_len=(\d+), max_num_requests=(\d+), max_num_tokens=(\d+)(?:, max_batch_size=(\d+))?")
-_TP_RANK = re.compile(r"(?:Detecting local TP group|TP group is intra-node|TP group is inter-node) for rank (\d+)")
-_MPI = re.compile(r"MPI size: (\d+), (?:MPI local size: (\d+), )?rank: (\d+)")
-_TP_ARG = re.compile(r"['\"]?tensor_parallel_size['\"]?\s*[=:]\s*(\d+)")
-_PP_ARG = re.compile(r"['\"]?pipeline_parallel_size['\"]?\s*[=:]\s*(\d+)")
-_VERSION = re.compile(r"TensorRT-LLM version: ?v?(\d+\.\d+[\w.]*)")
-_ENGINE_VERSION = re.compile(r"Engine version (\d+\.\d+[\w.]*) found in the config file")
-_BACKEND = re.compile(r"Using LLM with (PyTorch|TensorRT|AutoDeploy) backend")
-_LOADED = re.compile(r"successfully loaded 'tensorrt_llm'|Engine loaded and ready to serve|Executor instance created")
+_PY_LIMITS = lazy_compile(r"\bmax_seq_len=(\d+), max_num_requests=(\d+), max_num_tokens=(\d+)(?:, max_batch_size=(\d+))?")
+_TP_RANK = lazy_compile(r"(?:Detecting local TP group|TP group is intra-node|TP group is inter-node) for rank (\d+)")
+_MPI = lazy_compile(r"MPI size: (\d+), (?:MPI local size: (\d+), )?rank: (\d+)")
+_TP_ARG = lazy_compile(r"['\"]?tensor_parallel_size['\"]?\s*[=:]\s*(\d+)")
+_PP_ARG = lazy_compile(r"['\"]?pipeline_parallel_size['\"]?\s*[=:]\s*(\d+)")
+_VERSION = lazy_compile(r"TensorRT-LLM version: ?v?(\d+\.\d+[\w.]*)")
+_ENGINE_VERSION = lazy_compile(r"Engine version (\d+\.\d+[\w.]*) found in the config file")
+_BACKEND = lazy_compile(r"Using LLM with (PyTorch|TensorRT|AutoDeploy) backend")
+_LOADED = lazy_compile(r"successfully loaded 'tensorrt_llm'|Engine loaded and ready to serve|Executor instance created")
 
 # --- failures -------------------------------------------------------------------------------------------------------
-_CUDA_OOM = re.compile(r"CUDA runtime error in (\S+?)\(.*?\): out of memory(?: \(([^)]*)\))?")
-_REQUESTED = re.compile(r"Requested amount of GPU memory \((\d+) bytes\) could not be allocated")
-_TRT_OOM = re.compile(r"Error Code 2: OutOfMemory|\[TensorRT-LLM\]\[ERROR\].*out of memory|OutOfMemory")
-_INSUFFICIENT = re.compile(r"Executor creation failed due to insufficient GPU memory")
-_COMPONENT = re.compile(r"The following component could not be created: (.+?)\s*$")
-_TOTAL_GIB = re.compile(rf"Total GPU memory \(GiB\): {G}")
-_FREE_BEFORE = re.compile(rf"Free GPU memory before component creation attempt \(GiB\): {G}")
-_COMPONENTS_HEADER = re.compile(r"Previously created components and free GPU memory before/after creation")
-_COMPONENT_ROW = re.compile(rf"^\s*([A-Za-z_][\w ()_,.\-]*?): {G} / {G}\s*$")
-_LOAD_FAILED = re.compile(r"failed to load 'tensorrt_llm'|unexpected error when creating modelInstanceState")
+_CUDA_OOM = lazy_compile(r"CUDA runtime error in (\S+?)\(.*?\): out of memory(?: \(([^)]*)\))?")
+_REQUESTED = lazy_compile(r"Requested amount of GPU memory \((\d+) bytes\) could not be allocated")
+_TRT_OOM = lazy_compile(r"Error Code 2: OutOfMemory|\[TensorRT-LLM\]\[ERROR\].*out of memory|OutOfMemory")
+_INSUFFICIENT = lazy_compile(r"Executor creation failed due to insufficient GPU memory")
+_COMPONENT = lazy_compile(r"The following component could not be created: (.+?)\s*$")
+_TOTAL_GIB = lazy_compile(rf"Total GPU memory \(GiB\): {G}")
+_FREE_BEFORE = lazy_compile(rf"Free GPU memory before component creation attempt \(GiB\): {G}")
+_COMPONENTS_HEADER = lazy_compile(r"Previously created components and free GPU memory before/after creation")
+_COMPONENT_ROW = lazy_compile(rf"^\s*([A-Za-z_][\w ()_,.\-]*?): {G} / {G}\s*$")
+_LOAD_FAILED = lazy_compile(r"failed to load 'tensorrt_llm'|unexpected error when creating modelInstanceState")
 
 ANCHORS: tuple[bytes, ...] = (
     b"TensorRT-LLM",
@@ -426,5 +427,5 @@ def _mark_content(handler):
 _KEYWORDS = ("TensorRT-LLM", "not specified", "TRT-LLM", "[TRT]", "TRTGptModel", "KV cache", "kv cache", "k/v cache", "MemUsageChange",
              "engine size", "tokens per block", "insufficient GPU memory", "OutOfMemory", "out of memory",
              "could not be allocated", "tensorrt_llm", "max_seq_len=", "gpu_mem_fraction", "memory_fraction")
-_GATE = re.compile("|".join(re.escape(k) for k in _KEYWORDS))
+_GATE = lazy_compile("|".join(re.escape(k) for k in _KEYWORDS))
 _HANDLERS = (_mark_content(_kv), _profile, _engine, _settings, _warnings, _identity, _failures, _component_report)

@@ -16,6 +16,7 @@ from typing import Any
 
 from kvscope import events as ev
 from kvscope.engines.base import NUM, LineContext, Parsed, cut_short, to_float, to_int
+from kvscope.engines.lazy import lazy_compile
 from kvscope.engines.vllm import args as vargs
 from kvscope.engines.vllm.rules import classify_shortfall
 
@@ -27,102 +28,102 @@ G = rf"({NUM})"  # one captured number
 GB = r"\s*Gi?B"  # vLLM prints bytes / 2^30 as "GB" (old) or "GiB"
 
 # Name parts and their separators use disjoint characters, so the match is linear (no backtracking).
-_PREFIX = re.compile(r"\(?([A-Za-z][A-Za-z0-9\-]*(?:[ _][A-Za-z0-9=\-]+)*) pid=(\d+|\.\.\.)(?:, ip=[^)\s]+)?\) ?")
-_MONARCH = re.compile(r"^\[(\d+)\] ")
-_HEADER = re.compile(
+_PREFIX = lazy_compile(r"\(?([A-Za-z][A-Za-z0-9\-]*(?:[ _][A-Za-z0-9=\-]+)*) pid=(\d+|\.\.\.)(?:, ip=[^)\s]+)?\) ?")
+_MONARCH = lazy_compile(r"^\[(\d+)\] ")
+_HEADER = lazy_compile(
     r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d|\.\.\.)(?:\.\d+)? \[?[\w./\-]+\.py:\d+\] ?"
 )
-_HEADER_ELIDED = re.compile(r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL) \.\.\. \[[\w./\-]+(?:\.py)?:[\w.]+\] ?")
-_REPEATED = re.compile(r"\s*\[repeated (\d+)x across cluster\]\s*$")
-_DIMS = re.compile(r"^(DP|PP|PCP|TP|DCP|EP)(\d+)$")
+_HEADER_ELIDED = lazy_compile(r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL) \.\.\. \[[\w./\-]+(?:\.py)?:[\w.]+\] ?")
+_REPEATED = lazy_compile(r"\s*\[repeated (\d+)x across cluster\]\s*$")
+_DIMS = lazy_compile(r"^(DP|PP|PCP|TP|DCP|EP)(\d+)$")
 
 # --- weights -----------------------------------------------------------------------------------
-_WEIGHTS_OLD = re.compile(rf"Loading model weights took {G}{GB}")
-_WEIGHTS = re.compile(rf"Model loading took {G}{GB}(?: memory)?(?: and {G} ?s(?:econds)?)?")
+_WEIGHTS_OLD = lazy_compile(rf"Loading model weights took {G}{GB}")
+_WEIGHTS = lazy_compile(rf"Model loading took {G}{GB}(?: memory)?(?: and {G} ?s(?:econds)?)?")
 
 # --- memory profile (V0 and early V1) ---------------------------------------------------------------
-_PROFILE_KV = re.compile(rf"\b(\w+)=\s*{G}\s*(?:GiB|GB|Gib)?")
-_PROFILE_TOTAL = re.compile(
+_PROFILE_KV = lazy_compile(rf"\b(\w+)=\s*{G}\s*(?:GiB|GB|Gib)?")
+_PROFILE_TOTAL = lazy_compile(
     rf"the current vLLM instance can use total_gpu_memory \({G}{GB}\) x gpu_memory_utilization \({G}\) = {G}{GB}"
 )
 _PROFILE_LIST = {
-    "weights_gib": re.compile(rf"model weights take\s+{G}{GB}"),
-    "non_torch_gib": re.compile(rf"non_torch_memory(?: takes)?\s+{G}{GB}"),
-    "activation_peak_gib": re.compile(rf"PyTorch activation peak memory(?: takes)?\s+{G}{GB}"),
-    "available_kv_gib": re.compile(rf"(?:the rest of the memory reserved for KV Cache is|available_kv_cache_memory)\s+{G}{GB}"),
+    "weights_gib": lazy_compile(rf"model weights take\s+{G}{GB}"),
+    "non_torch_gib": lazy_compile(rf"non_torch_memory(?: takes)?\s+{G}{GB}"),
+    "activation_peak_gib": lazy_compile(rf"PyTorch activation peak memory(?: takes)?\s+{G}{GB}"),
+    "available_kv_gib": lazy_compile(rf"(?:the rest of the memory reserved for KV Cache is|available_kv_cache_memory)\s+{G}{GB}"),
 }
 _TABLE_ROW = {  # the Dec-2024 "Memory profiling results:" table, one "name    value" row per line
-    "total_gib": re.compile(rf"^total_gpu_memory\s+{G}{GB}"),
-    "gpu_memory_utilization": re.compile(rf"^gpu_memory_utilization\s+{G}\s*$"),
-    "usable_gib": re.compile(rf"^the current vLLM instance can use\s+{G}{GB}"),
+    "total_gib": lazy_compile(rf"^total_gpu_memory\s+{G}{GB}"),
+    "gpu_memory_utilization": lazy_compile(rf"^gpu_memory_utilization\s+{G}\s*$"),
+    "usable_gib": lazy_compile(rf"^the current vLLM instance can use\s+{G}{GB}"),
 }
 
 # --- V1 worker lines ------------------------------------------------------------------------------
-_AVAILABLE_KV = re.compile(rf"Available KV cache memory: {G}{GB}")
-_RESERVED_KV = re.compile(rf"Initial free memory {G}{GB}, reserved {G}{GB} memory for KV Cache")
-_FREE_ON_DEVICE = re.compile(rf"Free memory on device(?: [\w:]+)? \({G}/{G}{GB}\) on startup\. Desired GPU memory "
+_AVAILABLE_KV = lazy_compile(rf"Available KV cache memory: {G}{GB}")
+_RESERVED_KV = lazy_compile(rf"Initial free memory {G}{GB}, reserved {G}{GB} memory for KV Cache")
+_FREE_ON_DEVICE = lazy_compile(rf"Free memory on device(?: [\w:]+)? \({G}/{G}{GB}\) on startup\. Desired GPU memory "
                              rf"utilization is \({G}, {G}{GB}\)")
 _USAGE_PARTS = {
-    "weights_gib": re.compile(rf"{G}{GB} for weight"),
-    "consumed_gib": re.compile(rf"{G}{GB} for consumed memory"),
-    "activation_peak_gib": re.compile(rf"{G}{GB} for peak activation"),
-    "non_torch_gib": re.compile(rf"{G}{GB} for non-torch memory"),
-    "cuda_graph_gib": re.compile(rf"{G}{GB} for CUDAGraph memory"),
+    "weights_gib": lazy_compile(rf"{G}{GB} for weight"),
+    "consumed_gib": lazy_compile(rf"{G}{GB} for consumed memory"),
+    "activation_peak_gib": lazy_compile(rf"{G}{GB} for peak activation"),
+    "non_torch_gib": lazy_compile(rf"{G}{GB} for non-torch memory"),
+    "cuda_graph_gib": lazy_compile(rf"{G}{GB} for CUDAGraph memory"),
 }
-_KV_FIT = re.compile(r"--kv-cache-memory=(\d+)`? (?:\([^)]*\) )?to fit into requested memory")
-_KV_FULL = re.compile(r"--kv-cache-memory=(\d+)`? (?:\([^)]*\) )?to fully utilize")
-_KV_IN_USE = re.compile(rf"Current kv cache memory in use is {G} ?(bytes|GiB|GB)")
-_CG_ADVISORY = re.compile(rf"--gpu-memory-utilization={G} is equivalent to --gpu-memory-utilization={G} without CUDA "
+_KV_FIT = lazy_compile(r"--kv-cache-memory=(\d+)`? (?:\([^)]*\) )?to fit into requested memory")
+_KV_FULL = lazy_compile(r"--kv-cache-memory=(\d+)`? (?:\([^)]*\) )?to fully utilize")
+_KV_IN_USE = lazy_compile(rf"Current kv cache memory in use is {G} ?(bytes|GiB|GB)")
+_CG_ADVISORY = lazy_compile(rf"--gpu-memory-utilization={G} is equivalent to --gpu-memory-utilization={G} without CUDA "
                           rf"graph memory profiling(?:.*?increase --gpu-memory-utilization to {G})?")
-_CG_ESTIMATE = re.compile(rf"Estimated CUDA graph memory: {G}{GB}")
-_CG_POOL = re.compile(rf"CUDA graph pool memory: {G}{GB} \(actual\), {G}{GB} \(estimated\)")
-_GRAPH_DONE = re.compile(rf"Graph capturing finished in {G} secs?(?:, took {G}{GB})?")
-_GRAPH_BEGIN = re.compile(r"Capturing (?:cudagraphs|the model for CUDA graphs|CUDA graphs?\b)")
-_CPU_AUTO = re.compile(rf"Auto set \({G}/{G}\){GB} for KV cache on node (\d+), with {G}{GB} requested memory for the "
+_CG_ESTIMATE = lazy_compile(rf"Estimated CUDA graph memory: {G}{GB}")
+_CG_POOL = lazy_compile(rf"CUDA graph pool memory: {G}{GB} \(actual\), {G}{GB} \(estimated\)")
+_GRAPH_DONE = lazy_compile(rf"Graph capturing finished in {G} secs?(?:, took {G}{GB})?")
+_GRAPH_BEGIN = lazy_compile(r"Capturing (?:cudagraphs|the model for CUDA graphs|CUDA graphs?\b)")
+_CPU_AUTO = lazy_compile(rf"Auto set \({G}/{G}\){GB} for KV cache on node (\d+), with {G}{GB} requested memory for the "
                        rf"worker\. {G}{GB} memory was consumed by non-kv usages")
-_CPU_EXPLICIT = re.compile(rf"Explicitly set \({G}/{G}\){GB} for KV cache on node (\d+)")
+_CPU_EXPLICIT = lazy_compile(rf"Explicitly set \({G}/{G}\){GB} for KV cache on node (\d+)")
 
 # --- engine-level capacity ---------------------------------------------------------------------------
-_KV_SIZE = re.compile(r"\b([A-Za-z]+(?: \+ host)?) KV cache size: ([\d,]+) tokens")
-_CONCURRENCY = re.compile(rf"Maximum concurrency for ([\d,]+) tokens per request: {G}x")
-_BLOCKS = re.compile(r"(?:#\s*)?\b(GPU|cuda|xpu|hpu|npu|tpu|neuron|rocm) blocks: (\d+)(?:, # CPU blocks: (\d+))?")
-_BLOCKS_INFO = re.compile(r"cache_config_info with initialization after num_gpu_blocks is: (\d+)")
-_OVERRIDE = re.compile(r"Overriding num_gpu_blocks=(\d+) with num_gpu_blocks_override=(\d+)")
-_PADDING = re.compile(rf"Add (\d+) padding layers, may waste at most {G}%")
-_DCP = re.compile(r"Multiplying the GPU KV cache size by the (?:dcp_world_size|cp_world_size) (\d+)")
-_HYBRID_OFF = re.compile(r"Hybrid KV cache manager is disabled|Turning off hybrid kv cache manager")
-_AUTO_FIT = re.compile(rf"Auto-fit max_model_len: reduced from (\d+) to (\d+)(?: to fit in available GPU memory \({G}{GB})?")
+_KV_SIZE = lazy_compile(r"\b([A-Za-z]+(?: \+ host)?) KV cache size: ([\d,]+) tokens")
+_CONCURRENCY = lazy_compile(rf"Maximum concurrency for ([\d,]+) tokens per request: {G}x")
+_BLOCKS = lazy_compile(r"(?:#\s*)?\b(GPU|cuda|xpu|hpu|npu|tpu|neuron|rocm) blocks: (\d+)(?:, # CPU blocks: (\d+))?")
+_BLOCKS_INFO = lazy_compile(r"cache_config_info with initialization after num_gpu_blocks is: (\d+)")
+_OVERRIDE = lazy_compile(r"Overriding num_gpu_blocks=(\d+) with num_gpu_blocks_override=(\d+)")
+_PADDING = lazy_compile(rf"Add (\d+) padding layers, may waste at most {G}%")
+_DCP = lazy_compile(r"Multiplying the GPU KV cache size by the (?:dcp_world_size|cp_world_size) (\d+)")
+_HYBRID_OFF = lazy_compile(r"Hybrid KV cache manager is disabled|Turning off hybrid kv cache manager")
+_AUTO_FIT = lazy_compile(rf"Auto-fit max_model_len: reduced from (\d+) to (\d+)(?: to fit in available GPU memory \({G}{GB})?")
 
 # --- settings ------------------------------------------------------------------------------------------
-_NON_DEFAULT = re.compile(r"non-default args: (\{.*)")
-_ENGINE_BANNER = re.compile(r"Initializing (?:a V1|a V0|an) LLM engine(?: \(v([\w.+\-]+)\))? with config: (.*)")
-_API_VERSION = re.compile(r"vLLM API server version v?(\d+\.\d+[\w.+\-]*)")
-_LOGO_VERSION = re.compile(r"[\u2580-\u259f][^%]{0,80}?\bversion v?(\d+\.\d+[\w.+\-]*)")
-_LOGO_MODEL = re.compile(r"[\u2580-\u259f][^%]{0,80}?\bmodel\s+(\S+)\s*$")
-_COMMAND = re.compile(r"^\s*(?:\S*[$#] +)?(?:[A-Z_]+=\S+ +)*vllm serve \S+")
-_MAX_MODEL_LEN = re.compile(r"Using max model len (\d+)")
-_BATCHED = re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)")
-_BLOCK_SIZE = re.compile(r"(?:Forcing|Setting) (?:kv cache|attention) block size to (\d+)")
-_START_LOAD = re.compile(r"Starting to load model (\S+?)\.{0,3}$")
+_NON_DEFAULT = lazy_compile(r"non-default args: (\{.*)")
+_ENGINE_BANNER = lazy_compile(r"Initializing (?:a V1|a V0|an) LLM engine(?: \(v([\w.+\-]+)\))? with config: (.*)")
+_API_VERSION = lazy_compile(r"vLLM API server version v?(\d+\.\d+[\w.+\-]*)")
+_LOGO_VERSION = lazy_compile(r"[\u2580-\u259f][^%]{0,80}?\bversion v?(\d+\.\d+[\w.+\-]*)")
+_LOGO_MODEL = lazy_compile(r"[\u2580-\u259f][^%]{0,80}?\bmodel\s+(\S+)\s*$")
+_COMMAND = lazy_compile(r"^\s*(?:\S*[$#] +)?(?:[A-Z_]+=\S+ +)*vllm serve \S+")
+_MAX_MODEL_LEN = lazy_compile(r"Using max model len (\d+)")
+_BATCHED = lazy_compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)")
+_BLOCK_SIZE = lazy_compile(r"(?:Forcing|Setting) (?:kv cache|attention) block size to (\d+)")
+_START_LOAD = lazy_compile(r"Starting to load model (\S+?)\.{0,3}$")
 
 # --- failures -----------------------------------------------------------------------------------------
-_NO_CACHE_MEMORY = re.compile(r"No available memory for the cache blocks")
-_V0_MAX_LEN = re.compile(r"The model's max seq len \((\d+)\) is larger than the maximum number of tokens that can be "
+_NO_CACHE_MEMORY = lazy_compile(r"No available memory for the cache blocks")
+_V0_MAX_LEN = lazy_compile(r"The model's max seq len \((\d+)\) is larger than the maximum number of tokens that can be "
                          r"stored in KV cache \((\d+)\)")
-_V1_MAX_LEN = re.compile(
+_V1_MAX_LEN = lazy_compile(
     rf"To serve at least one request with the models?'s max seq len \((\d+)\),?\s*\(?\s*{G}{GB} KV cache is needed, which is "
     rf"larger than the available KV cache memory \({G}{GB}\)"
 )
-_ESTIMATED = re.compile(r"estimated maximum model length is (\d+)")
-_FREE_SHORT = re.compile(rf"(?:Free|Available) memory on (?:device|node)(?: [\w:]+)? \({G}/{G}{GB}\) on startup is less "
+_ESTIMATED = lazy_compile(r"estimated maximum model length is (\d+)")
+_FREE_SHORT = lazy_compile(rf"(?:Free|Available) memory on (?:device|node)(?: [\w:]+)? \({G}/{G}{GB}\) on startup is less "
                          rf"than desired (GPU|CPU) memory utilization \({G}, {G}{GB}\)")
-_PROFILE_ERROR = re.compile(rf"Error in memory profiling\. Initial free memory {G}{GB}, current free memory {G}{GB}")
-_AUTO_FIT_FAIL = re.compile(r"Cannot auto-fit max_model_len: not enough GPU memory")
-_SWAP_TOO_LARGE = re.compile(rf"Too large swap space\. {G}{GB} out of the {G}{GB} total CPU memory")
-_SWAP_WARN = re.compile(rf"Possibly too large swap space\. {G}{GB} out of the {G}{GB} total CPU memory")
-_INIT_FAILED = re.compile(r"EngineCore failed to start|Engine core initialization failed|WorkerProc failed to start|"
+_PROFILE_ERROR = lazy_compile(rf"Error in memory profiling\. Initial free memory {G}{GB}, current free memory {G}{GB}")
+_AUTO_FIT_FAIL = lazy_compile(r"Cannot auto-fit max_model_len: not enough GPU memory")
+_SWAP_TOO_LARGE = lazy_compile(rf"Too large swap space\. {G}{GB} out of the {G}{GB} total CPU memory")
+_SWAP_WARN = lazy_compile(rf"Possibly too large swap space\. {G}{GB} out of the {G}{GB} total CPU memory")
+_INIT_FAILED = lazy_compile(r"EngineCore failed to start|Engine core initialization failed|WorkerProc failed to start|"
                           r"WorkerProc initialization failed")
-_INIT_DONE = re.compile(rf"init engine \(profile, create kv cache, warmup model\) took {G}")
+_INIT_DONE = lazy_compile(rf"init engine \(profile, create kv cache, warmup model\) took {G}")
 
 ANCHORS: tuple[bytes, ...] = (
     b"weights took", b"Model loading took", b"emory profiling", b"vLLM instance", b"weights take",
@@ -492,11 +493,11 @@ def _gate_boundary(out: list[Parsed], ts: str | None, ctx: LineContext) -> list[
 _JOINABLE: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("To serve at least one request", _V1_MAX_LEN),
     ("The model's max seq len", _V0_MAX_LEN),
-    ("Memory profiling results: ", re.compile(r"gpu_memory_utilization=\s*[\d.]+")),
-    ("Free memory on device (", re.compile(r"Current kv cache memory in use is|fully utilize|CUDAGraph memory|"
+    ("Memory profiling results: ", lazy_compile(r"gpu_memory_utilization=\s*[\d.]+")),
+    ("Free memory on device (", lazy_compile(r"Current kv cache memory in use is|fully utilize|CUDAGraph memory|"
                                             r"less than desired")),
-    ("model weights take", re.compile(r"reserved for KV Cache is\s+[\d.]+")),
-    ("is equivalent to --gpu-memory-utilization", re.compile(r"without CUDA graph")),
+    ("model weights take", lazy_compile(r"reserved for KV Cache is\s+[\d.]+")),
+    ("is equivalent to --gpu-memory-utilization", lazy_compile(r"without CUDA graph")),
     ("Maximum concurrency for", _CONCURRENCY),
-    ("GPU KV cache size:", re.compile(r"KV cache size: [\d,]+ tokens")),
+    ("GPU KV cache size:", lazy_compile(r"KV cache size: [\d,]+ tokens")),
 )
