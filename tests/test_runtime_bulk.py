@@ -361,3 +361,19 @@ def test_a_rank_whose_only_line_is_invalid_does_not_speak(tmp_path: Path, monkey
     report = _same([path], monkeypatch)
     (startup,) = report["startups"]
     assert startup["runtime"]["samples"] == 4
+
+
+def test_a_stretch_holding_the_mark_byte_is_read_line_by_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The reader marks lanes' lines with \\x01, so a stretch whose own bytes hold one is left to the
+    per-line path: the C lane says so without the GIL (Ellipsis), the regex lane by a find. Both
+    engines' journals, the byte inside a serving line and on a line of its own."""
+    marked = [AWKWARD[0], "[2026-03-01 12:26:12 TP0] Decode batch, #running-req: 3, #token: 100, token usage: 0.50, "
+              "gen throughput (token/s): 5.00, #queue-req: 0 \x01", "\x01"]
+    sglang = _journal(tmp_path, marked, "s.log")
+    vllm = _vllm_journal(tmp_path, ["\x01", AWKWARD_VLLM[0]], "v.log")
+    for path in (sglang, vllm):
+        report = _same([path], monkeypatch)
+        assert any(s["runtime"] for s in report["startups"])
+    if NATIVE is not None:
+        data = sglang.read_bytes()
+        assert NATIVE.split(data, 0, len(data)) is Ellipsis

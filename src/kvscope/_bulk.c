@@ -11,7 +11,9 @@
  *                Batch holding the groups of each match (Batch.rows() gives them as the regex's
  *                tuples) plus the numbers they convert to. None: no line matched. False: it cannot
  *                promise the regex's result (a number of more than MAX_DIGITS digits, more than
- *                MAX_LABELS rank labels); the caller then uses the regex.
+ *                MAX_LABELS rank labels); the caller then uses the regex. Ellipsis: the stretch
+ *                holds the mark byte "\x01" itself, so no lane may take it (the per-line path reads
+ *                it). Every look at the bytes is made without the GIL.
  *   fold(batch, streams)
  *                kvscope.runtime.stream.Stream.sample_rows() for every decode / prefill row, each row
  *                into the stream of its rank label, with the same arithmetic in the same order (the
@@ -19,7 +21,9 @@
  *                Timeline._halve() are called as Python methods, so that logic exists once.
  *                Retraction rows are counted by the accumulator (Batch.retracts()).
  *   count_lines(buf, lo, hi)
- *                bytes.count(b"\n", lo, hi), eight bytes at a time.
+ *                bytes.count(b"\n", lo, hi), sixteen bytes at a time.
+ *   count_nuls(buf)
+ *                buf.count(b"\0"), with the GIL given up (the reading thread calls it).
  *
  * Equivalence with the Python path is a tested property (tests/test_bulk_native.py): same split on
  * real logs, mutated lines and random bytes, same Stream state after folding the same rows; and the
@@ -48,21 +52,21 @@
 #define MAX_FREE 1024 /* free text between two fields, as the regex bounds it (runtime/lines.py _FREE) */
 #define MAX_LABELS 1024 /* rank labels per stretch: more (never seen in a real log) go to the regex */
 
-typedef struct {
-    int32_t span[NGROUPS][2]; /* [start, end) in the view; start -1: group did not take part */
+typedef struct { /* what fold reads first (two cache lines), the spans after */
     double t, u, gen, hit, tps;
     long long r, tok, q, new_tok, cached, retracted;
     Py_ssize_t label;
     char kind; /* 'd' decode, 'p' prefill, 'r' retraction */
-    char st_u, st_gen, st_hit, st_tps; /* what num_run made of each float field (see there) */
     char valid, graph, has_hit, has_tps; /* graph: -1 none, 0 False, 1 True */
+    char st_u, st_gen, st_hit, st_tps;   /* what num_run made of each float field (see there) */
+    int32_t span[NGROUPS][2]; /* [start, end) in the view; start -1: group did not take part */
 } Row;
 
 typedef struct {
     PyObject_HEAD
     PyObject *view;   /* bytes the spans point into */
     Row *rows;
-    Py_ssize_t n;
+    Py_ssize_t n, cap; /* rows made, rows the buffer holds */
     PyObject *labels; /* list of bytes: rank labels in order of first appearance */
     int32_t *sample;      /* label indexes in order of first appearance among valid sample rows */
     Py_ssize_t n_sample;  /* -1: not known (a slice): sample_labels() looks at the rows */
@@ -644,8 +648,38 @@ static int convert(const unsigned char *s, Row *row, const Row *same_stamp, int 
 
 /* ---------------------------------------------------------------- Batch ---- */
 
+/* Row buffers of folded batches, kept for the next split: a fresh megabyte per stretch cost a page
+ * fault per 4 KiB (and with two threads the allocator gave the pages back to the system and took
+ * them again). Touched with the GIL held only (batch_new, batch_dealloc). */
+#define ROW_POOL 16
+static Row *row_pool[ROW_POOL];
+static Py_ssize_t row_pool_cap[ROW_POOL];
+static int row_pool_n = 0;
+
+static Row *rows_take(Py_ssize_t *cap) {
+    if (row_pool_n > 0) {
+        int k = --row_pool_n;
+        if (row_pool_cap[k] >= *cap) {
+            *cap = row_pool_cap[k];
+            return row_pool[k];
+        }
+        PyMem_RawFree(row_pool[k]);
+    }
+    return PyMem_RawMalloc(sizeof(Row) * (size_t)*cap);
+}
+
+static void rows_give_back(Row *rows, Py_ssize_t cap) {
+    if (rows == NULL) return;
+    if (row_pool_n < ROW_POOL && cap <= (8 << 20) / (Py_ssize_t)sizeof(Row)) {
+        row_pool[row_pool_n] = rows;
+        row_pool_cap[row_pool_n++] = cap;
+    } else {
+        PyMem_RawFree(rows);
+    }
+}
+
 static void batch_dealloc(Batch *b) {
-    PyMem_RawFree(b->rows); /* rows use the raw allocator: split grows them without the GIL */
+    rows_give_back(b->rows, b->cap); /* rows use the raw allocator: split grows them without the GIL */
     PyMem_RawFree(b->sample);
     Py_XDECREF(b->view);
     Py_XDECREF(b->labels);
@@ -676,7 +710,8 @@ static PyObject *row_tuple(Batch *b, Py_ssize_t i) {
 static Batch *batch_new(PyObject *view, Py_ssize_t cap) {
     Batch *b = PyObject_New(Batch, &BatchType);
     if (b == NULL) return NULL;
-    b->rows = PyMem_RawMalloc(sizeof(Row) * (size_t)(cap ? cap : 1));
+    b->cap = cap ? cap : 1;
+    b->rows = rows_take(&b->cap);
     b->n = 0;
     b->sample = NULL;
     b->n_sample = b->n_retract = -1;
@@ -931,7 +966,8 @@ static char *scratch(size_t n) { /* no GIL needed: the raw allocator */
     return scratch_buf;
 }
 
-enum { SPLIT_OK, SPLIT_NOMEM, SPLIT_ERROR, SPLIT_REGEX };
+enum { SPLIT_OK, SPLIT_NOMEM, SPLIT_ERROR, SPLIT_REGEX, SPLIT_NONE, SPLIT_MARK };
+#define BULK_MARK '\x01' /* the reader's mark of a bulk-matched line (kvscope.reading.source.BULK_MARK) */
 
 /* The line loop of split, run without the GIL (it takes the GIL back only for a number Python
  * must convert). Fills b's rows, lab and out; *w is the text's length. */
@@ -1000,13 +1036,6 @@ static PyObject *bulk_split(PyObject *mod, PyObject *args) {
     }
     if (n >= INT32_MAX) Py_RETURN_FALSE; /* spans are 32-bit offsets */
     n = stop;
-    /* A stretch with no serving line of this lane (a vLLM journal, a startup) costs a memchr: every
-     * line the lane takes holds a '#' (#running-req, #new-seq, #retracted_reqs), an access log
-     * rarely does; else two memmem calls. */
-    if (memchr(s + start, '#', (size_t)(stop - start)) == NULL ||
-        (memmem(s + start, (size_t)(stop - start), " batch", 6) == NULL &&
-         memmem(s + start, (size_t)(stop - start), "#retracted_reqs: ", 17) == NULL))
-        Py_RETURN_NONE;
     Py_ssize_t cap = (stop - start) / 160 + 16; /* serving lines are ~200 bytes: one allocation, rarely a second */
     Batch *b = batch_new(arg, cap);
     Labels *lab = PyMem_RawMalloc(sizeof(Labels));
@@ -1018,24 +1047,33 @@ static PyObject *bulk_split(PyObject *mod, PyObject *args) {
     labels_init(lab);
     int status;
     Py_ssize_t w = 0;
-    PyThreadState *save = PyEval_SaveThread();
-    char *out = scratch((size_t)(stop - start) + 2);
-    if (out == NULL) {
+    PyThreadState *save = PyEval_SaveThread(); /* every look at the bytes is made without the GIL */
+    char *out = NULL;
+    if (memchr(s + start, BULK_MARK, (size_t)(stop - start)) != NULL) {
+        status = SPLIT_MARK;
+    } else if (memchr(s + start, '#', (size_t)(stop - start)) == NULL ||
+               (memmem(s + start, (size_t)(stop - start), " batch", 6) == NULL &&
+                memmem(s + start, (size_t)(stop - start), "#retracted_reqs: ", 17) == NULL)) {
+        /* no serving line of this lane (a vLLM journal, a startup): every line the lane takes holds
+         * a '#' (#running-req, #new-seq, #retracted_reqs), an access log rarely does */
+        status = SPLIT_NONE;
+    } else if ((out = scratch((size_t)(stop - start) + 2)) == NULL) {
         status = SPLIT_NOMEM;
     } else {
         out[0] = '\n';
-        status = split_lines(b, s, start, n, &cap, lab, out, &w, &save);
+        status = split_lines(b, s, start, n, &b->cap, lab, out, &w, &save);
     }
     PyEval_RestoreThread(save);
     PyObject *text = NULL;
     if (status == SPLIT_NOMEM) PyErr_NoMemory();
     if (status == SPLIT_NOMEM || status == SPLIT_ERROR) goto fail;
-    if (status == SPLIT_REGEX) {
+    if (status == SPLIT_REGEX || status == SPLIT_MARK) {
         Py_DECREF(b);
         PyMem_RawFree(lab);
+        if (status == SPLIT_MARK) return Py_NewRef(Py_Ellipsis);
         Py_RETURN_FALSE;
     }
-    if (b->n == 0) {
+    if (status == SPLIT_NONE || b->n == 0) {
         Py_DECREF(b);
         PyMem_RawFree(lab);
         Py_RETURN_NONE;
@@ -1877,6 +1915,33 @@ done:
 /* count_lines(buf, lo, hi): buf.count(b"\n", lo, hi), eight bytes at a time (exact zero-byte
  * test on word ^ "\n\n\n\n\n\n\n\n", the flags summed by one multiply): as fast on a stretch of bulk marks, a newline
  * every other byte, as on a journal of long lines; bytes.count looks at one byte at a time. */
+/* How many bytes of p[0:end - p) equal byte: 16 at a time, each match (-1) subtracted into byte
+ * counters summed every 255 rounds (no popcount: without -mpopcnt it is a slow library call). */
+static long long count_byte_in(const unsigned char *p, const unsigned char *end, unsigned char byte) {
+    long long n = 0;
+#if defined(__SSE2__)
+    const __m128i b16 = _mm_set1_epi8((char)byte), zero = _mm_setzero_si128();
+    while (end - p >= 16) {
+        __m128i acc = zero;
+        for (int k = 0; k < 255 && end - p >= 16; k++, p += 16)
+            acc = _mm_sub_epi8(acc, _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)p), b16));
+        __m128i sums = _mm_sad_epu8(acc, zero);
+        n += _mm_cvtsi128_si32(sums) + _mm_cvtsi128_si32(_mm_srli_si128(sums, 8));
+    }
+#endif
+    const uint64_t ones7 = 0x7F7F7F7F7F7F7F7FULL, pattern = 0x0101010101010101ULL * byte;
+    while (end - p >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        uint64_t t = w ^ pattern;
+        uint64_t y = ~(((t & ones7) + ones7) | t | ones7); /* 0x80 in each byte of w that was `byte` */
+        n += (long long)(((y >> 7) * 0x0101010101010101ULL) >> 56); /* bytes with 0x80 set, summed */
+        p += 8;
+    }
+    for (; p < end; p++) n += *p == byte;
+    return n;
+}
+
 static PyObject *bulk_count_lines(PyObject *mod, PyObject *args) {
     Py_buffer view;
     Py_ssize_t lo, hi;
@@ -1885,30 +1950,22 @@ static PyObject *bulk_count_lines(PyObject *mod, PyObject *args) {
     if (hi < 0 && (hi += view.len) < 0) hi = 0;
     if (hi > view.len) hi = view.len;
     if (lo > hi) lo = hi;
+    const unsigned char *p = (const unsigned char *)view.buf;
+    long long n = count_byte_in(p + lo, p + hi, '\n');
+    PyBuffer_Release(&view);
+    return PyLong_FromLongLong(n);
+}
+
+/* count_nuls(buf): buf.count(b"\0"), without the GIL (the reading thread counts a block's NULs for
+ * the "binary input?" check while the other threads go on). */
+static PyObject *bulk_count_nuls(PyObject *mod, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *p = (const unsigned char *)view.buf, *end = p + view.len;
     long long n = 0;
-    const unsigned char *p = (const unsigned char *)view.buf + lo, *end = (const unsigned char *)view.buf + hi;
-#if defined(__SSE2__)
-    /* 16 bytes a compare; each match (-1) subtracted into byte counters, summed every 255 rounds
-     * (no popcount: without -mpopcnt it is a slow library call) */
-    const __m128i nl16 = _mm_set1_epi8('\n'), zero = _mm_setzero_si128();
-    while (end - p >= 16) {
-        __m128i acc = zero;
-        for (int k = 0; k < 255 && end - p >= 16; k++, p += 16)
-            acc = _mm_sub_epi8(acc, _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)p), nl16));
-        __m128i sums = _mm_sad_epu8(acc, zero);
-        n += _mm_cvtsi128_si32(sums) + _mm_cvtsi128_si32(_mm_srli_si128(sums, 8));
-    }
-#endif
-    const uint64_t ones7 = 0x7F7F7F7F7F7F7F7FULL, nl = 0x0A0A0A0A0A0A0A0AULL;
-    while (end - p >= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        uint64_t t = w ^ nl;
-        uint64_t y = ~(((t & ones7) + ones7) | t | ones7); /* 0x80 in each byte of w that was '\n' */
-        n += (long long)(((y >> 7) * 0x0101010101010101ULL) >> 56); /* bytes with 0x80 set, summed */
-        p += 8;
-    }
-    for (; p < end; p++) n += *p == '\n';
+    Py_BEGIN_ALLOW_THREADS
+    if (memchr(p, 0, (size_t)view.len) != NULL) n = count_byte_in(p, end, 0);
+    Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     return PyLong_FromLongLong(n);
 }
@@ -2252,6 +2309,7 @@ done:
 
 static PyMethodDef module_methods[] = {
     {"count_lines", bulk_count_lines, METH_VARARGS, "buf.count(b'\\n', lo, hi), faster on long lines."},
+    {"count_nuls", (PyCFunction)bulk_count_nuls, METH_O, "count_nuls(buf): buf.count(b\"\\0\"), without the GIL"},
     {"lines_with", bulk_lines_with, METH_VARARGS, "lines_with(buf, lo, hi, word): starts of the lines holding word."},
     {"split", bulk_split, METH_VARARGS,
      "split(buf, lo, hi): BULK.split() of b'\\n' + buf[lo:hi] (whole lines): (text, Batch); None: no line "

@@ -15,6 +15,7 @@ beyond what any log compresses to (a decompression bomb). stdin and FIFOs are re
 from __future__ import annotations
 
 import collections
+import contextlib
 import gzip
 import os
 import re
@@ -63,6 +64,8 @@ SKIP_LINE, OVERLONG = "skip-line", "overlong-started"  # run()'s marks between r
 # ``count_lines(buf, lo, hi)`` = ``buf.count(b"\n", lo, hi)``; the C one is 4-6x faster, and line
 # numbering touches every byte of the input.
 count_lines = NATIVE.count_lines if NATIVE is not None else (lambda buf, lo, hi: buf.count(b"\n", lo, hi))
+# ``count_nuls(buf)`` = ``buf.count(b"\0")``; the C one gives up the GIL (the reading thread calls it).
+count_nuls = NATIVE.count_nuls if NATIVE is not None else (lambda buf: buf.count(b"\0"))
 
 
 @dataclass(slots=True)
@@ -74,7 +77,8 @@ class Line:
 
 
 class BulkSplitter(Protocol):
-    """A bulk lane that splits a stretch itself: (text with matched lines marked, rows) or None."""
+    """A bulk lane that splits a stretch itself: (text with matched lines marked, rows) or None.
+    It must return None for a stretch that holds BULK_MARK itself (the per-line path reads those)."""
 
     def split_rows(self, buf: bytes, lo: int, hi: int, native: Any = NOT_SPLIT) -> tuple[bytes, Any] | None: ...
 
@@ -235,7 +239,10 @@ def iter_candidate_lines(
         stats.files.append(name)
         stream: BinaryIO | _BoundedGzip = _BoundedGzip(fh, name, stats) if _is_gzip(fh) else fh
         try:
-            yield from _FileScan(name, scanner, stats, bulk).run(_blocks(stream, name, stats))
+            blocks = _blocks(stream, name, stats)
+            ahead = PREFETCH_SPLITS and _regular(fh)  # a pipe's read may wait for ever: not on a thread
+            counted = _read_ahead(blocks) if ahead else ((block, count_nuls(block)) for block in blocks)
+            yield from _FileScan(name, scanner, stats, bulk).run(counted)
         finally:
             if fh is not sys.stdin.buffer:
                 fh.close()
@@ -259,7 +266,7 @@ class _FileScan:
         self.native_rows = True  # the last region gave C-lane rows: split the next one's stretches ahead
         self.queued: collections.deque[_Ahead] = collections.deque()  # stretches handed to the second thread
 
-    def run(self, blocks: Iterator[bytes]) -> Iterator[Line | Bulk]:
+    def run(self, blocks: Iterator[tuple[bytes, int]]) -> Iterator[Line | Bulk]:
         """The candidate lines (and bulk rows) of the file, in order.
 
         Each region's bulk split is started before the previous region's lines are handed on (a
@@ -280,18 +287,17 @@ class _FileScan:
         finally:
             sys.setswitchinterval(switch)
 
-    def _pieces(self, blocks: Iterator[bytes]) -> Iterator[tuple[bytes, int, int] | str]:
+    def _pieces(self, blocks: Iterator[tuple[bytes, int]]) -> Iterator[tuple[bytes, int, int] | str]:
         """The file as regions of whole lines ``(buf, lo, hi)``, with SKIP_LINE / OVERLONG where a
         line too long to keep ends or begins (their effect on line numbers is applied in order)."""
         carry = b""  # the start of a line whose newline has not been read yet
         skipping = False  # inside an overlong line: drop bytes until its newline
-        for block in blocks:
+        for block, nuls in blocks:  # each block with its count of NUL bytes
             if self.file_bytes < TEXT_SAMPLE_BYTES:
                 self._sample_text(block[: TEXT_SAMPLE_BYTES - self.file_bytes])
             self.file_bytes += len(block)
             self.stats.bytes_read += len(block)
-            if b"\0" in block:
-                self.stats.nul_bytes += block.count(b"\0")
+            self.stats.nul_bytes += nuls
             pos = 0
             if skipping:
                 nl = block.find(b"\n")
@@ -438,11 +444,13 @@ class _FileScan:
         the mark byte itself. One ``split`` call gives both the text between matches and the groups.
         """
         assert self.bulk is not None
-        if buf.find(BULK_MARK, lo, hi) != -1 or (hi - lo > MAX_LINE_BYTES + 1 and _overlong_lines(buf, lo, hi)):
+        if hi - lo > MAX_LINE_BYTES + 1 and _overlong_lines(buf, lo, hi):
             return None
         lane = getattr(self.bulk, "split_rows", None)
-        if lane is not None:  # an engine's lane object (kvscope.runtime.lines.BulkLane)
+        if lane is not None:  # an engine's lane object (kvscope.runtime.lines.BulkLane): it refuses the mark itself
             return lane(buf, lo, hi)
+        if buf.find(BULK_MARK, lo, hi) != -1:
+            return None
         return regex_split(self.bulk, buf, lo, hi)  # type: ignore[arg-type]
 
     def _lines(self, buf: bytes, lo: int, hi: int, rows: list[tuple] | None = None) -> Iterator[Line | Bulk]:
@@ -504,6 +512,47 @@ class _Ahead:
         self.args = (buf, lo, hi)
         self.value: Any = NOT_SPLIT
         self.future = _splitter().submit(scan._bulk_split, buf, lo, hi)
+
+
+def _read_ahead(blocks: Iterator[bytes]) -> Iterator[tuple[bytes, int]]:
+    """(block, its NUL bytes), each next block read and counted on a thread of its own while this
+    one is handed on: reading (the kernel's copy, or zlib for a .gz) and the count give up the GIL,
+    and were a quarter of the scanning thread's work on a serving journal. One block ahead; the
+    read under way is waited for before the file is closed."""
+
+    def read() -> tuple[bytes, int] | None:
+        block = next(blocks, None)
+        return None if block is None else (block, count_nuls(block))
+
+    pending = _reader().submit(read)
+    try:
+        while True:
+            got = pending.result()
+            if got is None:
+                return
+            pending = _reader().submit(read)
+            yield got
+    finally:
+        with contextlib.suppress(Exception):
+            pending.result()
+
+
+def _regular(fh: BinaryIO) -> bool:
+    try:
+        return stat.S_ISREG(os.fstat(fh.fileno()).st_mode)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+_READER: ThreadPoolExecutor | None = None
+
+
+def _reader() -> ThreadPoolExecutor:
+    """The one thread that reads blocks ahead of the scan (made on first use)."""
+    global _READER
+    if _READER is None:
+        _READER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvscope-read")
+    return _READER
 
 
 _SPLITTER: ThreadPoolExecutor | None = None

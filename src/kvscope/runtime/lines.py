@@ -222,7 +222,11 @@ class BulkLane:
         """``buf[lo:hi]`` holds whole lines; the text returned starts with the newline before them.
         ``native``: ``split_native``'s result for this stretch when it was computed ahead."""
         out = self.split_native(buf, lo, hi) if native is NOT_SPLIT else native  # in place: no copy
+        if out is Ellipsis:  # the C lane found the mark byte in the stretch: no lane takes it
+            return None
         if out is False:  # no C lane, or a number too long for it: the regex reads this stretch
+            if buf.find(BULK_MARK, lo, hi) != -1:
+                return None
             out = regex_split(self.pattern, buf, lo, hi)
         if out is None and self.vllm:
             return vllm_split(buf, lo, hi)
