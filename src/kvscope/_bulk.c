@@ -2207,21 +2207,10 @@ static Py_ssize_t next_general(const Anchors *a, const unsigned char *s, Py_ssiz
     return -1;
 }
 
-static PyObject *anchors_line_starts(Anchors *a, PyObject *args) {
-    Py_buffer view;
-    Py_ssize_t lo, hi;
-    if (!PyArg_ParseTuple(args, "y*nn", &view, &lo, &hi)) return NULL;
-    if (lo < 0 || hi > view.len || lo > hi) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "line_starts(): 0 <= lo <= hi <= len(buf)");
-        return NULL;
-    }
-    PyObject *out = PyList_New(0);
-    if (out == NULL) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
-    const unsigned char *s = (const unsigned char *)view.buf;
+/* The scan of line_starts, without the GIL: the start of every line holding an anchor, appended
+ * to *out (grown with the raw allocator). 0, or -1 when memory ran out. */
+static int scan_line_starts(const Anchors *a, const unsigned char *s, Py_ssize_t lo, Py_ssize_t hi,
+                            Py_ssize_t **out, Py_ssize_t *n, Py_ssize_t *cap) {
     /* Fast path: the next hit of each filter, kept while it lies ahead (a hit found from an
      * earlier line start is still the first one at or after a later start that has not passed it). */
     Py_ssize_t i = lo, at_short = -2, at_long = -2; /* -2: not searched yet; -1: none left */
@@ -2237,19 +2226,45 @@ static PyObject *anchors_line_starts(Anchors *a, PyObject *args) {
         if (x < 0) break;
         Py_ssize_t b = x; /* back to the line's start (memrchr is not portable; lines are short) */
         while (b > i && s[b - 1] != '\n') b--;
-        PyObject *start = PyLong_FromSsize_t(b);
-        if (start == NULL || PyList_Append(out, start) < 0) {
-            Py_XDECREF(start);
-            Py_DECREF(out);
-            PyBuffer_Release(&view);
-            return NULL;
+        if (*n == *cap) {
+            Py_ssize_t grown_cap = *cap ? 2 * *cap : 256;
+            Py_ssize_t *grown = PyMem_RawRealloc(*out, sizeof(Py_ssize_t) * (size_t)grown_cap);
+            if (grown == NULL) return -1;
+            *out = grown;
+            *cap = grown_cap;
         }
-        Py_DECREF(start);
+        (*out)[(*n)++] = b;
         const unsigned char *end = memchr(s + x, '\n', (size_t)(hi - x));
         if (end == NULL) break;
         i = end - s + 1;
     }
+    return 0;
+}
+
+/* line_starts(buf, lo, hi): the scan gives up the GIL (the tables are never changed after
+ * construction and buf is held), so a second thread can scan one stretch while another folds. */
+static PyObject *anchors_line_starts(Anchors *a, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t lo, hi;
+    if (!PyArg_ParseTuple(args, "y*nn", &view, &lo, &hi)) return NULL;
+    if (lo < 0 || hi > view.len || lo > hi) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "line_starts(): 0 <= lo <= hi <= len(buf)");
+        return NULL;
+    }
+    Py_ssize_t *starts = NULL, n = 0, cap = 0;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = scan_line_starts(a, (const unsigned char *)view.buf, lo, hi, &starts, &n, &cap);
+    Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
+    PyObject *out = rc < 0 ? PyErr_NoMemory() : PyList_New(n);
+    for (Py_ssize_t k = 0; out != NULL && k < n; k++) {
+        PyObject *v = PyLong_FromSsize_t(starts[k]);
+        if (v == NULL) Py_CLEAR(out);
+        else PyList_SET_ITEM(out, k, v);
+    }
+    PyMem_RawFree(starts);
     return out;
 }
 

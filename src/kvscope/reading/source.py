@@ -48,7 +48,7 @@ DIRECT_REPLAN_BYTES = 8 << 20
 # transient Python objects, so this bounds their memory), and the byte that marks a removed line.
 BULK_BYTES = 1 << 20
 BULK_MARK = b"\x01"
-# Split the next stretches on a second thread (C lane only; see _FileScan._region); KVSCOPE_THREADS=0
+# Prepare the next stretches on a second thread (C scanner only; see _FileScan._start); KVSCOPE_THREADS=0
 # keeps everything on one thread (to compare, or where a second thread is unwelcome).
 PREFETCH_SPLITS = os.environ.get("KVSCOPE_THREADS", "1") != "0"
 NOT_SPLIT: Any = object()  # "the C lane has not been run on this stretch yet" (its None means: no line)
@@ -263,7 +263,6 @@ class _FileScan:
         self.next_plan = 0  # bytes_read at which the key plan is remade
         self.last_plan = 0
         self.file_bytes = 0
-        self.native_rows = True  # the last region gave C-lane rows: split the next one's stretches ahead
         self.queued: collections.deque[_Ahead] = collections.deque()  # stretches handed to the second thread
 
     def run(self, blocks: Iterator[tuple[bytes, int]]) -> Iterator[Line | Bulk]:
@@ -275,7 +274,7 @@ class _FileScan:
         """
         ahead: collections.deque[tuple[Any, Any]] = collections.deque()
         switch = sys.getswitchinterval()
-        if PREFETCH_SPLITS and self.bulk is not None:  # see SWITCH_S; given back when the file is done
+        if PREFETCH_SPLITS and self.scanner.native is not None:  # see SWITCH_S; given back when the file is done
             sys.setswitchinterval(min(switch, SWITCH_S))
         try:
             for piece in self._pieces(blocks):
@@ -366,28 +365,26 @@ class _FileScan:
             self.next_plan = self.stats.bytes_read + REPLAN_BYTES
 
     def _start(self, piece: tuple[bytes, int, int] | str) -> list[tuple[int, int, Any]] | None:
-        """A region's stretches ``(lo, hi, split)``; ``split`` is a future where the second thread
-        splits it, else NOT_SPLIT (split when finished). None: a SKIP_LINE / OVERLONG mark.
+        """A region's stretches ``(lo, hi, prepared)``: ``prepared`` is an ``_Ahead`` the second thread
+        prepares (see ``_prepare``), else NOT_SPLIT (prepared when finished). None: a SKIP_LINE /
+        OVERLONG mark.
 
-        With a bulk lane the region is cut into stretches of about BULK_BYTES. Where the C lane
-        runs (it releases the GIL while it reads lines), every stretch is split on the second
-        thread while this one hands on and folds the rows before it: the split is half of the
-        work on a serving journal. The results are taken in order, so nothing but the timing
-        changes. A journal without C-lane rows (vLLM's) stays on one thread: its lane holds the GIL.
+        The region is cut into stretches of about BULK_BYTES. Where the C scanner runs, every
+        stretch is prepared on the second thread while this one hands on and folds what came
+        before: the C split and the anchor scan give up the GIL, and they are half of the work on
+        a serving journal and most of it on any other. The results are taken in order, so nothing
+        but the timing changes.
         """
         if isinstance(piece, str):
             return None
         buf, lo, hi = piece
-        if self.bulk is None:
-            return [(lo, hi, None)]
         cuts = []
         while lo < hi:  # stretches of about BULK_BYTES, cut at line ends
             cut = buf.find(b"\n", lo + BULK_BYTES, hi) + 1 if hi - lo > 2 * BULK_BYTES else hi
             cut = cut or hi
             cuts.append((lo, cut))
             lo = cut
-        threaded = PREFETCH_SPLITS and self.native_rows and getattr(self.bulk, "native", None) is not None
-        if not threaded:
+        if not (PREFETCH_SPLITS and self.scanner.native is not None):
             return [(a, b, NOT_SPLIT) for a, b in cuts]
         started = [(a, b, _Ahead(self, buf, a, b)) for a, b in cuts]
         self.queued.extend(slot for _, _, slot in started)
@@ -400,22 +397,25 @@ class _FileScan:
             self._skip_line() if piece == SKIP_LINE else self._overlong_started()
             return
         buf = piece[0]
-        if self.bulk is None:
-            yield from self._lines(buf, piece[1], piece[2])
-            return
-        found = False
         for a, b, ahead in stretches:
-            split = self._bulk_split(buf, a, b) if ahead is NOT_SPLIT else self._take(ahead)
-            if split is None:
-                yield from self._lines(buf, a, b)
-            else:
-                found = found or not isinstance(split[1], list)  # the C lane's Batch, not vLLM's or regex rows
-                yield from self._lines(split[0], 1, len(split[0]), split[1])
-        self.native_rows = found  # a region without C-lane rows (a vLLM journal) is not worth a thread
+            prepared = self._prepare(buf, a, b) if ahead is NOT_SPLIT else self._take(ahead)
+            yield from self._lines(*prepared)
+
+    def _prepare(self, buf: bytes, lo: int, hi: int) -> tuple[bytes, int, int, Any, list[int] | None]:
+        """What a stretch needs before its lines can be handed on: the bulk split where a lane
+        applies, then the C anchor scan of what is left — ``(text, lo, hi, rows or None, starts or
+        None)`` for ``_lines``. It reads no state that changes (the C scanner has no plan), so the
+        second thread may do it."""
+        split = self._bulk_split(buf, lo, hi) if self.bulk is not None else None
+        rows = None
+        if split is not None:
+            buf, lo, hi, rows = split[0], 1, len(split[0]), split[1]
+        native = self.scanner.native is not None
+        return buf, lo, hi, rows, (self.scanner.line_starts(buf, lo, hi)[0] if native else None)
 
     def _take(self, slot: _Ahead) -> Any:
-        """A stretch's split. While the second thread is still on it, this thread takes the newest
-        split not yet begun back and does it itself: both threads stay busy whichever is faster."""
+        """A stretch, prepared. While the second thread is still on it, this thread takes the newest
+        stretch not yet begun back and prepares it itself: both threads stay busy whichever is faster."""
         while slot.value is NOT_SPLIT and not slot.future.done() and self._steal():
             pass
         if slot.value is NOT_SPLIT:
@@ -425,14 +425,14 @@ class _FileScan:
         return slot.value
 
     def _steal(self) -> bool:
-        """Split the newest queued stretch here if the second thread has not begun it."""
+        """Prepare the newest queued stretch here if the second thread has not begun it."""
         while self.queued:
             last = self.queued.pop()
             if last.value is not NOT_SPLIT or last.future.done():
                 continue
             if not last.future.cancel():
                 return False  # begun: every older one is begun or done too (the thread takes them in order)
-            last.value = self._bulk_split(*last.args)
+            last.value = self._prepare(*last.args)
             return True
         return False
 
@@ -453,15 +453,18 @@ class _FileScan:
             return None
         return regex_split(self.bulk, buf, lo, hi)  # type: ignore[arg-type]
 
-    def _lines(self, buf: bytes, lo: int, hi: int, rows: list[tuple] | None = None) -> Iterator[Line | Bulk]:
-        """Candidate lines of ``buf[lo:hi]`` as in ``_region``; with ``rows``, ``buf`` is a bulk-split
-        stretch whose marked lines stand for those rows, yielded as ``Bulk`` runs in their place."""
-        big = hi - lo >= PLAN_SAMPLE_BYTES or self.stats.bytes_read < PLAN_SAMPLE_BYTES
-        if big and self.stats.bytes_read >= self.next_plan:
-            self._plan(buf, lo, hi, 0)
-        starts, hits = self.scanner.line_starts(buf, lo, hi)
-        if big:
-            self._plan(buf, lo, hi, hits)
+    def _lines(self, buf: bytes, lo: int, hi: int, rows: Any = None, starts: list[int] | None = None
+               ) -> Iterator[Line | Bulk]:
+        """Candidate lines of ``buf[lo:hi]`` (whole lines); with ``rows``, ``buf`` is a bulk-split
+        stretch whose marked lines stand for those rows, yielded as ``Bulk`` runs in their place.
+        ``starts``: the candidate lines' starts when the C scan found them already."""
+        if starts is None:
+            big = hi - lo >= PLAN_SAMPLE_BYTES or self.stats.bytes_read < PLAN_SAMPLE_BYTES
+            if big and self.stats.bytes_read >= self.next_plan:
+                self._plan(buf, lo, hi, 0)
+            starts, hits = self.scanner.line_starts(buf, lo, hi)
+            if big:
+                self._plan(buf, lo, hi, hits)
         overlong = _overlong_lines(buf, lo, hi) if hi - lo > MAX_LINE_BYTES + 1 else set()
         self.stats.overlong_lines += len(overlong)
         name, find, count = self.name, buf.find, buf.count
@@ -511,7 +514,7 @@ class _Ahead:
     def __init__(self, scan: _FileScan, buf: bytes, lo: int, hi: int) -> None:
         self.args = (buf, lo, hi)
         self.value: Any = NOT_SPLIT
-        self.future = _splitter().submit(scan._bulk_split, buf, lo, hi)
+        self.future = _splitter().submit(scan._prepare, buf, lo, hi)
 
 
 def _read_ahead(blocks: Iterator[bytes]) -> Iterator[tuple[bytes, int]]:
