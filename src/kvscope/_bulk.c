@@ -651,7 +651,7 @@ static int convert(const unsigned char *s, Row *row, const Row *same_stamp, int 
 /* Row buffers of folded batches, kept for the next split: a fresh megabyte per stretch cost a page
  * fault per 4 KiB (and with two threads the allocator gave the pages back to the system and took
  * them again). Touched with the GIL held only (batch_new, batch_dealloc). */
-#define ROW_POOL 16
+#define ROW_POOL 8
 static Row *row_pool[ROW_POOL];
 static Py_ssize_t row_pool_cap[ROW_POOL];
 static int row_pool_n = 0;

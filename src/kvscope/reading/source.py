@@ -53,7 +53,7 @@ BULK_MARK = b"\x01"
 PREFETCH_SPLITS = os.environ.get("KVSCOPE_THREADS", "1") != "0"
 NOT_SPLIT: Any = object()  # "the C lane has not been run on this stretch yet" (its None means: no line)
 # How many regions (blocks) the reader reads, and starts splitting, before handing on the current one.
-REGIONS_AHEAD = 8
+REGIONS_AHEAD = 4
 # While the second thread splits, the interpreter's GIL switch interval is this short (the default
 # is 5 ms): the splitting thread needs the GIL briefly after each stretch, and waited up to the whole
 # interval for the folding thread to let go of it (measured: a third of its time).

@@ -115,23 +115,32 @@ def _url(m: re.Match[str]) -> str:
     return m.group("scheme") + MARK + "@"
 
 
+def _steps() -> list[tuple[tuple[str, ...], re.Pattern[str], Any]]:
+    """The substitutions in order, each with the clues without which its pattern cannot match."""
+    shape_clues = {"hf_": ("hf_",), "sk-": ("sk-",), "gh_": ("gh",), "github_pat_": ("github_pat_",),
+                   "glpat-": ("glpat-",), "xox-": ("xox",), "AKIA": ("akia",), "": ("eyj",)}
+    return [(("://",), _URL_CREDS, _url),
+            *[(shape_clues[prefix], shape, prefix + MARK) for shape, prefix in _SHAPES],
+            (("authorization",), _AUTH_HEADER, _kv), (("bearer",), _BEARER, _kv),
+            (_KEY_CLUES, _FLAG_QUOTED, _kv), (_KEY_CLUES, _FLAG_BARE, _kv),
+            (_KEY_CLUES, _KV_QUOTED, _kv), (_KEY_CLUES, _KV_BARE, _kv_bare),
+            (("/home/", "/users/"), _HOME, "~"), (("\\users",), _WIN_HOME, "~")]
+
+
+_STEPS = _steps()
+
+
 @functools.lru_cache(maxsize=8192)
 def _plain(text: str) -> str:
     """Apply every text pattern; idempotent (a redacted text comes back unchanged). Cached: a report
-    repeats the same strings (rank labels, settings, stamps) many times over."""
+    repeats the same strings (rank labels, settings, stamps) many times over. A pattern whose clue
+    the text (as it stands at that step) lacks is skipped: it could not match."""
     if not _may_hold(text, _CLUES):
         return text
-    text = _URL_CREDS.sub(_url, text)
-    for shape, prefix in _SHAPES:
-        text = shape.sub(prefix + MARK, text)
-    text = _AUTH_HEADER.sub(_kv, text)
-    text = _BEARER.sub(_kv, text)
-    text = _FLAG_QUOTED.sub(_kv, text)
-    text = _FLAG_BARE.sub(_kv, text)
-    text = _KV_QUOTED.sub(_kv, text)
-    text = _KV_BARE.sub(_kv_bare, text)
-    text = _HOME.sub("~", text)
-    return _WIN_HOME.sub("~", text)
+    for clues, pattern, repl in _STEPS:
+        if _may_hold(text, clues):
+            text = pattern.sub(repl, text)
+    return text
 
 
 @functools.lru_cache(maxsize=4096)
