@@ -9,7 +9,9 @@ Data flows one way: input → lines → events → startups (ledger) → reconci
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+import gc
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +30,19 @@ class Analysis:
     assumptions: dict[str, Any] = field(default_factory=dict)
 
 
+@contextlib.contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """The read makes many small lists and no reference cycles; the cycle collector's passes over
+    them were 3 % of the reading thread's time on a serving journal. Switched back as it was."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
+
 def analyze(paths: Iterable[str], assumptions: dict[str, Any] | None = None, model: str | None = None) -> Analysis:
     """Read logs and explain every startup in them."""
     from kvscope.explain import finish_startup
@@ -37,7 +52,8 @@ def analyze(paths: Iterable[str], assumptions: dict[str, Any] | None = None, mod
     if model:
         assumptions.setdefault("model", model)
     lines = iter_candidate_lines(list(paths), ANCHORS, stats, BULK_LANE)
-    startups = list(assemble(parse_lines(lines)))
+    with _no_cycle_collection():
+        startups = list(assemble(parse_lines(lines)))
     for s in startups:
         finish_startup(s, assumptions)
     return Analysis(startups, stats, assumptions)
