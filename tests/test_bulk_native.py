@@ -286,6 +286,14 @@ def test_sums_never_wrap():
     assert _fold_compare([_dec(r=100), _pre(new=100)], near_max)[2] == {}
 
 
+def test_batch_sums_that_saturate_take_the_exact_check():
+    """Split notes each batch's sums (saturating); past LLONG_MAX the fold checks row by row, and a
+    fresh stream still folds in C, as Python would."""
+    lines = [_dec(r=999999999999999, tok=1, u="0.50") for _ in range(9300)]  # 9.3e18 > 2**63 - 1
+    result, py_error, differ = _fold_compare(lines)
+    assert differ == {} and py_error is None
+
+
 def test_big_ints_divide_as_python_does():
     """18 digits: the C lane declines (ints above 2^53 are not exact doubles) or divides exactly."""
     line = _dec(r=11, tok=123456789012345678, u="0.95")

@@ -71,6 +71,7 @@ typedef struct {
     int32_t *sample;      /* label indexes in order of first appearance among valid sample rows */
     Py_ssize_t n_sample;  /* -1: not known (a slice): sample_labels() looks at the rows */
     Py_ssize_t n_retract; /* retraction rows; -1: not known */
+    long long tot_r, tot_new, tot_cached; /* sums over the sample rows, LLONG_MAX when they would not fit; -1: not known */
 } Batch;
 
 static PyTypeObject BatchType;
@@ -715,6 +716,7 @@ static Batch *batch_new(PyObject *view, Py_ssize_t cap) {
     b->n = 0;
     b->sample = NULL;
     b->n_sample = b->n_retract = -1;
+    b->tot_r = b->tot_new = b->tot_cached = -1;
     Py_INCREF(view);
     b->view = view;
     b->labels = PyList_New(0);
@@ -735,20 +737,32 @@ typedef struct {
     unsigned char sampled[MAX_LABELS];
     int32_t order[MAX_LABELS];
     Py_ssize_t n_order, n_retract;
+    long long tot_r, tot_new, tot_cached; /* saturating sums of the sample rows (all labels) */
 } Labels;
 
 static void labels_init(Labels *lab) {
     lab->n = lab->n_order = lab->n_retract = 0;
+    lab->tot_r = lab->tot_new = lab->tot_cached = 0;
     memset(lab->sampled, 0, sizeof(lab->sampled));
 }
 
 /* Note a row just made (its label known) for sample_labels() / retracts(). */
+INLINE long long add_saturating(long long a, long long v) { return a > LLONG_MAX - v ? LLONG_MAX : a + v; }
+
 static void labels_note(Labels *lab, const Row *row) {
     if (row->kind == 'r') {
         lab->n_retract++;
-    } else if (row->valid && !lab->sampled[row->label]) {
+        return;
+    }
+    if (!row->valid) return;
+    if (!lab->sampled[row->label]) {
         lab->sampled[row->label] = 1;
         lab->order[lab->n_order++] = (int32_t)row->label;
+    }
+    lab->tot_r = add_saturating(lab->tot_r, row->r); /* valid rows' numbers are >= 0 */
+    if (row->kind == 'p') {
+        lab->tot_new = add_saturating(lab->tot_new, row->new_tok);
+        lab->tot_cached = add_saturating(lab->tot_cached, row->cached);
     }
 }
 
@@ -1087,6 +1101,9 @@ static PyObject *bulk_split(PyObject *mod, PyObject *args) {
     memcpy(b->sample, lab->order, sizeof(int32_t) * (size_t)lab->n_order);
     b->n_sample = lab->n_order;
     b->n_retract = lab->n_retract;
+    b->tot_r = lab->tot_r;
+    b->tot_new = lab->tot_new;
+    b->tot_cached = lab->tot_cached;
     PyMem_RawFree(lab);
     lab = NULL;
     text = PyBytes_FromStringAndSize(out, w);
@@ -1843,8 +1860,20 @@ static void release(St *st) {
 }
 
 /* Whether every stream's sum_r, new_tokens and cached_tokens stay within long long over the batch
- * (Python's ints never overflow: where these would, the Python fold takes the batch). */
+ * (Python's ints never overflow: where these would, the Python fold takes the batch). Split noted
+ * the batch's sums over all labels, which bound each label's: where they fit, no pass over the rows
+ * is needed (that pass cost a second trip through a megabyte of rows on the folding thread). */
 static int sums_fit(St *states, const Batch *b) {
+    if (b->tot_r >= 0 && b->tot_r < LLONG_MAX && b->tot_new < LLONG_MAX && b->tot_cached < LLONG_MAX) {
+        int fit = 1;
+        for (Py_ssize_t k = 0; fit && k < PyList_GET_SIZE(b->labels); k++) {
+            const St *st = &states[k];
+            if (st->S == NULL) continue;
+            fit = st->sum_r <= LLONG_MAX - b->tot_r && st->new_tokens <= LLONG_MAX - b->tot_new &&
+                  st->cached_tokens <= LLONG_MAX - b->tot_cached;
+        }
+        if (fit) return 1;
+    }
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(b->labels); k++) {
         states[k].fit_r = states[k].sum_r;
         states[k].fit_new = states[k].new_tokens;
