@@ -297,7 +297,8 @@ def test_overlong_line_is_skipped_counted_and_not_buffered(tmp_path):
     first = reference(real, ANCHORS, source.MAX_LINE_BYTES)[0]
     second = [(n + n_real + 1, t, c) for n, t, c in first]
     assert got == first + second
-    assert peak < 3 * source.BLOCK_BYTES + 2 * source.MAX_LINE_BYTES
+    # a few blocks (the one scanned, the one read ahead, the one being read), never the 24 MiB line
+    assert peak < 4 * source.BLOCK_BYTES + 2 * source.MAX_LINE_BYTES < 24 << 20
 
 
 def test_overlong_line_inside_one_block_is_counted_too(tmp_path):
@@ -376,3 +377,27 @@ def test_closed_stdin_is_an_input_error(monkeypatch):
     monkeypatch.setattr(sys, "stdin", None)
     with pytest.raises(InputError):
         list(iter_candidate_lines(["-"], ANCHORS))
+
+
+def test_a_pipes_small_reads_are_gathered_into_whole_blocks():
+    """A pipe's read1 returns at most what it holds (64 KiB): the pieces are joined into blocks of
+    BLOCK_BYTES, the bytes unchanged, and a read error keeps what came before it."""
+
+    class Pipe:
+        def __init__(self, data: bytes, fail_at: int | None = None):
+            self.data, self.pos, self.fail_at = data, 0, fail_at
+
+        def read1(self, n: int) -> bytes:
+            if self.fail_at is not None and self.pos >= self.fail_at:
+                raise OSError(5, "Input/output error")
+            piece = self.data[self.pos : self.pos + min(n, 65536)]
+            self.pos += len(piece)
+            return piece
+
+    data = bytes(range(256)) * ((source.BLOCK_BYTES * 2 + 1000) // 256)
+    blocks = list(source._blocks(Pipe(data), "-", ReadStats()))
+    assert b"".join(blocks) == data
+    assert [len(b) for b in blocks[:-1]] == [source.BLOCK_BYTES] * (len(blocks) - 1)
+    stats = ReadStats()
+    cut = list(source._blocks(Pipe(data, fail_at=source.BLOCK_BYTES + 65536), "-", stats))
+    assert b"".join(cut) == data[: source.BLOCK_BYTES + 65536] and "read error" in stats.warnings[0]

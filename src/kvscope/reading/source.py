@@ -204,17 +204,30 @@ class _BoundedGzip:
 
 
 def _blocks(fh: BinaryIO | _BoundedGzip, name: str, stats: ReadStats) -> Iterator[bytes]:
-    """Blocks of at most BLOCK_BYTES; read1 returns what a pipe has now instead of waiting for more."""
+    """Blocks of BLOCK_BYTES (the last one shorter). A pipe's read1 returns what it holds now (64 KiB
+    at most); its pieces are gathered into whole blocks, because each block costs the same to hand
+    on whatever its size, and explain reports at the end of its input anyway. Measured: a journal
+    through a pipe took twice as long as the same file when every 64 KiB piece was a block."""
     read = getattr(fh, "read1", None) or fh.read
     while True:
-        try:
-            data = read(BLOCK_BYTES)
-        except OSError as exc:
-            stats.warnings.append(f"{name}: read error ({exc.strerror or exc}); read what came before")
+        parts: list[bytes] = []
+        size = 0
+        failed = False
+        while size < BLOCK_BYTES:
+            try:
+                data = read(BLOCK_BYTES - size)
+            except OSError as exc:
+                stats.warnings.append(f"{name}: read error ({exc.strerror or exc}); read what came before")
+                failed = True
+                break
+            if not data:
+                break
+            parts.append(data)
+            size += len(data)
+        if parts:
+            yield parts[0] if len(parts) == 1 else b"".join(parts)
+        if size < BLOCK_BYTES or failed:
             return
-        if not data:
-            return
-        yield data
 
 
 def iter_candidate_lines(
