@@ -264,9 +264,9 @@ INLINE int int_run(const Line *L, Py_ssize_t *p, long long *v) {
     return 1;
 }
 
-/* A [\d.]+ run from *p, read once, and what to_float makes of it: *st 1 with the value in *v, 0
- * where Python's float() would raise (two dots, no digit), 2 for more than 15 digits (to_float
- * converts the span then, as Python does). */
+/* A [\d.]+ run from *p, read once, and what float() makes of it: *st 1 with the value in *v, 0
+ * where Python's float() would raise (two dots, no digit), 2 for more than 15 digits (python_float
+ * converts the span then). */
 INLINE int num_run(const Line *L, Py_ssize_t *p, double *v, char *st) {
     Py_ssize_t k = *p;
     unsigned long long m = 0;
@@ -521,28 +521,14 @@ static int match_body(Line *Lp, Py_ssize_t p, Row *row) {
 
 /* ---------------------------------------------------------------- converting numbers ---- */
 
-/* float(span) for a [\d.]+ span, as Python converts it; 0 when Python would raise ValueError;
- * 2 when it needs Python's own conversion (more than 15 digits) and the GIL is not held (gil 0). */
-static int to_float(const unsigned char *s, const int32_t *span, double *out, int gil) {
+/* float(span) by Python's own conversion, for a span num_run found to hold more than 15 digits
+ * (and one dot at most): 1 done, 2 when the GIL is not held (gil 0: call again holding it), -1
+ * error set. */
+static int python_float(const unsigned char *s, const int32_t *span, double *out, int gil) {
+    if (!gil) return 2;
     char buf[64];
     Py_ssize_t n = span[1] - span[0];
-    int dots = 0, nd = 0, frac = 0;
-    long long m = 0; /* the digits as one integer: exact while nd <= 15 */
-    for (Py_ssize_t k = span[0]; k < span[1]; k++) {
-        if (s[k] == '.') {
-            dots++;
-            continue;
-        }
-        if (++nd <= 15) m = m * 10 + (s[k] - '0');
-        frac += dots;
-    }
-    if (dots > 1 || nd == 0) return 0;
-    if (nd <= 15) { /* exact integer / exact power of ten: one correctly rounded division, as float() gives */
-        *out = (double)m / P10[frac];
-        return 1;
-    }
-    if (!gil) return 2;
-    if (n >= (Py_ssize_t)sizeof(buf)) { /* long: let Python convert it */
+    if (n >= (Py_ssize_t)sizeof(buf)) { /* long: as a bytes object */
         PyObject *b = PyBytes_FromStringAndSize((const char *)s + span[0], n);
         if (b == NULL) return -1;
         PyObject *f = PyFloat_FromString(b);
@@ -595,18 +581,16 @@ static char graph_flag(const unsigned char *s, const Row *row) {
     return any ? 0 : -1;
 }
 
-#define FLOAT(g, dst)                                                                                        \
-    do {                                                                                                     \
-        int ok_ = to_float(s, row->span[g], (dst), gil);                                                     \
-        if (ok_ == 2 || ok_ <= 0) return ok_ == 2 ? 2 : ok_ < 0 ? -1 : 1;                                    \
-    } while (0)
-
-/* A float field num_run read: its value stands (1), Python would raise (0: the row is dropped), or
- * to_float converts the span (2: more than 15 digits). */
+/* A float field num_run read: its value stands (st 1), Python would raise (0: the row is dropped,
+ * convert returns 1 with valid 0), or Python converts the span (2: more than 15 digits; convert
+ * returns 2 to be called again with the GIL, or -1 on an error). */
 #define READ_FLOAT(st, g, dst)                                                                               \
     do {                                                                                                     \
         if ((st) == 0) return 1;                                                                             \
-        if ((st) == 2) FLOAT(g, dst);                                                                        \
+        if ((st) == 2) {                                                                                     \
+            int ok_ = python_float(s, row->span[g], (dst), gil);                                             \
+            if (ok_ != 1) return ok_;                                                                        \
+        }                                                                                                    \
     } while (0)
 
 /* Numbers of a matched row. 1: done (row->valid says whether Python would convert it);

@@ -162,7 +162,7 @@ def budget_basis(gpu: str, tp_world: int, overrides: dict[str, Any] | None = Non
 
 
 def _nccl(entry: dict[str, Any], tp_world: int, measured_kind: bool) -> Figure:
+    """NCCL's figure for this GPU kind: as measured / reported on the H200 (the measured kind), an
+    assumption carried over on any other kind (one rank needs none on any)."""
     figure = nccl_gib(tp_world, nvswitch_kind(entry))
-    if measured_kind or tp_world <= 1 or figure.how == "reported" and "H200" in str(entry.get("name")):
-        return figure
-    return Figure(figure.gib, "assumed")
+    return figure if measured_kind or tp_world <= 1 else Figure(figure.gib, "assumed")

@@ -52,7 +52,7 @@ BULK_MARK = b"\x01"
 # Prepare the next stretches on a second thread (C scanner only; see _FileScan._start); KVSCOPE_THREADS=0
 # keeps everything on one thread (to compare, or where a second thread is unwelcome).
 PREFETCH_SPLITS = os.environ.get("KVSCOPE_THREADS", "1") != "0"
-NOT_SPLIT: Any = object()  # "the C lane has not been run on this stretch yet" (its None means: no line)
+NOT_PREPARED: Any = object()  # a stretch not prepared ahead (see _FileScan._prepare), or not yet
 # How many regions (blocks) the reader reads, and starts splitting, before handing on the current one.
 REGIONS_AHEAD = 4
 # While the second thread splits, the interpreter's GIL switch interval is this short (the default
@@ -84,7 +84,7 @@ class BulkSplitter(Protocol):
     """A bulk lane that splits a stretch itself: (text with matched lines marked, rows) or None.
     It must return None for a stretch that holds BULK_MARK itself (the per-line path reads those)."""
 
-    def split_rows(self, buf: bytes, lo: int, hi: int, native: Any = NOT_SPLIT) -> tuple[bytes, Any] | None: ...
+    def split_rows(self, buf: bytes, lo: int, hi: int) -> tuple[bytes, Any] | None: ...
 
 
 @dataclass(slots=True)
@@ -285,9 +285,9 @@ class _FileScan:
     def run(self, blocks: Iterator[tuple[bytes, int]]) -> Iterator[Line | Bulk]:
         """The candidate lines (and bulk rows) of the file, in order.
 
-        Each region's bulk split is started before the previous region's lines are handed on (a
-        region's stretches are split on a second thread where the C lane runs), so the split of
-        what comes next overlaps the folding of what came before.
+        Up to REGIONS_AHEAD regions are started (their stretches prepared on a second thread where
+        the C scanner runs, see ``_start``) before the oldest is handed on, so preparing what comes
+        next overlaps the folding of what came before.
         """
         ahead: collections.deque[tuple[Any, Any]] = collections.deque()
         switch = sys.getswitchinterval()
@@ -383,7 +383,7 @@ class _FileScan:
 
     def _start(self, piece: tuple[bytes, int, int] | str) -> list[tuple[int, int, Any]] | None:
         """A region's stretches ``(lo, hi, prepared)``: ``prepared`` is an ``_Ahead`` the second thread
-        prepares (see ``_prepare``), else NOT_SPLIT (prepared when finished). None: a SKIP_LINE /
+        prepares (see ``_prepare``), else NOT_PREPARED (prepared when finished). None: a SKIP_LINE /
         OVERLONG mark.
 
         The region is cut into stretches of about BULK_BYTES. Where the C scanner runs, every
@@ -402,7 +402,7 @@ class _FileScan:
             cuts.append((lo, cut))
             lo = cut
         if not (PREFETCH_SPLITS and self.scanner.native is not None):
-            return [(a, b, NOT_SPLIT) for a, b in cuts]
+            return [(a, b, NOT_PREPARED) for a, b in cuts]
         started = [(a, b, _Ahead(self, buf, a, b)) for a, b in cuts]
         self.queued.extend(slot for _, _, slot in started)
         return started
@@ -415,7 +415,7 @@ class _FileScan:
             return
         buf = piece[0]
         for a, b, ahead in stretches:
-            prepared = self._prepare(buf, a, b) if ahead is NOT_SPLIT else self._take(ahead)
+            prepared = self._prepare(buf, a, b) if ahead is NOT_PREPARED else self._take(ahead)
             yield from self._lines(*prepared)
 
     def _prepare(self, buf: bytes, lo: int, hi: int) -> tuple[bytes, int, int, Any, list[int] | None]:
@@ -433,13 +433,13 @@ class _FileScan:
     def _take(self, slot: _Ahead) -> Any:
         """A stretch, prepared. While the second thread is still on it, this thread takes the newest
         stretch not yet begun back and prepares it itself: both threads stay busy whichever is faster."""
-        while slot.value is NOT_SPLIT and not slot.future.done():
+        while slot.value is NOT_PREPARED and not slot.future.done():
             with contextlib.suppress(FutureTimeout):  # nearly done, more often than not: wait a little first
                 slot.value = slot.future.result(timeout=STEAL_AFTER_S)
                 break
             if not self._steal():
                 break
-        if slot.value is NOT_SPLIT:
+        if slot.value is NOT_PREPARED:
             slot.value = slot.future.result()
         if self.queued and self.queued[0] is slot:
             self.queued.popleft()
@@ -449,7 +449,7 @@ class _FileScan:
         """Prepare the newest queued stretch here if the second thread has not begun it."""
         while self.queued:
             last = self.queued.pop()
-            if last.value is not NOT_SPLIT or last.future.done():
+            if last.value is not NOT_PREPARED or last.future.done():
                 continue
             if not last.future.cancel():
                 return False  # begun: every older one is begun or done too (the thread takes them in order)
@@ -528,14 +528,14 @@ class _FileScan:
 
 
 class _Ahead:
-    """A stretch's split, handed to the second thread; ``value`` is set once this thread has it."""
+    """A stretch handed to the second thread to prepare; ``value`` is set once this thread has it."""
 
     __slots__ = ("args", "future", "value")
 
     def __init__(self, scan: _FileScan, buf: bytes, lo: int, hi: int) -> None:
         self.args = (buf, lo, hi)
-        self.value: Any = NOT_SPLIT
-        self.future = _splitter().submit(scan._prepare, buf, lo, hi)
+        self.value: Any = NOT_PREPARED
+        self.future = _thread("prepare").submit(scan._prepare, buf, lo, hi)
 
 
 def _read_ahead(blocks: Iterator[bytes]) -> Iterator[tuple[bytes, int]]:
@@ -548,13 +548,13 @@ def _read_ahead(blocks: Iterator[bytes]) -> Iterator[tuple[bytes, int]]:
         block = next(blocks, None)
         return None if block is None else (block, count_nuls(block))
 
-    pending = _reader().submit(read)
+    pending = _thread("read").submit(read)
     try:
         while True:
             got = pending.result()
             if got is None:
                 return
-            pending = _reader().submit(read)
+            pending = _thread("read").submit(read)
             yield got
     finally:
         with contextlib.suppress(Exception):
@@ -568,26 +568,16 @@ def _regular(fh: BinaryIO) -> bool:
         return False
 
 
-_READER: ThreadPoolExecutor | None = None
+_THREADS: dict[str, ThreadPoolExecutor] = {}
 
 
-def _reader() -> ThreadPoolExecutor:
-    """The one thread that reads blocks ahead of the scan (made on first use)."""
-    global _READER
-    if _READER is None:
-        _READER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvscope-read")
-    return _READER
-
-
-_SPLITTER: ThreadPoolExecutor | None = None
-
-
-def _splitter() -> ThreadPoolExecutor:
-    """The one thread that splits stretches ahead of the reader (made on first use)."""
-    global _SPLITTER
-    if _SPLITTER is None:
-        _SPLITTER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvscope-split")
-    return _SPLITTER
+def _thread(name: str) -> ThreadPoolExecutor:
+    """The one thread of this name ("read": blocks ahead of the scan; "prepare": stretches ahead of
+    the fold), made on first use."""
+    pool = _THREADS.get(name)
+    if pool is None:
+        pool = _THREADS[name] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"kvscope-{name}")
+    return pool
 
 
 def regex_split(pattern: re.Pattern[bytes], buf: bytes, lo: int, hi: int) -> tuple[bytes, list[tuple]] | None:

@@ -72,11 +72,8 @@ _HOME = re.compile(r"(?<![\w.~-])/(?:home|Users)/(?!\.\.?/)[^/\s'\"<>:;,|()\[\]{
 _WIN_HOME = re.compile(r"\b[A-Za-z]:(?P<sep>\\{1,2})Users(?P=sep)[^\\\s'\"<>:;,|*?]+", re.IGNORECASE)
 
 
-# Every pattern above matches only text holding one of these (ASCII case-insensitively): the key
-# words, the token prefixes, "://", the home folders. A string holding none is returned as it is,
-# which is most of a report (numbers as text, stamps, rank labels): 17 substitutions saved each.
-_CLUES = ("key", "secret", "passw", "credential", "token", "authorization", "bearer", "://", "hf_", "sk-", "gh", "github_pat_",
-          "glpat-", "xox", "akia", "eyj", "/home/", "/users/", "\\users")
+# The words a secret key's name holds one of (ASCII case-insensitively); _steps gives each pattern
+# its own such clues.
 _KEY_CLUES = ("key", "secret", "passw", "credential", "token")
 
 
@@ -128,6 +125,9 @@ def _steps() -> list[tuple[tuple[str, ...], re.Pattern[str], Any]]:
 
 
 _STEPS = _steps()
+# Every pattern matches only text holding one of its clues, so a string holding none of them all is
+# returned as it is — most of a report (numbers as text, stamps, rank labels): 17 substitutions saved.
+_CLUES = tuple(dict.fromkeys(clue for clues, _, _ in _STEPS for clue in clues))
 
 
 @functools.lru_cache(maxsize=8192)

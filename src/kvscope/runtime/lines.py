@@ -32,7 +32,7 @@ from typing import Any
 from kvscope import events as ev
 from kvscope.engines.base import LineContext, Parsed, to_float, to_int
 from kvscope.reading.cleanup import JOURNALD_PREFIX
-from kvscope.reading.source import BULK_MARK, NATIVE, NOT_SPLIT, regex_split
+from kvscope.reading.source import BULK_MARK, NATIVE, regex_split
 
 ANCHORS: tuple[bytes, ...] = (b" batch", b"throughput", b"reempt", b"etract", b"hit rate")
 
@@ -212,16 +212,11 @@ class BulkLane:
         self.native = native
         self.vllm = vllm
 
-    def split_native(self, buf: bytes, lo: int, hi: int) -> Any:
-        """The C lane's part of ``split_rows`` (what it returns, or False without a C lane). It
-        holds no Python state and releases the GIL while it reads, so a second thread may run it
-        ahead of the reader; ``split_rows(..., native=that)`` then finishes the stretch."""
-        return self.native.split(buf, lo, hi) if self.native is not None else False
-
-    def split_rows(self, buf: bytes, lo: int, hi: int, native: Any = NOT_SPLIT) -> tuple[bytes, Any] | None:
+    def split_rows(self, buf: bytes, lo: int, hi: int) -> tuple[bytes, Any] | None:
         """``buf[lo:hi]`` holds whole lines; the text returned starts with the newline before them.
-        ``native``: ``split_native``'s result for this stretch when it was computed ahead."""
-        out = self.split_native(buf, lo, hi) if native is NOT_SPLIT else native  # in place: no copy
+        It holds no Python state (the C lane gives up the GIL while it reads), so the reader's
+        second thread may run it."""
+        out = self.native.split(buf, lo, hi) if self.native is not None else False  # in place: no copy
         if out is Ellipsis:  # the C lane found the mark byte in the stretch: no lane takes it
             return None
         if out is False:  # no C lane, or a number too long for it: the regex reads this stretch
