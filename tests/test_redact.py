@@ -153,23 +153,26 @@ def test_html_text_pass_leaves_scripts_alone():
 _WORDS = ["api_key", "API-KEY", "token", "hf_token", "Bearer", "authorization", "password", "secret", "://", "@",
           "hf_abcdefghijklmnopqrstuvwx", "sk-abcdefghijklmnopqrst", "ghp_" + "a" * 30, "github_pat_" + "b" * 30,
           "glpat-" + "c" * 20, "xoxb-1234567890", "AKIA" + "A" * 16, "eyJabcdefghi.abcdefghi.abcdefghi", "/home/alice/x",
-          "/Users/bob", "C:\\Users\\eve\\x", "=", ": ", "'", '"', " ", "--", "x", "7", "\u212a", "\u017f", "\u0131", "\u0130"]
+          "/Users/bob", "C:\\Users\\eve\\x", "=", ": ", "'", '"', " ", "--", "x", "7", ".", "-", "#", "/", "_", "KEY",
+          "pass", "wd", "id_", "access-", "'token'", "\u212a", "\u017f", "\u0131", "\u0130"]
 
 
 def _full(text: str) -> str:
     """Every pattern, without the shortcut (what _plain did before it)."""
     redact._plain.cache_clear()
-    original = redact._may_hold
+    original, key_sub = redact._may_hold, redact._key_sub
     redact._may_hold = lambda text, clues: True
+    redact._key_sub = lambda pattern, repl, text: pattern.sub(repl, text)
     try:
         return redact._plain.__wrapped__(text)
     finally:
-        redact._may_hold = original
+        redact._may_hold, redact._key_sub = original, key_sub
 
 
 @given(st.lists(st.sampled_from(_WORDS) | st.text(max_size=6), max_size=10).map("".join))
 @settings(max_examples=400, deadline=None)
-def test_the_clue_shortcut_never_changes_a_redaction(text: str):
+def test_the_shortcuts_never_change_a_redaction(text: str):
+    """Neither the clue test nor the key patterns' start positions (``_key_sub``) change a result."""
     assert redact._plain.__wrapped__(text) == _full(text)
     key = text.strip()
     assert redact.is_secret_key(key) == (redact._KEY_NAME.fullmatch(key) is not None)

@@ -1022,10 +1022,24 @@ static int split_lines(Batch *b, const unsigned char *s, Py_ssize_t start, Py_ss
  * newline came before lo. The text returned is "\n" + that region with matched lines marked.
  * The GIL is released while the lines are read (buf is immutable and the caller holds it), so the
  * reader can split the next stretch on another thread while this one's rows are folded. */
+static PyTypeObject AnchorsType;
+typedef struct Anchors Anchors;
+static int scan_line_starts(const Anchors *a, const unsigned char *s, Py_ssize_t lo, Py_ssize_t hi,
+                            Py_ssize_t **out, Py_ssize_t *n, Py_ssize_t *cap);
+static PyObject *starts_list(const Py_ssize_t *starts, Py_ssize_t n);
+
 static PyObject *bulk_split(PyObject *mod, PyObject *args) {
-    PyObject *arg;
+    PyObject *arg, *anchors = Py_None;
     Py_ssize_t start, stop;
-    if (!PyArg_ParseTuple(args, "O!nn", &PyBytes_Type, &arg, &start, &stop)) return NULL;
+    if (!PyArg_ParseTuple(args, "O!nn|O", &PyBytes_Type, &arg, &start, &stop, &anchors)) return NULL;
+    if (anchors != Py_None && !PyObject_TypeCheck(anchors, &AnchorsType)) {
+        PyErr_SetString(PyExc_TypeError, "split(): anchors must be an Anchors object or None");
+        return NULL;
+    }
+    /* With anchors, the anchor scan of the text left runs in the same GIL-free stretch as the split:
+     * the thread preparing stretches then waits for the GIL once per stretch instead of twice. */
+    const Anchors *scan = anchors == Py_None ? NULL : (const Anchors *)anchors;
+    Py_ssize_t *starts = NULL, n_starts = 0, starts_cap = 0;
     const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(arg);
     Py_ssize_t n = PyBytes_GET_SIZE(arg);
     if (start < 0 || stop > n || start > stop) {
@@ -1060,9 +1074,16 @@ static PyObject *bulk_split(PyObject *mod, PyObject *args) {
     } else {
         out[0] = '\n';
         status = split_lines(b, s, start, n, &b->cap, lab, out, &w, &save);
+        if (status == SPLIT_OK && b->n > 0 && scan != NULL &&
+            scan_line_starts(scan, (const unsigned char *)out, 1, w, &starts, &n_starts, &starts_cap) < 0)
+            status = SPLIT_NOMEM;
     }
     PyEval_RestoreThread(save);
-    PyObject *text = NULL;
+    PyObject *text = NULL, *found = NULL;
+    if (status != SPLIT_OK || b->n == 0 || scan == NULL) {
+        PyMem_RawFree(starts);
+        starts = NULL;
+    }
     if (status == SPLIT_NOMEM) PyErr_NoMemory();
     if (status == SPLIT_NOMEM || status == SPLIT_ERROR) goto fail;
     if (status == SPLIT_REGEX || status == SPLIT_MARK) {
@@ -1092,8 +1113,17 @@ static PyObject *bulk_split(PyObject *mod, PyObject *args) {
     lab = NULL;
     text = PyBytes_FromStringAndSize(out, w);
     if (text == NULL) goto fail;
-    return Py_BuildValue("(NN)", text, (PyObject *)b);
+    if (scan == NULL) return Py_BuildValue("(NN)", text, (PyObject *)b);
+    found = starts_list(starts, n_starts);
+    PyMem_RawFree(starts);
+    starts = NULL;
+    if (found == NULL) {
+        Py_DECREF(text);
+        goto fail;
+    }
+    return Py_BuildValue("(NNN)", text, (PyObject *)b, found);
 fail:
+    PyMem_RawFree(starts);
     PyMem_RawFree(lab);
     Py_DECREF(b);
     return NULL;
@@ -2016,7 +2046,7 @@ typedef struct {
     Py_ssize_t len;
 } Gram;
 
-typedef struct {
+struct Anchors {
     PyObject_HEAD
     int general;            /* 1: the general path (one- or two-byte anchors, or too many short ones) */
     uint64_t set[1024];     /* hashed windows: of long anchors (fast path) / first three bytes (general) */
@@ -2025,9 +2055,7 @@ typedef struct {
     unsigned char simd[MAX_SIMD_ANCHORS][4]; /* short anchors' bytes (fast path) */
     Py_ssize_t simd_len[MAX_SIMD_ANCHORS], nsimd;
     PyObject *keep;         /* the tuple of anchor bytes the pointers point into */
-} Anchors;
-
-static PyTypeObject AnchorsType;
+};
 
 static void anchors_dealloc(Anchors *a) {
     PyMem_Free(a->grams);
@@ -2271,13 +2299,18 @@ static PyObject *anchors_line_starts(Anchors *a, PyObject *args) {
     rc = scan_line_starts(a, (const unsigned char *)view.buf, lo, hi, &starts, &n, &cap);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
-    PyObject *out = rc < 0 ? PyErr_NoMemory() : PyList_New(n);
+    PyObject *out = rc < 0 ? PyErr_NoMemory() : starts_list(starts, n);
+    PyMem_RawFree(starts);
+    return out;
+}
+
+static PyObject *starts_list(const Py_ssize_t *starts, Py_ssize_t n) {
+    PyObject *out = PyList_New(n);
     for (Py_ssize_t k = 0; out != NULL && k < n; k++) {
         PyObject *v = PyLong_FromSsize_t(starts[k]);
         if (v == NULL) Py_CLEAR(out);
         else PyList_SET_ITEM(out, k, v);
     }
-    PyMem_RawFree(starts);
     return out;
 }
 
@@ -2340,8 +2373,9 @@ static PyMethodDef module_methods[] = {
     {"count_nuls", (PyCFunction)bulk_count_nuls, METH_O, "count_nuls(buf): buf.count(b\"\\0\"), without the GIL"},
     {"lines_with", bulk_lines_with, METH_VARARGS, "lines_with(buf, lo, hi, word): starts of the lines holding word."},
     {"split", bulk_split, METH_VARARGS,
-     "split(buf, lo, hi): BULK.split() of b'\\n' + buf[lo:hi] (whole lines): (text, Batch); None: no line "
-     "matched; False: a number too long for this lane (use the regex)."},
+     "split(buf, lo, hi[, anchors]): BULK.split() of b'\\n' + buf[lo:hi] (whole lines): (text, Batch), and "
+     "with anchors the candidate line starts of text[1:] as a third item; None: no line matched; False: a "
+     "number too long for this lane (use the regex); Ellipsis: the stretch holds the mark byte."},
     {"fold", bulk_fold, METH_VARARGS, "Stream.sample_rows() for a Batch: ignored-row count, or None to fold in Python."},
     {NULL, NULL, 0, NULL},
 };

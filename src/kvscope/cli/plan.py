@@ -29,12 +29,10 @@ def _empty_analysis():
 
 def render_json(pred: dict[str, Any]) -> str:
     """The explain contract's envelope (no startups) with the prediction beside it."""
-    import json
-
-    from kvscope.render.json_out import to_dict
+    from kvscope.render.json_out import dumps, to_dict
 
     doc = to_dict(_empty_analysis(), extra={"schema": SCHEMA, "kvscope_version": __version__, "prediction": pred})
-    return json.dumps(doc, indent=2, ensure_ascii=False)
+    return dumps(doc)
 
 
 def render_report(pred: dict[str, Any], fmt: str) -> str:

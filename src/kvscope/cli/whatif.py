@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
@@ -151,9 +150,9 @@ def command(logs, example, sets, assume, model, host_ram, context, fmt, output, 
         raise InputError(str(exc)) from None
     pred["startup_index"] = analysis.startups.index(startup)
     if fmt == "json":
-        from kvscope.render.json_out import to_dict
+        from kvscope.render.json_out import dumps, to_dict
 
-        text = json.dumps(to_dict(analysis, {"prediction": pred}), indent=2)
+        text = dumps(to_dict(analysis, {"prediction": pred}))
         if not no_redact:
             from kvscope.render import render_analysis  # noqa: F401 - redaction lives with the renderers
             try:

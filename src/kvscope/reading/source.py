@@ -84,7 +84,7 @@ class BulkSplitter(Protocol):
     """A bulk lane that splits a stretch itself: (text with matched lines marked, rows) or None.
     It must return None for a stretch that holds BULK_MARK itself (the per-line path reads those)."""
 
-    def split_rows(self, buf: bytes, lo: int, hi: int) -> tuple[bytes, Any] | None: ...
+    def split_rows(self, buf: bytes, lo: int, hi: int, anchors: Any = None) -> tuple[Any, ...] | None: ...
 
 
 @dataclass(slots=True)
@@ -424,11 +424,13 @@ class _FileScan:
         None)`` for ``_lines``. It reads no state that changes (the C scanner has no plan), so the
         second thread may do it."""
         split = self._bulk_split(buf, lo, hi) if self.bulk is not None else None
-        rows = None
+        rows = starts = None
         if split is not None:
             buf, lo, hi, rows = split[0], 1, len(split[0]), split[1]
-        native = self.scanner.native is not None
-        return buf, lo, hi, rows, (self.scanner.line_starts(buf, lo, hi)[0] if native else None)
+            starts = split[2] if len(split) > 2 else None  # the C lane scanned its text already
+        if starts is None and self.scanner.native is not None:
+            starts = self.scanner.line_starts(buf, lo, hi)[0]
+        return buf, lo, hi, rows, starts
 
     def _take(self, slot: _Ahead) -> Any:
         """A stretch, prepared. While the second thread is still on it, this thread takes the newest
@@ -457,9 +459,10 @@ class _FileScan:
             return True
         return False
 
-    def _bulk_split(self, buf: bytes, lo: int, hi: int) -> tuple[bytes, list[tuple]] | None:
+    def _bulk_split(self, buf: bytes, lo: int, hi: int) -> tuple[Any, ...] | None:
         """(``buf[lo:hi]`` with each bulk-matched line replaced by BULK_MARK, after a leading newline;
-        the match groups, in order), or None where the lane does not apply.
+        the match groups, in order; where the C lane split it, the text's candidate line starts),
+        or None where the lane does not apply.
 
         The lane stays off a stretch that holds an overlong line (the per-line path skips those) or
         the mark byte itself. One ``split`` call gives both the text between matches and the groups.
@@ -469,7 +472,7 @@ class _FileScan:
             return None
         lane = getattr(self.bulk, "split_rows", None)
         if lane is not None:  # an engine's lane object (kvscope.runtime.lines.BulkLane): it refuses the mark itself
-            return lane(buf, lo, hi)
+            return lane(buf, lo, hi, self.scanner.native)
         if buf.find(BULK_MARK, lo, hi) != -1:
             return None
         return regex_split(self.bulk, buf, lo, hi)  # type: ignore[arg-type]

@@ -130,6 +130,43 @@ _STEPS = _steps()
 _CLUES = tuple(dict.fromkeys(clue for clues, _, _ in _STEPS for clue in clues))
 
 
+_CLUE_AT = re.compile("|".join(_KEY_CLUES))
+_RUN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_.-")
+
+
+def _key_sub(pattern: re.Pattern[str], repl: Any, text: str) -> str:
+    """``pattern.sub(repl, text)`` for the four key patterns, trying only where a match can start.
+
+    Why: on a long ``server_args=…`` line (kilobytes; every SGLang report holds a few) ``sub`` runs
+    each key pattern's lazy key prefix from every word start, 30 ms a report. A key is one run of
+    ``[A-Za-z0-9_.-]`` holding a clue word, and a match starts at that run's start (the key
+    patterns' look-behind refuses any other word character before it) or, for ``--flag`` forms,
+    after a ``.`` inside it. Those few positions are tried with ``match``, in order, as ``sub``
+    would meet them. Non-ASCII text takes ``sub`` itself (IGNORECASE folds a few other letters).
+    """
+    if not text.isascii():
+        return pattern.sub(repl, text)
+    low = text.lower()
+    parts: list[str] = []
+    done, tried = 0, -1  # text[:done] is handed on; positions up to ``tried`` have been tried
+    for clue in _CLUE_AT.finditer(low):
+        at = start = clue.start()
+        while start > 0 and low[start - 1] in _RUN_CHARS:
+            start -= 1
+        for p in (start, *(i + 1 for i in range(start, at) if low[i] == ".")):
+            if p < done or p <= tried:
+                continue
+            tried = p
+            m = pattern.match(text, p)
+            if m is not None:
+                parts += (text[done:p], repl(m))
+                done = m.end()
+    if not parts:
+        return text
+    parts.append(text[done:])
+    return "".join(parts)
+
+
 @functools.lru_cache(maxsize=8192)
 def _plain(text: str) -> str:
     """Apply every text pattern; idempotent (a redacted text comes back unchanged). Cached: a report
@@ -139,7 +176,7 @@ def _plain(text: str) -> str:
         return text
     for clues, pattern, repl in _STEPS:
         if _may_hold(text, clues):
-            text = pattern.sub(repl, text)
+            text = _key_sub(pattern, repl, text) if clues is _KEY_CLUES else pattern.sub(repl, text)
     return text
 
 
@@ -149,13 +186,19 @@ def is_secret_key(key: str) -> bool:
     return _may_hold(key, _KEY_CLUES) and _KEY_NAME.fullmatch(key.strip()) is not None
 
 
+_NUMBERS = {int, float, bool, type(None)}
+
+
 def redact_value(value: Any, key: str | None = None) -> Any:
     """A redacted copy of any document: dataclasses, dicts, lists and strings, walked recursively.
 
     Strings go through the text patterns; the value of a secret key is replaced whatever it is
     (a string or a number; ``None``/booleans stay, so ``api_key: null`` still says "not set").
     """
-    if key is not None and is_secret_key(key) and not isinstance(value, bool) and isinstance(value, (str, int, float)):
+    kind = type(value)
+    if kind is int or kind is float or kind is bool or value is None:  # most of a report: its numbers
+        return MARK if key is not None and kind is not bool and value is not None and is_secret_key(key) else value
+    if key is not None and isinstance(value, (str, int, float)) and not isinstance(value, bool) and is_secret_key(key):
         return value if isinstance(value, str) and _keep(value) else MARK
     if isinstance(value, str):
         return _plain(value)
@@ -163,6 +206,10 @@ def redact_value(value: Any, key: str | None = None) -> Any:
         return {(_plain(k) if isinstance(k, str) else k): redact_value(v, k if isinstance(k, str) else None)
                 for k, v in value.items()}
     if isinstance(value, (list, tuple)):
+        if key is None or not is_secret_key(key):  # a series of numbers is handed back as it is
+            kinds = {type(v) for v in value}
+            if kinds <= _NUMBERS:
+                return list(value) if isinstance(value, list) else tuple(value)
         items = [redact_value(v, key) for v in value]
         return items if isinstance(value, list) else tuple(items)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -203,7 +250,9 @@ def redact_text(text: str, fmt: str = "terminal") -> str:
             doc = json.loads(text)
         except ValueError:
             return _plain(text)
-        return json.dumps(redact_value(doc), indent=2, ensure_ascii=False)
+        from kvscope.render.json_out import dumps
+
+        return dumps(redact_value(doc))
     if fmt == "html":
         return _redact_html(text)
     return _plain(text)

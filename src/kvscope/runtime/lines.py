@@ -31,6 +31,7 @@ from typing import Any
 
 from kvscope import events as ev
 from kvscope.engines.base import LineContext, Parsed, to_float, to_int
+from kvscope.engines.lazy import lazy_compile
 from kvscope.reading.cleanup import JOURNALD_PREFIX
 from kvscope.reading.source import BULK_MARK, NATIVE, regex_split
 
@@ -38,25 +39,25 @@ ANCHORS: tuple[bytes, ...] = (b" batch", b"throughput", b"reempt", b"etract", b"
 
 # One pattern per shape. Keys of a SGLang batch line start with '#' or a letter and may hold
 # spaces, dashes, slashes and parentheses ("gen throughput (token/s)").
-_SG_PAIRS = re.compile(r"([#A-Za-z][\w#\-/() .]*?): ([-+\w.%]+)")
-_VL_PAIRS = re.compile(r"([A-Z][\w ]*): ([\d.]+)")  # greedy = lazy here (no ':' in the key), and faster
+_SG_PAIRS = lazy_compile(r"([#A-Za-z][\w#\-/() .]*?): ([-+\w.%]+)")
+_VL_PAIRS = lazy_compile(r"([A-Z][\w ]*): ([\d.]+)")  # greedy = lazy here (no ':' in the key), and faster
 # Fast paths for the wordings that make up nearly all of a journal (2024 … 2026 releases); any other
 # wording falls back to the pairs above. Measured: ~1.5 µs per line against ~6 µs for the pairs.
-_SG_DECODE = re.compile(
+_SG_DECODE = lazy_compile(
     r"#running-req: (\d+), #token: (\d+), token usage: ([\d.]+), .*?gen throughput \(token/s\): ([\d.]+),.*?#queue-req: (\d+)"
 )
-_SG_PREFILL = re.compile(
+_SG_PREFILL = lazy_compile(
     r"#new-token: (\d+), #cached-token: (\d+), (?:cache hit rate: ([\d.]+)%, )?token usage: ([\d.]+), "
     r"#running-req: (\d+), #queue-req: (\d+)"
 )
-_SG_INPUT_TPS = re.compile(r"input throughput \(token/s\): ([\d.]+)")
-_SG_STAMP = re.compile(r"\[(?:(\d{4})-(\d\d)-(\d\d)[ T])?(\d\d):(\d\d):(\d\d)(?:[.,]\d+)?((?: [A-Z_]+\d+)*)(?: rank=(\d+))?\]")
-_VL_STAMP = re.compile(r"(?:INFO|WARNING|DEBUG|ERROR|WARN) +(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
-_ISO_STAMP = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)")
-_RETRACTED = re.compile(r"#retracted_reqs: (\d+)")
-_CUMULATIVE = re.compile(r"cumulative_preemption(?:_cnt)?=(\d+)")
-_PREEMPT_MODE = re.compile(r"PreemptionMode\.(\w+)")
-_HIT_GPU = re.compile(r"hit rate: GPU: ([\d.]+)%")
+_SG_INPUT_TPS = lazy_compile(r"input throughput \(token/s\): ([\d.]+)")
+_SG_STAMP = lazy_compile(r"\[(?:(\d{4})-(\d\d)-(\d\d)[ T])?(\d\d):(\d\d):(\d\d)(?:[.,]\d+)?((?: [A-Z_]+\d+)*)(?: rank=(\d+))?\]")
+_VL_STAMP = lazy_compile(r"(?:INFO|WARNING|DEBUG|ERROR|WARN) +(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
+_ISO_STAMP = lazy_compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)")
+_RETRACTED = lazy_compile(r"#retracted_reqs: (\d+)")
+_CUMULATIVE = lazy_compile(r"cumulative_preemption(?:_cnt)?=(\d+)")
+_PREEMPT_MODE = lazy_compile(r"PreemptionMode\.(\w+)")
+_HIT_GPU = lazy_compile(r"hit rate: GPU: ([\d.]+)%")
 
 # The bulk lane (``kvscope.reading.source``): the two SGLang shapes that make up nearly all of a
 # journal, matched over a whole block at once by ONE bytes pattern, so that their lines never become
@@ -82,7 +83,7 @@ _T = rb"[\t\x20-\x5a\x5c-\x7e]"  # printable ASCII and tab, no '[': no colour co
 # for minutes. _bulk.c applies the same bound (MAX_FREE).
 _FREE = rb"{0,1024}"
 _END = rb"(?:" + _T + _FREE + rb"[\d,.%)])?"
-BULK = re.compile(
+BULK = lazy_compile(
     rb"\n(?:" + JOURNALD_PREFIX.encode() + rb")?"  # exactly the prefix clean_line strips
     rb"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)?((?: [A-Z_]+\d+)*)\] "
     rb"(?:Decode batch[.,] #running-req: (\d+), #token: (\d+), token usage: ([\d.]+), "
@@ -110,7 +111,7 @@ BULK = re.compile(
 # Group 1 is the cleaned text before "Avg prompt throughput" (the engine label is read from it as
 # ``_vllm_stats`` reads it); 2-6 the stamp; then the values, named by ``_vllm_pairs``.
 _NUM = r"(\d+(?:\.\d+)?)"
-VLLM_BULK = re.compile(
+VLLM_BULK = lazy_compile(
     r"(?:" + JOURNALD_PREFIX + r")?"
     r"((?:\(\w+ pid=\d+\) )?INFO (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d) \[?[A-Za-z_][\w.]*:\d+\] (?:Engine \d+: )?)"
     r"Avg prompt throughput: " + _NUM + r" tokens/s, Avg generation throughput: " + _NUM + r" tokens/s, "
@@ -212,11 +213,12 @@ class BulkLane:
         self.native = native
         self.vllm = vllm
 
-    def split_rows(self, buf: bytes, lo: int, hi: int) -> tuple[bytes, Any] | None:
+    def split_rows(self, buf: bytes, lo: int, hi: int, anchors: Any = None) -> tuple[Any, ...] | None:
         """``buf[lo:hi]`` holds whole lines; the text returned starts with the newline before them.
         It holds no Python state (the C lane gives up the GIL while it reads), so the reader's
-        second thread may run it."""
-        out = self.native.split(buf, lo, hi) if self.native is not None else False  # in place: no copy
+        second thread may run it. ``anchors`` (the C anchor scanner): where the C lane splits, it
+        also finds the text's candidate line starts, returned as a third item."""
+        out = self.native.split(buf, lo, hi, anchors) if self.native is not None else False  # in place: no copy
         if out is Ellipsis:  # the C lane found the mark byte in the stretch: no lane takes it
             return None
         if out is False:  # no C lane, or a number too long for it: the regex reads this stretch
