@@ -236,7 +236,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size-mb", type=int, default=1024)
     ap.add_argument("--restarts", type=int, default=4)
-    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each command (best of); grep gets at least 3")
     ap.add_argument("--flat", action="store_true", help="also run on a quarter-size journal to compare peak memory")
     ap.add_argument("--keep", metavar="PATH", help="write the journal here and keep it")
     ap.add_argument("--pure", action="store_true",
