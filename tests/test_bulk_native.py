@@ -329,11 +329,12 @@ def test_count_lines_is_bytes_count():
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.binary(max_size=5000) | st.lists(st.sampled_from([b"\0", b"\n", b"x" * 17, b"\0" * 40]), max_size=200).map(b"".join))
+@given(st.binary(max_size=5000) | st.lists(st.sampled_from([b"\0", b"\n", b"x" * 17, b"\0" * 40, b"\x01", b"\x02"]),
+                                          max_size=200).map(b"".join))
 def test_counts_are_bytes_counts(blob: bytes):
-    """count_lines and count_nuls (the reading thread's NUL count, without the GIL) = bytes.count,
-    across the 16-byte, 8-byte and 1-byte parts of the loop."""
-    assert NATIVE.count_nuls(blob) == blob.count(b"\0")
+    """count_lines and low_bytes (the reading thread's NUL count and mark check, without the GIL) =
+    bytes.count / ``in``, across the 64-, 16-, 8- and 1-byte parts of the loops."""
+    assert NATIVE.low_bytes(blob) == (blob.count(b"\0"), b"\x01" in blob)
     assert NATIVE.count_lines(blob, 0, len(blob)) == blob.count(b"\n")
     assert NATIVE.count_lines(blob, 3, len(blob) - 5) == blob.count(b"\n", 3, len(blob) - 5)
 

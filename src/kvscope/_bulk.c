@@ -22,8 +22,9 @@
  *                Retraction rows are counted by the accumulator (Batch.retracts()).
  *   count_lines(buf, lo, hi)
  *                bytes.count(b"\n", lo, hi), sixteen bytes at a time.
- *   count_nuls(buf)
- *                buf.count(b"\0"), with the GIL given up (the reading thread calls it).
+ *   low_bytes(buf)
+ *                (buf.count(b"\0"), b"\x01" in buf) in one pass, with the GIL given up (the reading
+ *                thread asks it of each block).
  *
  * Equivalence with the Python path is a tested property (tests/test_bulk_native.py): same split on
  * real logs, mutated lines and random bytes, same Stream state after folding the same rows; and the
@@ -1031,7 +1032,8 @@ static PyObject *starts_list(const Py_ssize_t *starts, Py_ssize_t n);
 static PyObject *bulk_split(PyObject *mod, PyObject *args) {
     PyObject *arg, *anchors = Py_None;
     Py_ssize_t start, stop;
-    if (!PyArg_ParseTuple(args, "O!nn|O", &PyBytes_Type, &arg, &start, &stop, &anchors)) return NULL;
+    int clean = 0; /* the caller knows buf holds no mark byte (low_bytes said so) */
+    if (!PyArg_ParseTuple(args, "O!nn|Op", &PyBytes_Type, &arg, &start, &stop, &anchors, &clean)) return NULL;
     if (anchors != Py_None && !PyObject_TypeCheck(anchors, &AnchorsType)) {
         PyErr_SetString(PyExc_TypeError, "split(): anchors must be an Anchors object or None");
         return NULL;
@@ -1061,7 +1063,7 @@ static PyObject *bulk_split(PyObject *mod, PyObject *args) {
     Py_ssize_t w = 0;
     PyThreadState *save = PyEval_SaveThread(); /* every look at the bytes is made without the GIL */
     char *out = NULL;
-    if (memchr(s + start, BULK_MARK, (size_t)(stop - start)) != NULL) {
+    if (!clean && memchr(s + start, BULK_MARK, (size_t)(stop - start)) != NULL) {
         status = SPLIT_MARK;
     } else if (memchr(s + start, '#', (size_t)(stop - start)) == NULL ||
                (memmem(s + start, (size_t)(stop - start), " batch", 6) == NULL &&
@@ -1999,20 +2001,44 @@ static PyObject *bulk_count_lines(PyObject *mod, PyObject *args) {
     return PyLong_FromLongLong(n);
 }
 
-/* count_nuls(buf): buf.count(b"\0"), without the GIL (the reading thread counts a block's NULs for
- * the "binary input?" check while the other threads go on). */
-static PyObject *bulk_count_nuls(PyObject *mod, PyObject *arg) {
+/* Whether any byte of p[0:end - p) is 0 or 1: one pass (a byte's minimum with 1 equals it only
+ * for 0 and 1). */
+static int has_low_byte(const unsigned char *p, const unsigned char *end) {
+#if defined(__SSE2__)
+    const __m128i one = _mm_set1_epi8(1);
+    while (end - p >= 64) {
+        __m128i hit = _mm_setzero_si128();
+        for (int k = 0; k < 4; k++) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(p + 16 * k));
+            hit = _mm_or_si128(hit, _mm_cmpeq_epi8(_mm_min_epu8(v, one), v));
+        }
+        if (_mm_movemask_epi8(hit)) return 1;
+        p += 64;
+    }
+#endif
+    for (; p < end; p++)
+        if (*p <= 1) return 1;
+    return 0;
+}
+
+/* low_bytes(buf): (buf.count(b"\0"), b"\x01" in buf), in one pass where neither occurs (text
+ * logs), without the GIL. The reading thread asks it of each block: the NULs are counted for the
+ * binary-input check, and a block without the mark byte needs no look for it when split. */
+static PyObject *bulk_low_bytes(PyObject *mod, PyObject *arg) {
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
     const unsigned char *p = (const unsigned char *)view.buf, *end = p + view.len;
     long long n = 0;
+    int mark = 0;
     Py_BEGIN_ALLOW_THREADS
-    if (memchr(p, 0, (size_t)view.len) != NULL) n = count_byte_in(p, end, 0);
+    if (has_low_byte(p, end)) {
+        if (memchr(p, 0, (size_t)view.len) != NULL) n = count_byte_in(p, end, 0);
+        mark = memchr(p, BULK_MARK, (size_t)view.len) != NULL;
+    }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
-    return PyLong_FromLongLong(n);
+    return Py_BuildValue("(LO)", n, mark ? Py_True : Py_False);
 }
-
 
 /* ---------------------------------------------------------------- anchor scan ---- */
 
@@ -2370,12 +2396,14 @@ done:
 
 static PyMethodDef module_methods[] = {
     {"count_lines", bulk_count_lines, METH_VARARGS, "buf.count(b'\\n', lo, hi), faster on long lines."},
-    {"count_nuls", (PyCFunction)bulk_count_nuls, METH_O, "count_nuls(buf): buf.count(b\"\\0\"), without the GIL"},
+    {"low_bytes", (PyCFunction)bulk_low_bytes, METH_O,
+     "low_bytes(buf): (buf.count(b\"\\0\"), b\"\\x01\" in buf), one pass without the GIL where neither occurs"},
     {"lines_with", bulk_lines_with, METH_VARARGS, "lines_with(buf, lo, hi, word): starts of the lines holding word."},
     {"split", bulk_split, METH_VARARGS,
-     "split(buf, lo, hi[, anchors]): BULK.split() of b'\\n' + buf[lo:hi] (whole lines): (text, Batch), and "
+     "split(buf, lo, hi[, anchors[, clean]]): BULK.split() of b'\\n' + buf[lo:hi] (whole lines): (text, Batch), and "
      "with anchors the candidate line starts of text[1:] as a third item; None: no line matched; False: a "
-     "number too long for this lane (use the regex); Ellipsis: the stretch holds the mark byte."},
+     "number too long for this lane (use the regex); Ellipsis: the stretch holds the mark byte (clean: the caller "
+     "knows it does not)."},
     {"fold", bulk_fold, METH_VARARGS, "Stream.sample_rows() for a Batch: ignored-row count, or None to fold in Python."},
     {NULL, NULL, 0, NULL},
 };

@@ -68,8 +68,9 @@ SKIP_LINE, OVERLONG = "skip-line", "overlong-started"  # run()'s marks between r
 # ``count_lines(buf, lo, hi)`` = ``buf.count(b"\n", lo, hi)``; the C one is 4-6x faster, and line
 # numbering touches every byte of the input.
 count_lines = NATIVE.count_lines if NATIVE is not None else (lambda buf, lo, hi: buf.count(b"\n", lo, hi))
-# ``count_nuls(buf)`` = ``buf.count(b"\0")``; the C one gives up the GIL (the reading thread calls it).
-count_nuls = NATIVE.count_nuls if NATIVE is not None else (lambda buf: buf.count(b"\0"))
+# ``low_bytes(buf)`` = ``(buf.count(b"\0"), BULK_MARK in buf)``: the C one looks at each byte once
+# (text has neither), so a block's stretches need no look for the mark when they are split.
+low_bytes = NATIVE.low_bytes if NATIVE is not None else (lambda buf: (buf.count(b"\0"), BULK_MARK in buf))
 
 
 @dataclass(slots=True)
@@ -84,7 +85,8 @@ class BulkSplitter(Protocol):
     """A bulk lane that splits a stretch itself: (text with matched lines marked, rows) or None.
     It must return None for a stretch that holds BULK_MARK itself (the per-line path reads those)."""
 
-    def split_rows(self, buf: bytes, lo: int, hi: int, anchors: Any = None) -> tuple[Any, ...] | None: ...
+    def split_rows(self, buf: bytes, lo: int, hi: int, anchors: Any = None, clean: bool = False
+                   ) -> tuple[Any, ...] | None: ...
 
 
 @dataclass(slots=True)
@@ -258,7 +260,7 @@ def iter_candidate_lines(
         try:
             blocks = _blocks(stream, name, stats)
             ahead = PREFETCH_SPLITS and _regular(fh)  # a pipe's read may wait for ever: not on a thread
-            counted = _read_ahead(blocks) if ahead else ((block, count_nuls(block)) for block in blocks)
+            counted = _read_ahead(blocks) if ahead else ((block, *low_bytes(block)) for block in blocks)
             yield from _FileScan(name, scanner, stats, bulk).run(counted)
         finally:
             if fh is not sys.stdin.buffer:
@@ -282,7 +284,7 @@ class _FileScan:
         self.file_bytes = 0
         self.queued: collections.deque[_Ahead] = collections.deque()  # stretches handed to the second thread
 
-    def run(self, blocks: Iterator[tuple[bytes, int]]) -> Iterator[Line | Bulk]:
+    def run(self, blocks: Iterator[tuple[bytes, int, bool]]) -> Iterator[Line | Bulk]:
         """The candidate lines (and bulk rows) of the file, in order.
 
         Up to REGIONS_AHEAD regions are started (their stretches prepared on a second thread where
@@ -303,12 +305,13 @@ class _FileScan:
         finally:
             sys.setswitchinterval(switch)
 
-    def _pieces(self, blocks: Iterator[tuple[bytes, int]]) -> Iterator[tuple[bytes, int, int] | str]:
-        """The file as regions of whole lines ``(buf, lo, hi)``, with SKIP_LINE / OVERLONG where a
-        line too long to keep ends or begins (their effect on line numbers is applied in order)."""
+    def _pieces(self, blocks: Iterator[tuple[bytes, int, bool]]) -> Iterator[tuple[bytes, int, int, bool] | str]:
+        """The file as regions of whole lines ``(buf, lo, hi, clean)``, with SKIP_LINE / OVERLONG where
+        a line too long to keep ends or begins (their effect on line numbers is applied in order).
+        ``clean``: buf is known to hold no BULK_MARK (its block's ``low_bytes`` said so)."""
         carry = b""  # the start of a line whose newline has not been read yet
         skipping = False  # inside an overlong line: drop bytes until its newline
-        for block, nuls in blocks:  # each block with its count of NUL bytes
+        for block, nuls, marked in blocks:  # each block with its count of NUL bytes, and whether it holds BULK_MARK
             if self.file_bytes < TEXT_SAMPLE_BYTES:
                 self._sample_text(block[: TEXT_SAMPLE_BYTES - self.file_bytes])
             self.file_bytes += len(block)
@@ -334,11 +337,11 @@ class _FileScan:
                     self.stats.overlong_lines += 1
                     yield SKIP_LINE
                 else:
-                    yield head, 0, len(head)
+                    yield head, 0, len(head), False
                 pos = first + 1
             end = block.rfind(b"\n", pos) + 1
             if end > pos:
-                yield block, pos, end
+                yield block, pos, end, not marked
             carry = block[max(end, pos) :]
             if len(carry) > MAX_LINE_BYTES:
                 yield OVERLONG
@@ -346,7 +349,7 @@ class _FileScan:
         if skipping:
             yield SKIP_LINE
         elif carry:
-            yield carry + b"\n", 0, len(carry) + 1
+            yield carry + b"\n", 0, len(carry) + 1, False
 
     def _sample_text(self, head: bytes) -> None:
         """Count what in the head of the input cannot be text: control bytes and invalid UTF-8."""
@@ -381,7 +384,7 @@ class _FileScan:
             self.last_plan = self.stats.bytes_read
             self.next_plan = self.stats.bytes_read + REPLAN_BYTES
 
-    def _start(self, piece: tuple[bytes, int, int] | str) -> list[tuple[int, int, Any]] | None:
+    def _start(self, piece: tuple[bytes, int, int, bool] | str) -> list[tuple[int, int, Any]] | None:
         """A region's stretches ``(lo, hi, prepared)``: ``prepared`` is an ``_Ahead`` the second thread
         prepares (see ``_prepare``), else NOT_PREPARED (prepared when finished). None: a SKIP_LINE /
         OVERLONG mark.
@@ -394,7 +397,7 @@ class _FileScan:
         """
         if isinstance(piece, str):
             return None
-        buf, lo, hi = piece
+        buf, lo, hi, clean = piece
         cuts = []
         while lo < hi:  # stretches of about BULK_BYTES, cut at line ends
             cut = buf.find(b"\n", lo + BULK_BYTES, hi) + 1 if hi - lo > 2 * BULK_BYTES else hi
@@ -403,27 +406,28 @@ class _FileScan:
             lo = cut
         if not (PREFETCH_SPLITS and self.scanner.native is not None):
             return [(a, b, NOT_PREPARED) for a, b in cuts]
-        started = [(a, b, _Ahead(self, buf, a, b)) for a, b in cuts]
+        started = [(a, b, _Ahead(self, buf, a, b, clean)) for a, b in cuts]
         self.queued.extend(slot for _, _, slot in started)
         return started
 
-    def _finish(self, piece: tuple[bytes, int, int] | str, stretches: list[tuple[int, int, Any]] | None
+    def _finish(self, piece: tuple[bytes, int, int, bool] | str, stretches: list[tuple[int, int, Any]] | None
                 ) -> Iterator[Line | Bulk]:
         """Hand on the candidate lines and bulk rows of a region started by ``_start``."""
         if stretches is None:
             self._skip_line() if piece == SKIP_LINE else self._overlong_started()
             return
-        buf = piece[0]
+        buf, clean = piece[0], piece[3]
         for a, b, ahead in stretches:
-            prepared = self._prepare(buf, a, b) if ahead is NOT_PREPARED else self._take(ahead)
+            prepared = self._prepare(buf, a, b, clean) if ahead is NOT_PREPARED else self._take(ahead)
             yield from self._lines(*prepared)
 
-    def _prepare(self, buf: bytes, lo: int, hi: int) -> tuple[bytes, int, int, Any, list[int] | None]:
+    def _prepare(self, buf: bytes, lo: int, hi: int, clean: bool = False
+                 ) -> tuple[bytes, int, int, Any, list[int] | None]:
         """What a stretch needs before its lines can be handed on: the bulk split where a lane
         applies, then the C anchor scan of what is left — ``(text, lo, hi, rows or None, starts or
         None)`` for ``_lines``. It reads no state that changes (the C scanner has no plan), so the
         second thread may do it."""
-        split = self._bulk_split(buf, lo, hi) if self.bulk is not None else None
+        split = self._bulk_split(buf, lo, hi, clean) if self.bulk is not None else None
         rows = starts = None
         if split is not None:
             buf, lo, hi, rows = split[0], 1, len(split[0]), split[1]
@@ -459,7 +463,7 @@ class _FileScan:
             return True
         return False
 
-    def _bulk_split(self, buf: bytes, lo: int, hi: int) -> tuple[Any, ...] | None:
+    def _bulk_split(self, buf: bytes, lo: int, hi: int, clean: bool = False) -> tuple[Any, ...] | None:
         """(``buf[lo:hi]`` with each bulk-matched line replaced by BULK_MARK, after a leading newline;
         the match groups, in order; where the C lane split it, the text's candidate line starts),
         or None where the lane does not apply.
@@ -472,8 +476,8 @@ class _FileScan:
             return None
         lane = getattr(self.bulk, "split_rows", None)
         if lane is not None:  # an engine's lane object (kvscope.runtime.lines.BulkLane): it refuses the mark itself
-            return lane(buf, lo, hi, self.scanner.native)
-        if buf.find(BULK_MARK, lo, hi) != -1:
+            return lane(buf, lo, hi, self.scanner.native, clean)
+        if not clean and buf.find(BULK_MARK, lo, hi) != -1:
             return None
         return regex_split(self.bulk, buf, lo, hi)  # type: ignore[arg-type]
 
@@ -535,21 +539,21 @@ class _Ahead:
 
     __slots__ = ("args", "future", "value")
 
-    def __init__(self, scan: _FileScan, buf: bytes, lo: int, hi: int) -> None:
-        self.args = (buf, lo, hi)
+    def __init__(self, scan: _FileScan, buf: bytes, lo: int, hi: int, clean: bool) -> None:
+        self.args = (buf, lo, hi, clean)
         self.value: Any = NOT_PREPARED
-        self.future = _thread("prepare").submit(scan._prepare, buf, lo, hi)
+        self.future = _thread("prepare").submit(scan._prepare, buf, lo, hi, clean)
 
 
-def _read_ahead(blocks: Iterator[bytes]) -> Iterator[tuple[bytes, int]]:
-    """(block, its NUL bytes), each next block read and counted on a thread of its own while this
+def _read_ahead(blocks: Iterator[bytes]) -> Iterator[tuple[bytes, int, bool]]:
+    """(block, its NUL bytes, whether it holds BULK_MARK), each next block read and looked at on a thread of its own while this
     one is handed on: reading (the kernel's copy, or zlib for a .gz) and the count give up the GIL,
     and were a quarter of the scanning thread's work on a serving journal. One block ahead; the
     read under way is waited for before the file is closed."""
 
-    def read() -> tuple[bytes, int] | None:
+    def read() -> tuple[bytes, int, bool] | None:
         block = next(blocks, None)
-        return None if block is None else (block, count_nuls(block))
+        return None if block is None else (block, *low_bytes(block))
 
     pending = _thread("read").submit(read)
     try:

@@ -213,16 +213,18 @@ class BulkLane:
         self.native = native
         self.vllm = vllm
 
-    def split_rows(self, buf: bytes, lo: int, hi: int, anchors: Any = None) -> tuple[Any, ...] | None:
+    def split_rows(self, buf: bytes, lo: int, hi: int, anchors: Any = None, clean: bool = False
+                   ) -> tuple[Any, ...] | None:
         """``buf[lo:hi]`` holds whole lines; the text returned starts with the newline before them.
         It holds no Python state (the C lane gives up the GIL while it reads), so the reader's
         second thread may run it. ``anchors`` (the C anchor scanner): where the C lane splits, it
-        also finds the text's candidate line starts, returned as a third item."""
-        out = self.native.split(buf, lo, hi, anchors) if self.native is not None else False  # in place: no copy
+        also finds the text's candidate line starts, returned as a third item. ``clean``: buf is
+        known to hold no BULK_MARK (no look for it is made)."""
+        out = self.native.split(buf, lo, hi, anchors, clean) if self.native is not None else False  # in place
         if out is Ellipsis:  # the C lane found the mark byte in the stretch: no lane takes it
             return None
         if out is False:  # no C lane, or a number too long for it: the regex reads this stretch
-            if buf.find(BULK_MARK, lo, hi) != -1:
+            if not clean and buf.find(BULK_MARK, lo, hi) != -1:
                 return None
             out = regex_split(self.pattern, buf, lo, hi)
         if out is None and self.vllm:
