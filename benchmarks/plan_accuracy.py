@@ -9,7 +9,9 @@ error, and the cases that could not be planned with the reason.
 
 Launch facts come from meta.json (``model``, ``gpu``, ``tp``/``num_gpus``, ``engine_version``,
 ``launch_flags_known``, ``settings``, ``launch_command``) and, where meta.json states them only in
-its prose ``notes``, from CASE_FACTS below (each with the sentence it comes from). A release
+its prose ``notes``, from CASE_FACTS below (each with the sentence it comes from), and from vLLM's
+``non-default args: {…}`` line where the log has one: the engine's echo of the launch flags, read
+only for the flags in LOGGED_ARGS (a flag it lacks was at the release default). A release
 version missing from meta.json is taken as the newest release built before the log's own date
 (SGLang logs carry full dates); that is "the version that was current", not a number from the log.
 """
@@ -157,6 +159,27 @@ def _launch_settings(meta: dict[str, Any]) -> tuple[dict[str, Any], dict[str, in
     return settings, par
 
 
+# What vLLM's "non-default args: {…}" line (the engine's echo of the launch flags the user changed)
+# may add to a case's launch facts. It is the launch command, not a number the engine computed; and
+# a flag it lacks was left at the release default.
+LOGGED_ARGS = ("max_model_len", "max_num_batched_tokens", "max_num_seqs", "kv_cache_dtype", "enable_prefix_caching",
+               "gpu_memory_utilization", "block_size", "enforce_eager", "limit_mm_per_prompt", "cpu_offload_gb",
+               "kv_cache_memory_bytes", "speculative_config")
+
+
+def _logged_args(meta: dict[str, Any], log: Path) -> dict[str, Any] | None:
+    """The launch flags a vLLM log echoes in its 'non-default args' line, or None without one."""
+    if meta.get("engine") != "vllm" or not log.is_file():
+        return None
+    from kvscope.engines.vllm.args import parse_non_default_args
+
+    for line in log.read_text(errors="replace").splitlines():
+        if "non-default args:" in line:
+            args = parse_non_default_args(line)
+            return {k: args[k] for k in LOGGED_ARGS if k in args}
+    return None
+
+
 def _version(meta: dict[str, Any], log: Path) -> tuple[str | None, str]:
     text = meta.get("engine_version")
     if text:
@@ -199,6 +222,9 @@ def _case(case_dir: Path) -> dict[str, Any]:
     except InputError:
         return {**row, "skip": f"GPU {gpu!r} not in the catalog"}
     settings, par = _launch_settings(meta)
+    logged = _logged_args(meta, case_dir / "log.txt")
+    for key, value in (logged or {}).items():
+        settings.setdefault(key, value)
     tp = par.get("tp") or tp
     if tp is None:
         return {**row, "skip": "tensor-parallel size unknown"}
@@ -212,16 +238,17 @@ def _case(case_dir: Path) -> dict[str, Any]:
         settings["enable_dp_attention"] = True
     req = PlanRequest(model=model, gpu=gpu, engine=engine, engine_version=version, tp=tp, dp=dp, settings=settings)
     pred = plan(req)
-    caveats = _caveats(meta, settings, vhow, pred)
+    caveats = _caveats(meta, settings, vhow, pred, logged is not None)
     got = pred["capacity"]["kv_tokens"]
     err = (got - truth) / truth * 100
     return {**row, "model": model, "gpu": pred["gpu"]["gpu"], "tp": tp, "dp": dp, "version": pred["engine_version"],
-            "version_from": vhow, "settings": settings, "facts": facts.get("why"), "logged": truth, "predicted": got,
+            "version_from": vhow, "settings": settings, "facts": facts.get("why"), "logged_args": logged, "logged": truth, "predicted": got,
             "error_pct": err, "weights_gib": pred["weights"]["gib_per_rank"], "warnings": pred["warnings"],
             "caveats": caveats}
 
 
-def _caveats(meta: dict[str, Any], settings: dict[str, Any], version_from: str, pred: dict[str, Any]) -> list[str]:
+def _caveats(meta: dict[str, Any], settings: dict[str, Any], version_from: str, pred: dict[str, Any],
+             args_logged: bool = False) -> list[str]:
     """What the plan could not know for this case (launch facts missing, features not modelled)."""
     out = []
     if version_from.startswith("unknown"):
@@ -234,7 +261,7 @@ def _caveats(meta: dict[str, Any], settings: dict[str, Any], version_from: str, 
         out.append("hybrid linear-attention model not modelled for vLLM")
     if any("multimodal" in w and "unknown" in w for w in pred["warnings"]):
         out.append("vision tower / encoder budget unknown")
-    if pred["engine"] == "vllm" and "gpu_memory_utilization" not in settings and "util" not in text:
+    if pred["engine"] == "vllm" and "gpu_memory_utilization" not in settings and "util" not in text and not args_logged:
         out.append("gpu_memory_utilization not stated (release default assumed)")
     return out
 

@@ -67,6 +67,40 @@ def test_qwen3_235b_tp4_h100_within_six_percent(accuracy):
     assert 0 < r["error_pct"] < 6.0
 
 
+def test_qwen36_multimodal_5090_within_ten_percent(accuracy):
+    """Case 006, planned from the model, the GPU and the flags its 'non-default args' line echoes: the
+    utilization was the release default (0.92 in v0.24.0), and the vision tower (0.83 GiB) and the
+    encoder's profiling batch (one 16,384-token image, ~1.8 GiB) come out of the budget. Without those
+    two the plan was +44 % (+58 % before the echoed max_num_batched_tokens was read)."""
+    r = accuracy["006v"]
+    assert r["logged"] == 567_978
+    assert r["logged_args"]["max_num_batched_tokens"] == 8192 and "gpu_memory_utilization" not in r["logged_args"]
+    assert r["caveats"] == []
+    assert 0 < r["error_pct"] < 10.0
+
+
+def test_vllm_encoder_profile_of_a_qwen_vit_and_how_to_turn_it_off():
+    pytest.importorskip("kvscope.engines.vllm.rules")
+    base = {"kv_cache_dtype": "fp8", "max_model_len": 131_072, "max_num_batched_tokens": 8192, "max_num_seqs": 1}
+
+    def run(**extra):
+        p = plan(PlanRequest(model="nvidia/Qwen3.6-35B-A3B-NVFP4", gpu="RTX 5090", engine="vllm",
+                             engine_version="0.24.0", settings={**base, **extra}))
+        return {row["item"]: row["gib"] for row in p["ledger"]}, p
+
+    ledger, p = run()
+    act = next(v for k, v in ledger.items() if k.startswith("activation peak (encoder dummy batch: 1 image(s) of 16,384"))
+    # 65,536 patches × (2 × 4,304 + 4 × 1,152 + 1,536 pixel values) × 2 B
+    assert act == pytest.approx(-65_536 * (2 * 4304 + 4 * 1152 + 1536) * 2 / 2**30)
+    assert any("vision tower 0.83 GiB" in w for w in p["warnings"])
+    text_only, _ = run(limit_mm_per_prompt={"image": 0, "video": 0})
+    assert not any("encoder" in k for k in text_only)
+    assert not any("encoder" in k for k in run(language_model_only=True)[0])
+    # a batch budget of two images' tokens profiles two of them
+    two, _ = run(max_num_batched_tokens=32_768)
+    assert any("2 image(s)" in k for k in two)
+
+
 def test_sampler_peak_matches_vllm_s_own_measurement():
     """vLLM PR #21429's debug line: torch peak increase 5.62 GiB for Qwen3-235B-A22B-FP8 at TP4 with the
     API server's defaults (8,192 batched tokens, 1,024 sequences): the sampler, not the forward."""

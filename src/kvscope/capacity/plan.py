@@ -28,6 +28,7 @@ from kvscope.capacity.weights import (
     WeightEstimate,
     estimate_weights,
     load_model_config,
+    vision_profile_shape,
 )
 from kvscope.engines.sglang import defaults as sgd
 from kvscope.engines.sglang import eras as sg_eras
@@ -533,6 +534,34 @@ def vllm_activation_gib(cfg: dict[str, Any], tp: int, tokens: int, seqs: int) ->
     return max(forward, sampler) / GIB
 
 
+def vllm_encoder_profile(cfg: dict[str, Any], settings: dict[str, Any], batched_tokens: int
+                         ) -> tuple[float, str] | None:
+    """(GiB, what) of the profile run's dummy encoder batch for a multimodal model, V1 engine.
+
+    vLLM profiles the vision encoder first, at its budget: max(max_num_batched_tokens, the most
+    tokens one image makes), so that many images of the largest size (one, unless the batch budget
+    is larger). The ViT runs over every patch before the merge (k² per token); its peak is the MLP's
+    input, output and activation with the residual stream: ~(2·mlp + 4·h) values per patch, plus the
+    pixel values. This is alive before the language model's dummy run, not with it: the peak is
+    the larger of the two. None: text only (``limit_mm_per_prompt`` all zero, ``language_model_only``,
+    ``skip_mm_profiling``) or a tower whose shape or image limit is not known.
+    """
+    if any(_truthy(settings.get(k)) for k in ("language_model_only", "skip_mm_profiling")):
+        return None
+    limits = settings.get("limit_mm_per_prompt")
+    if isinstance(limits, dict) and not any(_int(limits.get(k)) for k in ("image", "video")):
+        return None
+    shape = vision_profile_shape(cfg)
+    if shape is None:
+        return None
+    per_item = shape["tokens_per_item"]
+    items = max(1, max(batched_tokens, per_item) // per_item)
+    patches = items * per_item * shape["merge"] ** 2
+    peak = patches * ((2 * shape["mlp"] + 4 * shape["hidden"]) + shape["pixel_values"]) * 2
+    what = f"encoder dummy batch: {items} image(s) of {per_item:,} tokens = {patches:,} patches"
+    return peak / GIB, what
+
+
 def _vllm_version(ctx: Context) -> tuple[tuple[int, int, int], str]:
     v_eras, _ = _vllm_modules()
     text = ctx.req.engine_version or VLLM_NEWEST
@@ -556,6 +585,10 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
     w = _weights(ctx, Parallel(tp=req.tp, ep=req.ep, pp=req.pp))
     rope = rope_cache_bytes(ctx.mc.cfg, 2) / GIB
     act = vllm_activation_gib(ctx.mc.cfg, req.tp, tokens_b, seqs)
+    act_what = f"{tokens_b:,} batched tokens, {seqs} seqs"
+    encoder = vllm_encoder_profile(ctx.mc.cfg, s, tokens_b) if engine == "V1" else None
+    if encoder is not None and encoder[0] > act:
+        act, act_what = encoder
     non_torch, nt_how = vllm_non_torch_gib(version, engine, b)
     graphs = _float(s.get("cuda_graph_gib"))
     if graphs is None:
@@ -629,7 +662,7 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
         *([(f"draft weights ({draft.method}, loaded before profiling)", -draft_gib, draft.weights_from)]
           if draft_gib else []),
         ("rope cos/sin cache (model dtype)", -rope, "computed"),
-        (f"activation peak ({tokens_b:,} batched tokens, {seqs} seqs)", -act, "estimated"),
+        (f"activation peak ({act_what})", -act, "estimated"),
         ("non-torch memory charged", -non_torch, nt_how),
         ("CUDA graphs (in budget)", -graphs, "assumed typical" if graphs and not s.get("cuda_graph_gib") else "given"),
         ("= KV cache memory (K)", base["K"], "derived"),

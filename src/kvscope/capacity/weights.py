@@ -573,11 +573,17 @@ def _sum(tensors: list[Tensor], plan: QuantPlan, dtype_bytes: int) -> dict[str, 
 
 
 # Vision towers of multimodal checkpoints whose catalog entry keeps only the text config. Source:
-# the release's own config.json ``vision_config`` (moonshotai/Kimi-K2.5: MoonViT, 27 blocks of 1152).
+# the release's own config.json ``vision_config`` (moonshotai/Kimi-K2.5: MoonViT, 27 blocks of 1152;
+# Qwen/Qwen3.6-35B-A3B, the Qwen3.5/3.6 MoE ViT: 27 blocks of 1152, 16-pixel patches merged 2×2,
+# projected to the text width), and for ``max_pixels`` its preprocessor_config.json
+# (``size.longest_edge`` 16,777,216 pixels: 16,384 tokens per image at most).
 KNOWN_VISION_CONFIGS: dict[str, dict[str, Any]] = {
     "kimi_k25": {"vt_hidden_size": 1152, "vt_intermediate_size": 4304, "vt_num_hidden_layers": 27, "patch_size": 14,
                  "init_pos_emb_height": 64, "init_pos_emb_width": 64, "merge_kernel_size": [2, 2],
                  "mm_projector_type": "patchmerger", "text_hidden_size": 7168},
+    "qwen3_5_moe": {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16, "patch_size": 16,
+                    "spatial_merge_size": 2, "temporal_patch_size": 2, "in_channels": 3,
+                    "num_position_embeddings": 2304, "max_pixels": 16777216},
 }
 
 
@@ -614,8 +620,36 @@ def _vision_bytes(cfg: dict[str, Any]) -> int:
     hidden = _g(v, "hidden_size", "embed_dim", "width")
     if not depth or not hidden:
         return 0
-    mlp = _g(v, "intermediate_size", default=None) or int(hidden * float(v.get("mlp_ratio") or 4))
-    return int(depth) * (4 * int(hidden) ** 2 + 2 * int(hidden) * int(mlp)) * 2
+    h = int(hidden)
+    mlp = int(_g(v, "intermediate_size", default=None) or int(h * float(v.get("mlp_ratio") or 4)))
+    if not v.get("spatial_merge_size"):
+        return int(depth) * (4 * h**2 + 2 * h * mlp) * 2
+    # Qwen2.5/3-VL-style ViT: per block fused qkv, proj and a 2-layer MLP, all with bias, and two
+    # norms; a 3-D patch embedding, learned positions, and a merger (k²·h → k²·h → text width).
+    block = (3 * h * h + 3 * h) + (h * h + h) + (2 * h * mlp + mlp + h) + 4 * h
+    patch, temporal = int(v.get("patch_size") or 14), int(v.get("temporal_patch_size") or 2)
+    embed = int(v.get("in_channels") or 3) * temporal * patch * patch * h + h + int(v.get("num_position_embeddings") or 0) * h
+    k2 = int(v["spatial_merge_size"]) ** 2
+    text = int(v.get("out_hidden_size") or cfg.get("hidden_size") or h)
+    merger = 2 * h + (k2 * h) ** 2 + k2 * h + text * k2 * h + text
+    return (int(depth) * block + embed + merger) * 2
+
+
+def vision_profile_shape(cfg: dict[str, Any]) -> dict[str, int] | None:
+    """What vLLM's encoder profiling runs on for a Qwen-style ViT: the most tokens one image may make
+    (``max_pixels`` / (patch × merge)²) and the ViT's widths; None where the tower or its image size
+    limit is not known."""
+    v = _vision_config(cfg)
+    if not v or not v.get("spatial_merge_size") or not v.get("max_pixels"):
+        return None
+    patch, merge = int(v.get("patch_size") or 14), int(v["spatial_merge_size"])
+    h = int(_g(v, "hidden_size", "embed_dim", default=0) or 0)
+    mlp = int(_g(v, "intermediate_size", default=4 * h) or 4 * h)
+    if not h:
+        return None
+    return {"tokens_per_item": int(v["max_pixels"]) // (patch * patch * merge * merge), "merge": merge, "hidden": h,
+            "mlp": mlp, "pixel_values": int(v.get("in_channels") or 3) * int(v.get("temporal_patch_size") or 2)
+            * patch * patch}
 
 
 def mla_absorbed_bytes(cfg: dict[str, Any], par: Parallel, plan: QuantPlan, engine: str, stage: int = 0) -> int:

@@ -97,7 +97,7 @@ def _normalise(raw: dict[str, Any]) -> dict[str, Any]:
         if key in _INT_KEYS and isinstance(value, str):
             value = human_int(value) if human_int(value) is not None else value
         if isinstance(value, (dict, list, tuple)) and key not in ("speculative_config", "compilation_config",
-                                                                  "kv_transfer_config"):
+                                                                  "kv_transfer_config", "limit_mm_per_prompt"):
             continue
         out[key] = value
     if "max_seq_len" in out and "max_model_len" not in out:
