@@ -262,6 +262,19 @@ def _fold_compare(lines: list[str], setup=None) -> tuple:
     return result, py_error, {k: (a[k], b[k]) for k in a if a[k] != b[k]}
 
 
+@pytest.mark.parametrize("later", ["", "graph: True, ", "npu graph: True, "])
+def test_graph_off_first_then_on_later_reads_as_the_per_line_path(later: str):
+    """The decode line's first free text 'cuda graph: False, ' is read at once (batches past the graphs'
+    sizes, half of a busy journal's lines); a later 'graph: True' still turns the flag on."""
+    lines = []
+    for i in range(6):
+        line = _dec(t=f"2026-09-01 12:00:{5 + i:02d}", r=3 + i, gen="2.5")
+        line = line.replace("token usage: 0.50, ", "token usage: 0.50, cuda graph: False, ")
+        lines.append(line.replace("#queue-req", later + "#queue-req") if i % 2 else line)
+    result, py_error, differ = _fold_compare(lines)
+    assert py_error is None and result is not None and differ == {}
+
+
 def test_hostile_line_splits_in_linear_time():
     """Thousands of gen/queue fields on one line: 6.7 s at 44 KiB in C, 328 s in the regex, before
     (every pair was tried, each with a rescan of the line)."""

@@ -569,10 +569,15 @@ static int stamp_seconds(const unsigned char *s, Py_ssize_t at, double *out) {
 /* The per-line path's CUDA-graph flag: None without "graph: ", else whether "graph: True" is there,
  * looked for in the decode line's three free-text groups (never across them). */
 static char graph_flag(const unsigned char *s, const Row *row) {
-    static const char ON[] = "cuda graph: True, "; /* 0.4+: the whole first free text, most lines */
-    if (row->span[5][1] - row->span[5][0] == 18 && memcmp(s + row->span[5][0], ON, 18) == 0) return 1;
-    int any = 0;
-    for (int g = 5; g <= 9; g += 2) {
+    static const char ON[] = "cuda graph: True, ", OFF[] = "cuda graph: False, "; /* 0.4+: the whole first free text */
+    Py_ssize_t first = row->span[5][1] - row->span[5][0];
+    if (first == 18 && memcmp(s + row->span[5][0], ON, 18) == 0) return 1;
+    int any = 0, g0 = 5;
+    if (first == 19 && memcmp(s + row->span[5][0], OFF, 19) == 0) { /* batches past the graphs' sizes: */
+        any = 1;                                                      /* only the other two can say True */
+        g0 = 7;
+    }
+    for (int g = g0; g <= 9; g += 2) {
         Py_ssize_t a = row->span[g][0], b = row->span[g][1];
         for (Py_ssize_t at = find_lit(s, a, b, "graph: ", 7); at >= 0; at = find_lit(s, at + 1, b, "graph: ", 7)) {
             any = 1;
