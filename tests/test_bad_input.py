@@ -255,7 +255,7 @@ def test_internal_error_with_debug_shows_the_traceback(monkeypatch, capsys):
 
 def test_internal_error_deep_in_the_parser_with_debug(monkeypatch, capsys):
     """Raised inside the reader's scan loop, far from the CLI: still caught, traceback only with --debug."""
-    monkeypatch.setattr("kvscope.reading.scan.AnchorScanner.line_starts", _boom)
+    monkeypatch.setattr("kvscope.reading.source._decode", _boom)
     assert _main(["explain", str(REAL)]) == 1
     assert "Traceback" not in capsys.readouterr().err
     assert _main(["explain", str(REAL), "--debug"]) == 1

@@ -492,3 +492,59 @@ def test_numbers_read_while_matching_convert_as_python_does(rows):
         return  # a number too long for the C lane (the regex reads the stretch) or no line taken
     result, py_error, differ = _fold_compare(lines)
     assert differ == {}, (py_error, result)
+
+
+# --- the C thread's jobs (kvscope._bulk.Job) ----------------------------------------------------
+
+JOB = getattr(NATIVE, "Job", None)
+needs_jobs = pytest.mark.skipif(JOB is None, reason="no C job thread on this platform")
+
+
+def _anchors():
+    from kvscope.engines import ANCHORS
+    from kvscope.reading.scan import AnchorScanner
+
+    return AnchorScanner(ANCHORS).native
+
+
+@needs_jobs
+def test_job_result_is_the_split_with_its_anchor_scan():
+    body = "\n".join([*SERVING[:40], "INFO:     127.0.0.1:1 - \"POST /generate HTTP/1.1\" 200 OK", *SERVING[40:80]])
+    buf = ("junk before\n" + body + "\n").encode()
+    lo, anchors = len("junk before\n"), _anchors()
+    text, batch, starts = JOB(buf, lo, len(buf), anchors, True, None, 1 << 20).result()
+    want_text, want_batch, want_starts = NATIVE.split(buf, lo, len(buf), anchors)
+    assert text == want_text and batch.rows() == want_batch.rows() and starts == want_starts
+    assert batch.labels() == want_batch.labels() and batch.retracts() == want_batch.retracts()
+
+
+@needs_jobs
+def test_job_hands_back_what_the_c_lane_does_not_read():
+    anchors, big = _anchors(), 1 << 20
+    startup = b"[2026-09-01 12:00:00] Load weight end. mem usage=7.5 GB\nplain line\n"
+    assert JOB(startup, 0, len(startup), anchors, True, None, big).result() == \
+        anchors.line_starts(startup, 0, len(startup))  # no serving line: the raw region's candidates
+    vllm = b"INFO 09-01 12:00:00 [loggers.py:1] Engine 000: Avg prompt throughput: 1.0 tokens/s\n"
+    assert JOB(vllm, 0, len(vllm), anchors, True, b"Avg prompt throughput", big).result() == 1
+    marked = ("\n".join(SERVING[:5]) + "\n\x01\n").encode()
+    assert JOB(marked, 0, len(marked), anchors, False, None, big).result() == 2
+    long_line = ("\n".join(SERVING[:5]) + "\n" + "x" * 300 + "\n").encode()
+    assert JOB(long_line, 0, len(long_line), anchors, True, None, 64).result() == 2  # a line may pass max_line
+    long_number = (_dec(gen="1." + "1" * 30) + "\n").encode()
+    assert JOB(long_number, 0, len(long_number), anchors, True, None, big).result() == 2
+
+
+@needs_jobs
+def test_jobs_queued_then_dropped_or_run_here_are_safe():
+    """Many jobs at once: some taken back (run_here), some dropped while queued or running, the rest
+    waited for; every result is the split's."""
+    body = ("\n".join(SERVING * 20) + "\n").encode()
+    anchors = _anchors()
+    want = NATIVE.split(body, 0, len(body), anchors)
+    jobs = [JOB(body, 0, len(body), anchors, True, None, 1 << 20) for _ in range(40)]
+    ran_here = [j.run_here() for j in jobs[::-3]]
+    del jobs[1::4]  # dropped whatever their state
+    for j in jobs:
+        text, batch, starts = j.result()
+        assert j.done() and text == want[0] and starts == want[2] and batch.rows() == want[1].rows()
+    assert any(ran_here) or all(j.done() for j in jobs)

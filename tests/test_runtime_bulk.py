@@ -168,10 +168,13 @@ def test_block_and_stretch_boundaries(tmp_path: Path, monkeypatch: pytest.Monkey
     assert _report([path], False, monkeypatch) == expected
 
 
-def test_stretches_split_ahead_on_a_thread_give_the_same_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_stretches_split_ahead_on_a_thread_give_the_same_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                engine: str):
     """Small stretches, so that each block has several and the later ones are split on the second
-    thread (the C lane gives the GIL back while it reads, and takes it for long numbers)."""
-    path = _journal(tmp_path, AWKWARD)
+    thread: the C lane's own (a long number, the vLLM lane's stretches handed back to the reader) or,
+    once the vLLM lane was needed, the Python one."""
+    path = _journal(tmp_path, AWKWARD) if engine == "sglang" else _vllm_journal(tmp_path, AWKWARD_VLLM)
     monkeypatch.setattr(source, "BULK_BYTES", 2048)
     monkeypatch.setattr(source, "PREFETCH_SPLITS", False)
     expected = _report([path], True, monkeypatch)

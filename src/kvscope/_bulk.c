@@ -999,6 +999,7 @@ static int split_lines(Batch *b, const unsigned char *s, Py_ssize_t start, Py_ss
         if (hi - lo >= 40 && (same ? match_same_head(s, lo, hi, head_len, prev, lo - prev_lo, row)
                                    : match_line(s, lo, hi, row, &head_end))) {
             int ok = convert(s, row, same ? prev : NULL, 0);
+            if (ok == 2 && save == NULL) return SPLIT_REGEX; /* a thread without Python: the caller's path reads it */
             if (ok == 2) { /* a long number: Python converts it, as float() would */
                 PyEval_RestoreThread(*save);
                 ok = convert(s, row, same ? prev : NULL, 1);
@@ -1028,6 +1029,23 @@ static int split_lines(Batch *b, const unsigned char *s, Py_ssize_t start, Py_ss
  * newline came before lo. The text returned is "\n" + that region with matched lines marked.
  * The GIL is released while the lines are read (buf is immutable and the caller holds it), so the
  * reader can split the next stretch on another thread while this one's rows are folded. */
+/* What split noted while making b's rows (labels, sample order, sums) handed to the Batch; -1: error set. */
+static int batch_finish(Batch *b, const Labels *lab) {
+    if (labels_to_list(b, lab) < 0) return -1;
+    b->sample = PyMem_RawMalloc(sizeof(int32_t) * (size_t)(lab->n_order ? lab->n_order : 1));
+    if (b->sample == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(b->sample, lab->order, sizeof(int32_t) * (size_t)lab->n_order);
+    b->n_sample = lab->n_order;
+    b->n_retract = lab->n_retract;
+    b->tot_r = lab->tot_r;
+    b->tot_new = lab->tot_new;
+    b->tot_cached = lab->tot_cached;
+    return 0;
+}
+
 static PyTypeObject AnchorsType;
 typedef struct Anchors Anchors;
 static int scan_line_starts(const Anchors *a, const unsigned char *s, Py_ssize_t lo, Py_ssize_t hi,
@@ -1104,18 +1122,7 @@ static PyObject *bulk_split(PyObject *mod, PyObject *args) {
         PyMem_RawFree(lab);
         Py_RETURN_NONE;
     }
-    if (labels_to_list(b, lab) < 0) goto fail;
-    b->sample = PyMem_RawMalloc(sizeof(int32_t) * (size_t)(lab->n_order ? lab->n_order : 1));
-    if (b->sample == NULL) {
-        PyErr_NoMemory();
-        goto fail;
-    }
-    memcpy(b->sample, lab->order, sizeof(int32_t) * (size_t)lab->n_order);
-    b->n_sample = lab->n_order;
-    b->n_retract = lab->n_retract;
-    b->tot_r = lab->tot_r;
-    b->tot_new = lab->tot_new;
-    b->tot_cached = lab->tot_cached;
+    if (batch_finish(b, lab) < 0) goto fail;
     PyMem_RawFree(lab);
     lab = NULL;
     text = PyBytes_FromStringAndSize(out, w);
@@ -1135,6 +1142,312 @@ fail:
     Py_DECREF(b);
     return NULL;
 }
+
+
+/* ---------------------------------------------------------------- prepare thread ---- */
+
+/* Job(buf, lo, hi, anchors, clean, word, max_line): split (and anchor-scan) buf[lo:hi] on a C
+ * thread that never takes the GIL.
+ *
+ * Why: the Python thread that prepared stretches (split, then the anchor scan) had to win the GIL
+ * back after each one, against a folding thread that holds it through every fold: a fifth of its
+ * time went to waiting. Here one C thread takes queued jobs in order; the folding thread builds
+ * the Python objects when it takes a result (job.result()), and when its next job is still queued
+ * it runs that job itself (run_here) instead of waiting. Results come back in the caller's order.
+ *
+ * result(): (text, Batch, starts) where SGLang serving lines matched (as split(..., anchors)
+ * gives); a list (the candidate line starts of buf[lo:hi] itself) where no line matched and
+ * ``word`` (the vLLM lane's) is absent; 1 where ``word`` is there (the vLLM lane reads this
+ * stretch: the caller's path); 2 where the caller's path must read it for another reason (the mark
+ * byte, a number only Python converts, a line that may pass max_line bytes). */
+#ifndef _WIN32
+#include <pthread.h>
+#include <signal.h>
+#define HAVE_JOBS 1
+
+enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE };
+enum { JOB_SPLIT = 100, JOB_RAW, JOB_WORD, JOB_CALLER };
+
+typedef struct Job {
+    PyObject_HEAD
+    PyObject *buf, *anchors, *word, *batch; /* batch: the Batch its rows go into (made with the GIL) */
+    Py_ssize_t lo, hi, max_line;
+    int clean, state, status;                /* state under job_mu */
+    Labels *lab;
+    char *out;
+    Py_ssize_t w;
+    Py_ssize_t *starts, n_starts, starts_cap;
+    struct Job *next;
+} Job;
+
+static PyTypeObject JobType;
+static pthread_mutex_t job_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t job_ready = PTHREAD_COND_INITIALIZER, job_done = PTHREAD_COND_INITIALIZER;
+static Job *job_head = NULL, *job_tail = NULL;
+static int job_thread_up = 0;
+
+/* Whether some line of s[lo:hi) may be longer than max_line: a window of max_line/2 bytes without a
+ * newline (a longer line holds one whole); the caller's path then looks closer. */
+static int may_hold_overlong(const unsigned char *s, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t max_line) {
+    Py_ssize_t h = max_line / 2 > 0 ? max_line / 2 : 1;
+    if (hi - lo <= max_line + 1) return 0;
+    for (Py_ssize_t p = lo; p + h <= hi; p += h)
+        if (memchr(s + p, '\n', (size_t)h) == NULL) return 1;
+    return 0;
+}
+
+/* The work of one job; no GIL, no Python object touched but the immutable bytes and Anchors it holds. */
+static void job_run(Job *j) {
+    const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(j->buf);
+    Batch *b = (Batch *)j->batch;
+    Py_ssize_t lo = j->lo, hi = j->hi;
+    const Anchors *scan = j->anchors == Py_None ? NULL : (const Anchors *)j->anchors;
+    if (may_hold_overlong(s, lo, hi, j->max_line) || (!j->clean && memchr(s + lo, BULK_MARK, (size_t)(hi - lo)))) {
+        j->status = JOB_CALLER;
+        return;
+    }
+    int status = SPLIT_NONE;
+    if (memchr(s + lo, '#', (size_t)(hi - lo)) != NULL &&
+        (memmem(s + lo, (size_t)(hi - lo), " batch", 6) != NULL ||
+         memmem(s + lo, (size_t)(hi - lo), "#retracted_reqs: ", 17) != NULL)) {
+        j->out = PyMem_RawMalloc((size_t)(hi - lo) + 2);
+        if (j->out == NULL) {
+            j->status = SPLIT_NOMEM;
+            return;
+        }
+        j->out[0] = '\n';
+        status = split_lines(b, s, lo, hi, &b->cap, j->lab, j->out, &j->w, NULL);
+    }
+    if (status == SPLIT_OK && b->n > 0) {
+        j->status = scan == NULL || scan_line_starts(scan, (const unsigned char *)j->out, 1, j->w, &j->starts,
+                                                     &j->n_starts, &j->starts_cap) == 0 ? JOB_SPLIT : SPLIT_NOMEM;
+        return;
+    }
+    if (status != SPLIT_OK && status != SPLIT_NONE) {
+        j->status = status == SPLIT_NOMEM ? SPLIT_NOMEM : JOB_CALLER;
+        return;
+    }
+    b->n = 0; /* no row: the stretch stays as it is */
+    if (j->word != Py_None && memmem(s + lo, (size_t)(hi - lo), PyBytes_AS_STRING(j->word),
+                                     (size_t)PyBytes_GET_SIZE(j->word)) != NULL) {
+        j->status = JOB_WORD;
+        return;
+    }
+    if (scan == NULL) {
+        j->status = JOB_CALLER;
+        return;
+    }
+    j->status = scan_line_starts(scan, s, lo, hi, &j->starts, &j->n_starts, &j->starts_cap) == 0 ? JOB_RAW : SPLIT_NOMEM;
+}
+
+static void *job_thread(void *unused) {
+    sigset_t all; /* signals are the main thread's to handle */
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    pthread_mutex_lock(&job_mu);
+    for (;;) {
+        while (job_head == NULL) pthread_cond_wait(&job_ready, &job_mu);
+        Job *j = job_head;
+        job_head = j->next;
+        if (job_head == NULL) job_tail = NULL;
+        j->next = NULL;
+        j->state = JOB_RUNNING;
+        pthread_mutex_unlock(&job_mu);
+        job_run(j);
+        pthread_mutex_lock(&job_mu);
+        j->state = JOB_DONE;
+        pthread_cond_broadcast(&job_done);
+    }
+    return NULL;
+}
+
+static void job_after_fork(void) { /* the child has no job thread: start afresh (its queued jobs run where asked) */
+    pthread_mutex_init(&job_mu, NULL);
+    pthread_cond_init(&job_ready, NULL);
+    pthread_cond_init(&job_done, NULL);
+    job_head = job_tail = NULL;
+    job_thread_up = 0;
+}
+
+/* Take j off the queue if it is still there (job_mu held). 1: it was queued and is now the caller's. */
+static int job_claim(Job *j) {
+    if (j->state != JOB_QUEUED) return 0;
+    Job **at = &job_head, *prev = NULL;
+    while (*at != NULL && *at != j) {
+        prev = *at;
+        at = &(*at)->next;
+    }
+    if (*at == j) {
+        *at = j->next;
+        if (job_tail == j) job_tail = prev;
+    }
+    j->next = NULL;
+    j->state = JOB_RUNNING;
+    return 1;
+}
+
+/* Run j here if no thread has begun it, else wait for it; the GIL is given up meanwhile. */
+static void job_finish(Job *j) {
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&job_mu);
+    if (job_claim(j)) {
+        pthread_mutex_unlock(&job_mu);
+        job_run(j);
+        pthread_mutex_lock(&job_mu);
+        j->state = JOB_DONE;
+        pthread_cond_broadcast(&job_done);
+    }
+    while (j->state != JOB_DONE) pthread_cond_wait(&job_done, &job_mu);
+    pthread_mutex_unlock(&job_mu);
+    Py_END_ALLOW_THREADS
+}
+
+static PyObject *job_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    PyObject *buf, *anchors, *word;
+    Py_ssize_t lo, hi, max_line;
+    int clean;
+    if (!PyArg_ParseTuple(args, "O!nnOpOn", &PyBytes_Type, &buf, &lo, &hi, &anchors, &clean, &word, &max_line))
+        return NULL;
+    if (lo < 0 || hi > PyBytes_GET_SIZE(buf) || lo > hi || max_line < 1) {
+        PyErr_SetString(PyExc_ValueError, "Job(): 0 <= lo <= hi <= len(buf), max_line >= 1");
+        return NULL;
+    }
+    if ((anchors != Py_None && !PyObject_TypeCheck(anchors, &AnchorsType)) || (word != Py_None && !PyBytes_Check(word))) {
+        PyErr_SetString(PyExc_TypeError, "Job(): anchors is an Anchors object or None, word bytes or None");
+        return NULL;
+    }
+    if (PyBytes_GET_SIZE(buf) >= INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "Job(): spans are 32-bit offsets");
+        return NULL;
+    }
+    Job *j = PyObject_New(Job, type);
+    if (j == NULL) return NULL;
+    j->buf = Py_NewRef(buf);
+    j->anchors = Py_NewRef(anchors);
+    j->word = Py_NewRef(word);
+    j->lo = lo, j->hi = hi, j->max_line = max_line, j->clean = clean;
+    j->state = JOB_DONE; /* until queued: nothing for another thread to wait on */
+    j->status = JOB_CALLER;
+    j->out = NULL, j->w = 0;
+    j->starts = NULL, j->n_starts = j->starts_cap = 0;
+    j->next = NULL;
+    j->lab = PyMem_RawMalloc(sizeof(Labels));
+    j->batch = (PyObject *)batch_new(buf, (hi - lo) / 160 + 16);
+    if (j->lab == NULL || j->batch == NULL) {
+        Py_DECREF(j);
+        return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+    }
+    labels_init(j->lab);
+    pthread_mutex_lock(&job_mu);
+    if (!job_thread_up) {
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        job_thread_up = pthread_create(&t, &attr, job_thread, NULL) == 0;
+        pthread_attr_destroy(&attr);
+    }
+    if (job_thread_up) { /* else: no thread could be made, and result() runs the job where it is asked */
+        j->state = JOB_QUEUED;
+        if (job_tail != NULL) job_tail->next = j;
+        else job_head = j;
+        job_tail = j;
+        pthread_cond_signal(&job_ready);
+    } else {
+        j->state = JOB_QUEUED;
+    }
+    pthread_mutex_unlock(&job_mu);
+    return (PyObject *)j;
+}
+
+static void job_dealloc(Job *j) {
+    Py_BEGIN_ALLOW_THREADS /* never free what the job thread is reading */
+    pthread_mutex_lock(&job_mu);
+    if (job_claim(j)) j->state = JOB_DONE; /* still queued: taken off, never run */
+    while (j->state == JOB_RUNNING) pthread_cond_wait(&job_done, &job_mu);
+    pthread_mutex_unlock(&job_mu);
+    Py_END_ALLOW_THREADS
+    PyMem_RawFree(j->out);
+    PyMem_RawFree(j->starts);
+    PyMem_RawFree(j->lab);
+    Py_XDECREF(j->batch);
+    Py_XDECREF(j->buf);
+    Py_XDECREF(j->anchors);
+    Py_XDECREF(j->word);
+    PyObject_Free(j);
+}
+
+/* job.result(): see Job; runs the job here if no thread has begun it. */
+static PyObject *job_result(Job *j, PyObject *unused) {
+    job_finish(j);
+    switch (j->status) {
+    case SPLIT_NOMEM:
+        return PyErr_NoMemory();
+    case JOB_RAW:
+        return starts_list(j->starts, j->n_starts);
+    case JOB_WORD:
+        return PyLong_FromLong(1);
+    case JOB_SPLIT:
+        break;
+    default:
+        return PyLong_FromLong(2);
+    }
+    Batch *b = (Batch *)j->batch;
+    if (b->sample == NULL && batch_finish(b, j->lab) < 0) return NULL;
+    PyObject *text = PyBytes_FromStringAndSize(j->out, j->w);
+    PyObject *found = j->anchors == Py_None ? Py_NewRef(Py_None) : starts_list(j->starts, j->n_starts);
+    if (text == NULL || found == NULL) {
+        Py_XDECREF(text);
+        Py_XDECREF(found);
+        return NULL;
+    }
+    return Py_BuildValue("(NON)", text, (PyObject *)b, found);
+}
+
+/* job.run_here(): run the job on this thread if no thread has begun it (True), else False. */
+static PyObject *job_run_here(Job *j, PyObject *unused) {
+    int mine;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&job_mu);
+    mine = job_claim(j);
+    pthread_mutex_unlock(&job_mu);
+    if (mine) {
+        job_run(j);
+        pthread_mutex_lock(&job_mu);
+        j->state = JOB_DONE;
+        pthread_cond_broadcast(&job_done);
+        pthread_mutex_unlock(&job_mu);
+    }
+    Py_END_ALLOW_THREADS
+    return PyBool_FromLong(mine);
+}
+
+/* job.done(): whether result() would return without running or waiting. */
+static PyObject *job_done_(Job *j, PyObject *unused) {
+    int done;
+    pthread_mutex_lock(&job_mu); /* held for a few instructions by any thread: no GIL hand-off needed */
+    done = j->state == JOB_DONE;
+    pthread_mutex_unlock(&job_mu);
+    return PyBool_FromLong(done);
+}
+
+static PyMethodDef job_methods[] = {
+    {"result", (PyCFunction)job_result, METH_NOARGS, "The prepared stretch (see Job); runs it here if not begun."},
+    {"run_here", (PyCFunction)job_run_here, METH_NOARGS, "Run it on this thread if no thread has begun it."},
+    {"done", (PyCFunction)job_done_, METH_NOARGS, "Whether it is done."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject JobType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvscope._bulk.Job",
+    .tp_basicsize = sizeof(Job),
+    .tp_dealloc = (destructor)job_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A stretch split and anchor-scanned on kvscope's C thread.",
+    .tp_methods = job_methods,
+    .tp_new = job_new,
+};
+#endif /* _WIN32 */
 
 /* ---------------------------------------------------------------- fold ---- */
 
@@ -2424,6 +2737,10 @@ static struct PyModuleDef bulk_module = {
 PyMODINIT_FUNC PyInit__bulk(void) {
     init_classes();
     if (PyType_Ready(&BatchType) < 0 || PyType_Ready(&AnchorsType) < 0) return NULL;
+#ifdef HAVE_JOBS
+    if (PyType_Ready(&JobType) < 0) return NULL;
+    pthread_atfork(NULL, NULL, job_after_fork);
+#endif
     PyObject *m = PyModule_Create(&bulk_module);
     if (m == NULL) return NULL;
     Py_INCREF(&BatchType);
@@ -2438,5 +2755,13 @@ PyMODINIT_FUNC PyInit__bulk(void) {
         Py_DECREF(m);
         return NULL;
     }
+#ifdef HAVE_JOBS
+    Py_INCREF(&JobType);
+    if (PyModule_AddObject(m, "Job", (PyObject *)&JobType) < 0) {
+        Py_DECREF(&JobType);
+        Py_DECREF(m);
+        return NULL;
+    }
+#endif
     return m;
 }

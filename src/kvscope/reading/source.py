@@ -282,7 +282,8 @@ class _FileScan:
         self.next_plan = 0  # bytes_read at which the key plan is remade
         self.last_plan = 0
         self.file_bytes = 0
-        self.queued: collections.deque[_Ahead] = collections.deque()  # stretches handed to the second thread
+        self.queued: collections.deque[_Ahead | _Job] = collections.deque()  # stretches handed to the second thread
+        self.python_thread = False  # the vLLM lane reads this file's stretches: a Python thread prepares them
 
     def run(self, blocks: Iterator[tuple[bytes, int, bool]]) -> Iterator[Line | Bulk]:
         """The candidate lines (and bulk rows) of the file, in order.
@@ -406,7 +407,9 @@ class _FileScan:
             lo = cut
         if not (PREFETCH_SPLITS and self.scanner.native is not None):
             return [(a, b, NOT_PREPARED) for a, b in cuts]
-        started = [(a, b, _Ahead(self, buf, a, b, clean)) for a, b in cuts]
+        job = None if self.python_thread else getattr(self.bulk, "job", None)
+        started = [(a, b, _Job(self, buf, a, b, clean, job) if job is not None else _Ahead(self, buf, a, b, clean))
+                   for a, b in cuts]
         self.queued.extend(slot for _, _, slot in started)
         return started
 
@@ -436,31 +439,24 @@ class _FileScan:
             starts = self.scanner.line_starts(buf, lo, hi)[0]
         return buf, lo, hi, rows, starts
 
-    def _take(self, slot: _Ahead) -> Any:
+    def _take(self, slot: _Ahead | _Job) -> Any:
         """A stretch, prepared. While the second thread is still on it, this thread takes the newest
-        stretch not yet begun back and prepares it itself: both threads stay busy whichever is faster."""
-        while slot.value is NOT_PREPARED and not slot.future.done():
-            with contextlib.suppress(FutureTimeout):  # nearly done, more often than not: wait a little first
-                slot.value = slot.future.result(timeout=STEAL_AFTER_S)
+        stretch not yet begun back and prepares it itself: both threads stay busy whichever is faster.
+        A stretch not begun is prepared here at once."""
+        while not slot.take_back() and not slot.done():
+            if slot.wait(STEAL_AFTER_S) or not self._steal():
                 break
-            if not self._steal():
-                break
-        if slot.value is NOT_PREPARED:
-            slot.value = slot.future.result()
         if self.queued and self.queued[0] is slot:
             self.queued.popleft()
-        return slot.value
+        return slot.get()
 
     def _steal(self) -> bool:
         """Prepare the newest queued stretch here if the second thread has not begun it."""
         while self.queued:
             last = self.queued.pop()
-            if last.value is not NOT_PREPARED or last.future.done():
+            if last.done():
                 continue
-            if not last.future.cancel():
-                return False  # begun: every older one is begun or done too (the thread takes them in order)
-            last.value = self._prepare(*last.args)
-            return True
+            return last.take_back()  # False: begun, and so is every older one (they are taken in order)
         return False
 
     def _bulk_split(self, buf: bytes, lo: int, hi: int, clean: bool = False) -> tuple[Any, ...] | None:
@@ -535,14 +531,69 @@ class _FileScan:
 
 
 class _Ahead:
-    """A stretch handed to the second thread to prepare; ``value`` is set once this thread has it."""
+    """A stretch handed to the second (Python) thread to prepare; ``value`` is set once this thread has it."""
 
-    __slots__ = ("args", "future", "value")
+    __slots__ = ("args", "future", "scan", "value")
 
     def __init__(self, scan: _FileScan, buf: bytes, lo: int, hi: int, clean: bool) -> None:
-        self.args = (buf, lo, hi, clean)
+        self.scan, self.args = scan, (buf, lo, hi, clean)
         self.value: Any = NOT_PREPARED
         self.future = _thread("prepare").submit(scan._prepare, buf, lo, hi, clean)
+
+    def done(self) -> bool:
+        return self.value is not NOT_PREPARED or self.future.done()
+
+    def take_back(self) -> bool:
+        """Prepare it on this thread if the second one has not begun it (True)."""
+        if self.value is NOT_PREPARED and self.future.cancel():
+            self.value = self.scan._prepare(*self.args)
+            return True
+        return False
+
+    def wait(self, seconds: float) -> bool:
+        with contextlib.suppress(FutureTimeout):
+            self.value = self.future.result(timeout=seconds)
+            return True
+        return False
+
+    def get(self) -> Any:
+        if self.value is NOT_PREPARED:
+            self.value = self.future.result()
+        return self.value
+
+
+class _Job:
+    """A stretch the C lane's own thread splits and anchor-scans (``kvscope._bulk.Job``): that thread
+    never waits for the GIL, which the folding thread holds through every fold. Where the C lane
+    cannot read the stretch (the vLLM lane's words, the mark byte, a long number…) it is prepared
+    by ``_prepare`` when taken, and once the vLLM lane was needed the file's later stretches go to
+    the Python thread instead (``_Ahead``), which runs that lane too."""
+
+    __slots__ = ("args", "job", "scan")
+
+    def __init__(self, scan: _FileScan, buf: bytes, lo: int, hi: int, clean: bool, job: Any) -> None:
+        self.scan, self.args = scan, (buf, lo, hi, clean)
+        self.job = job(buf, lo, hi, scan.scanner.native, clean, MAX_LINE_BYTES)
+
+    def done(self) -> bool:
+        return bool(self.job.done())
+
+    def take_back(self) -> bool:
+        return bool(self.job.run_here())
+
+    def wait(self, seconds: float) -> bool:
+        return False  # the C thread needs no GIL to finish: this one steals work meanwhile
+
+    def get(self) -> Any:
+        found = self.job.result()
+        buf, lo, hi, clean = self.args
+        if isinstance(found, tuple):
+            return found[0], 1, len(found[0]), found[1], found[2]
+        if isinstance(found, list):
+            return buf, lo, hi, None, found
+        if found == 1:
+            self.scan.python_thread = True
+        return self.scan._prepare(buf, lo, hi, clean)
 
 
 def _read_ahead(blocks: Iterator[bytes]) -> Iterator[tuple[bytes, int, bool]]:

@@ -231,6 +231,17 @@ class BulkLane:
             return vllm_split(buf, lo, hi)
         return out
 
+    @property
+    def job(self) -> Any:
+        """``job(buf, lo, hi, anchors, clean, max_line)``: the C lane's split of a stretch on its own
+        thread (``kvscope._bulk.Job``), with the vLLM lane's word to hand such stretches back; None
+        where there is no C lane or no such thread (Windows)."""
+        job = getattr(self.native, "Job", None)
+        if job is None:
+            return None
+        word = _VL_WORD if self.vllm else None
+        return lambda buf, lo, hi, anchors, clean, max_line: job(buf, lo, hi, anchors, clean, word, max_line)
+
 
 BULK_LANE = BulkLane(BULK, NATIVE)
 
