@@ -548,3 +548,24 @@ def test_jobs_queued_then_dropped_or_run_here_are_safe():
         text, batch, starts = j.result()
         assert j.done() and text == want[0] and starts == want[2] and batch.rows() == want[1].rows()
     assert any(ran_here) or all(j.done() for j in jobs)
+
+
+@needs_jobs
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork here")
+def test_jobs_survive_a_fork():
+    """A forked child has no job thread: its jobs (queued, or begun by the parent's thread) run
+    where their results are asked for, and come out the same."""
+    import os
+
+    body = ("\n".join(SERVING * 30) + "\n").encode()
+    anchors = _anchors()
+    want = NATIVE.split(body, 0, len(body), anchors)
+    jobs = [JOB(body, 0, len(body), anchors, True, None, 1 << 20) for _ in range(12)]
+    pid = os.fork()
+    if pid == 0:  # the child: exit status says whether every result matched
+        ok = all(j.result()[0] == want[0] and j.result()[1].rows() == want[1].rows() for j in jobs)
+        fresh = JOB(body, 0, len(body), anchors, True, None, 1 << 20).result()
+        os._exit(0 if ok and fresh[0] == want[0] else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert all(j.result()[0] == want[0] for j in jobs)

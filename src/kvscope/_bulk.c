@@ -1177,6 +1177,7 @@ typedef struct Job {
     char *out;
     Py_ssize_t w;
     Py_ssize_t *starts, n_starts, starts_cap;
+    unsigned gen; /* job_gen when it was queued */
     struct Job *next;
 } Job;
 
@@ -1185,6 +1186,7 @@ static pthread_mutex_t job_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t job_ready = PTHREAD_COND_INITIALIZER, job_done = PTHREAD_COND_INITIALIZER;
 static Job *job_head = NULL, *job_tail = NULL;
 static int job_thread_up = 0;
+static unsigned job_gen = 0; /* one more in a forked child, whose parent's job thread is gone */
 
 /* Whether some line of s[lo:hi) may be longer than max_line: a window of max_line/2 bytes without a
  * newline (a longer line holds one whole); the caller's path then looks closer. */
@@ -1267,10 +1269,20 @@ static void job_after_fork(void) { /* the child has no job thread: start afresh 
     pthread_cond_init(&job_done, NULL);
     job_head = job_tail = NULL;
     job_thread_up = 0;
+    job_gen++;
 }
 
-/* Take j off the queue if it is still there (job_mu held). 1: it was queued and is now the caller's. */
+/* Take j off the queue if it is still there (job_mu held). 1: it was queued and is now the caller's.
+ * A job the job thread had begun before a fork is, in the child, begun again from nothing. */
 static int job_claim(Job *j) {
+    if (j->state == JOB_RUNNING && j->gen != job_gen) {
+        ((Batch *)j->batch)->n = 0;
+        labels_init(j->lab);
+        PyMem_RawFree(j->out);
+        PyMem_RawFree(j->starts);
+        j->out = NULL, j->w = 0, j->starts = NULL, j->n_starts = j->starts_cap = 0;
+        j->state = JOB_QUEUED;
+    }
     if (j->state != JOB_QUEUED) return 0;
     Job **at = &job_head, *prev = NULL;
     while (*at != NULL && *at != j) {
@@ -1316,10 +1328,6 @@ static PyObject *job_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
         PyErr_SetString(PyExc_TypeError, "Job(): anchors is an Anchors object or None, word bytes or None");
         return NULL;
     }
-    if (PyBytes_GET_SIZE(buf) >= INT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "Job(): spans are 32-bit offsets");
-        return NULL;
-    }
     Job *j = PyObject_New(Job, type);
     if (j == NULL) return NULL;
     j->buf = Py_NewRef(buf);
@@ -1331,6 +1339,7 @@ static PyObject *job_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     j->out = NULL, j->w = 0;
     j->starts = NULL, j->n_starts = j->starts_cap = 0;
     j->next = NULL;
+    j->gen = job_gen;
     j->lab = PyMem_RawMalloc(sizeof(Labels));
     j->batch = (PyObject *)batch_new(buf, (hi - lo) / 160 + 16);
     if (j->lab == NULL || j->batch == NULL) {
@@ -1338,6 +1347,7 @@ static PyObject *job_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
         return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     }
     labels_init(j->lab);
+    if (PyBytes_GET_SIZE(buf) >= INT32_MAX) return (PyObject *)j; /* spans are 32-bit offsets: the caller's path */
     pthread_mutex_lock(&job_mu);
     if (!job_thread_up) {
         pthread_t t;
