@@ -6,6 +6,8 @@ import json
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvscope.capacity.plan import rope_cache_bytes
 from kvscope.capacity.weights import (
@@ -143,3 +145,18 @@ def test_local_checkpoint_index_total_replaces_the_estimate(tmp_path):
     assert "safetensors" in w.method
     est_tp2 = estimate_weights(load_model_config("meta-llama/Llama-3.1-8B-Instruct"), Parallel(tp=2))
     assert w.bytes_per_rank == pytest.approx(est_tp2.bytes_per_rank * total / 16_060_522_496, rel=1e-3)
+
+
+_PARTS = ["model", "language_model", "layers", "0", "1", "12", "mlp", "experts", "gate_proj", "self_attn", "q_proj",
+          "linear_attn", "in_proj_qkv", "backbone", "mtp", "*", "?"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_PARTS), min_size=1, max_size=5).map(".".join), max_size=6),
+       st.lists(st.sampled_from([p for p in _PARTS if p not in "*?"]), min_size=1, max_size=6).map(".".join))
+def test_target_index_matches_as_each_pattern_would(targets, module):
+    """The set lookup for plain target names (MIXED_PRECISION lists thousands) = matching each one."""
+    from kvscope.capacity import weights as W
+
+    targets = [t if i % 3 else "model.language_model." + t for i, t in enumerate(targets)]
+    assert W._Targets(tuple(targets)).matches(module) == any(W._matches(t, module) for t in targets)

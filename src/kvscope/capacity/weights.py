@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import json
 import math
 import re
@@ -191,10 +192,10 @@ class QuantPlan:
             return BF16
         if self.experts_only and kind != "expert":
             return BF16
-        if any(_matches(p, module) for p in self.ignore):
+        if _targets(tuple(self.ignore)).matches(module):
             return BF16
         for targets, scheme in self.groups:
-            if any(t in ("Linear", "*") or _matches(t, module) for t in targets):
+            if "Linear" in targets or "*" in targets or _targets(tuple(targets)).matches(module):
                 return scheme
         return BF16
 
@@ -216,11 +217,48 @@ def _matches(pattern: str, module: str) -> bool:
         rx = pattern[3:]
         return any(re.match(rx, s) for s in _suffixes(module))
     for variant in _pattern_variants(pattern):
-        rx = fnmatch.translate(variant).replace(r"\Z", "")
-        full = re.compile(rf"(?:{rx})(?:\..*)?\Z", re.S)
+        full = _glob_rx(variant)
         if any(full.match(s) for s in _suffixes(module)):
             return True
     return False
+
+
+class _Targets:
+    """A list of target patterns, as ``any(_matches(t, module) for t in targets)`` reads it, fast.
+
+    Why: ModelOpt's MIXED_PRECISION configs list every quantized module by name (thousands), and
+    matching each module against each name compiled a regex every time (a minute to plan one
+    model). A plain name matches a module exactly when it equals one of the module's suffixes or a
+    dotted prefix of one: a set lookup. Globs and ``re:`` patterns keep ``_matches``.
+    """
+
+    def __init__(self, targets: tuple[str, ...]) -> None:
+        plain = [t for t in targets if not t.startswith("re:") and not any(c in t for c in "*?[")]
+        self.names = {v for t in plain for v in _pattern_variants(t)}
+        self.others = [t for t in targets if t not in set(plain)]
+
+    def matches(self, module: str) -> bool:
+        if self.names:
+            for suffix in _suffixes(module):
+                if suffix in self.names:
+                    return True
+                dot = suffix.find(".")
+                while dot != -1:
+                    if suffix[:dot] in self.names:
+                        return True
+                    dot = suffix.find(".", dot + 1)
+        return any(_matches(t, module) for t in self.others)
+
+
+@functools.lru_cache(maxsize=64)
+def _targets(targets: tuple[str, ...]) -> _Targets:
+    return _Targets(targets)
+
+
+@functools.lru_cache(maxsize=4096)
+def _glob_rx(variant: str) -> re.Pattern[str]:
+    rx = fnmatch.translate(variant).replace(r"\Z", "")
+    return re.compile(rf"(?:{rx})(?:\..*)?\Z", re.S)
 
 
 def _pattern_variants(pattern: str) -> list[str]:
