@@ -386,9 +386,9 @@ class _FileScan:
             self.next_plan = self.stats.bytes_read + REPLAN_BYTES
 
     def _start(self, piece: tuple[bytes, int, int, bool] | str) -> list[tuple[int, int, Any]] | None:
-        """A region's stretches ``(lo, hi, prepared)``: ``prepared`` is an ``_Ahead`` the second thread
-        prepares (see ``_prepare``), else NOT_PREPARED (prepared when finished). None: a SKIP_LINE /
-        OVERLONG mark.
+        """A region's stretches ``(lo, hi, prepared)``: ``prepared`` is a ``_Job`` the C lane's thread
+        prepares or an ``_Ahead`` the Python thread prepares (see ``_prepare``), else NOT_PREPARED
+        (prepared when finished). None: a SKIP_LINE / OVERLONG mark.
 
         The region is cut into stretches of about BULK_BYTES. Where the C scanner runs, every
         stretch is prepared on the second thread while this one hands on and folds what came
