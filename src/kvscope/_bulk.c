@@ -736,9 +736,9 @@ static void labels_init(Labels *lab) {
     memset(lab->sampled, 0, sizeof(lab->sampled));
 }
 
-/* Note a row just made (its label known) for sample_labels() / retracts(). */
 INLINE long long add_saturating(long long a, long long v) { return a > LLONG_MAX - v ? LLONG_MAX : a + v; }
 
+/* Note a row just made (its label known) for sample_labels() / retracts(). */
 static void labels_note(Labels *lab, const Row *row) {
     if (row->kind == 'r') {
         lab->n_retract++;
@@ -1025,10 +1025,6 @@ static int split_lines(Batch *b, const unsigned char *s, Py_ssize_t start, Py_ss
     return SPLIT_OK;
 }
 
-/* split(buf, lo, hi): the lines of buf[lo:hi) (whole lines: it ends after a newline), as if a
- * newline came before lo. The text returned is "\n" + that region with matched lines marked.
- * The GIL is released while the lines are read (buf is immutable and the caller holds it), so the
- * reader can split the next stretch on another thread while this one's rows are folded. */
 /* What split noted while making b's rows (labels, sample order, sums) handed to the Batch; -1: error set. */
 static int batch_finish(Batch *b, const Labels *lab) {
     if (labels_to_list(b, lab) < 0) return -1;
@@ -1046,12 +1042,25 @@ static int batch_finish(Batch *b, const Labels *lab) {
     return 0;
 }
 
+/* Whether s[lo:hi) may hold a serving line of this lane: every line the lane takes holds a '#'
+ * (#running-req, #new-seq, #retracted_reqs), an access log rarely does. Without one (a vLLM
+ * journal, a startup) no line is tried. */
+static int may_hold_serving(const unsigned char *s, Py_ssize_t lo, Py_ssize_t hi) {
+    return memchr(s + lo, '#', (size_t)(hi - lo)) != NULL &&
+           (memmem(s + lo, (size_t)(hi - lo), " batch", 6) != NULL ||
+            memmem(s + lo, (size_t)(hi - lo), "#retracted_reqs: ", 17) != NULL);
+}
+
 static PyTypeObject AnchorsType;
 typedef struct Anchors Anchors;
 static int scan_line_starts(const Anchors *a, const unsigned char *s, Py_ssize_t lo, Py_ssize_t hi,
                             Py_ssize_t **out, Py_ssize_t *n, Py_ssize_t *cap);
 static PyObject *starts_list(const Py_ssize_t *starts, Py_ssize_t n);
 
+/* split(buf, lo, hi): the lines of buf[lo:hi) (whole lines: it ends after a newline), as if a
+ * newline came before lo. The text returned is "\n" + that region with matched lines marked.
+ * The GIL is released while the lines are read (buf is immutable and the caller holds it), so the
+ * reader can split the next stretch on another thread while this one's rows are folded. */
 static PyObject *bulk_split(PyObject *mod, PyObject *args) {
     PyObject *arg, *anchors = Py_None;
     Py_ssize_t start, stop;
@@ -1088,11 +1097,7 @@ static PyObject *bulk_split(PyObject *mod, PyObject *args) {
     char *out = NULL;
     if (!clean && memchr(s + start, BULK_MARK, (size_t)(stop - start)) != NULL) {
         status = SPLIT_MARK;
-    } else if (memchr(s + start, '#', (size_t)(stop - start)) == NULL ||
-               (memmem(s + start, (size_t)(stop - start), " batch", 6) == NULL &&
-                memmem(s + start, (size_t)(stop - start), "#retracted_reqs: ", 17) == NULL)) {
-        /* no serving line of this lane (a vLLM journal, a startup): every line the lane takes holds
-         * a '#' (#running-req, #new-seq, #retracted_reqs), an access log rarely does */
+    } else if (!may_hold_serving(s, start, stop)) {
         status = SPLIT_NONE;
     } else if ((out = scratch((size_t)(stop - start) + 2)) == NULL) {
         status = SPLIT_NOMEM;
@@ -1209,9 +1214,7 @@ static void job_run(Job *j) {
         return;
     }
     int status = SPLIT_NONE;
-    if (memchr(s + lo, '#', (size_t)(hi - lo)) != NULL &&
-        (memmem(s + lo, (size_t)(hi - lo), " batch", 6) != NULL ||
-         memmem(s + lo, (size_t)(hi - lo), "#retracted_reqs: ", 17) != NULL)) {
+    if (may_hold_serving(s, lo, hi)) {
         j->out = PyMem_RawMalloc((size_t)(hi - lo) + 2);
         if (j->out == NULL) {
             j->status = SPLIT_NOMEM;
@@ -1242,6 +1245,16 @@ static void job_run(Job *j) {
     j->status = scan_line_starts(scan, s, lo, hi, &j->starts, &j->n_starts, &j->starts_cap) == 0 ? JOB_RAW : SPLIT_NOMEM;
 }
 
+/* Run a job this thread has taken (state RUNNING), then say it is done: called and returns with
+ * job_mu held, which is let go while the job runs. */
+static void job_run_claimed(Job *j) {
+    pthread_mutex_unlock(&job_mu);
+    job_run(j);
+    pthread_mutex_lock(&job_mu);
+    j->state = JOB_DONE;
+    pthread_cond_broadcast(&job_done);
+}
+
 static void *job_thread(void *unused) {
     sigset_t all; /* signals are the main thread's to handle */
     sigfillset(&all);
@@ -1254,11 +1267,7 @@ static void *job_thread(void *unused) {
         if (job_head == NULL) job_tail = NULL;
         j->next = NULL;
         j->state = JOB_RUNNING;
-        pthread_mutex_unlock(&job_mu);
-        job_run(j);
-        pthread_mutex_lock(&job_mu);
-        j->state = JOB_DONE;
-        pthread_cond_broadcast(&job_done);
+        job_run_claimed(j);
     }
     return NULL;
 }
@@ -1302,13 +1311,7 @@ static int job_claim(Job *j) {
 static void job_finish(Job *j) {
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&job_mu);
-    if (job_claim(j)) {
-        pthread_mutex_unlock(&job_mu);
-        job_run(j);
-        pthread_mutex_lock(&job_mu);
-        j->state = JOB_DONE;
-        pthread_cond_broadcast(&job_done);
-    }
+    if (job_claim(j)) job_run_claimed(j);
     while (j->state != JOB_DONE) pthread_cond_wait(&job_done, &job_mu);
     pthread_mutex_unlock(&job_mu);
     Py_END_ALLOW_THREADS
@@ -1357,14 +1360,12 @@ static PyObject *job_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
         job_thread_up = pthread_create(&t, &attr, job_thread, NULL) == 0;
         pthread_attr_destroy(&attr);
     }
+    j->state = JOB_QUEUED;
     if (job_thread_up) { /* else: no thread could be made, and result() runs the job where it is asked */
-        j->state = JOB_QUEUED;
         if (job_tail != NULL) job_tail->next = j;
         else job_head = j;
         job_tail = j;
         pthread_cond_signal(&job_ready);
-    } else {
-        j->state = JOB_QUEUED;
     }
     pthread_mutex_unlock(&job_mu);
     return (PyObject *)j;
@@ -1420,14 +1421,8 @@ static PyObject *job_run_here(Job *j, PyObject *unused) {
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&job_mu);
     mine = job_claim(j);
+    if (mine) job_run_claimed(j);
     pthread_mutex_unlock(&job_mu);
-    if (mine) {
-        job_run(j);
-        pthread_mutex_lock(&job_mu);
-        j->state = JOB_DONE;
-        pthread_cond_broadcast(&job_done);
-        pthread_mutex_unlock(&job_mu);
-    }
     Py_END_ALLOW_THREADS
     return PyBool_FromLong(mine);
 }

@@ -31,7 +31,7 @@ class Analysis:
 
 
 @contextlib.contextmanager
-def _no_cycle_collection() -> Iterator[None]:
+def no_cycle_collection() -> Iterator[None]:
     """The read makes many small lists and no reference cycles; the cycle collector's passes over
     them were 3 % of the reading thread's time on a serving journal. Switched back as it was."""
     was_on = gc.isenabled()
@@ -52,7 +52,7 @@ def analyze(paths: Iterable[str], assumptions: dict[str, Any] | None = None, mod
     if model:
         assumptions.setdefault("model", model)
     lines = iter_candidate_lines(list(paths), ANCHORS, stats, BULK_LANE)
-    with _no_cycle_collection():
+    with no_cycle_collection():
         startups = list(assemble(parse_lines(lines)))
     for s in startups:
         finish_startup(s, assumptions)

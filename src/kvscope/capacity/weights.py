@@ -185,6 +185,9 @@ class QuantPlan:
     ignore_is_sample: bool = False
     experts_only: bool = False  # mxfp4 (gpt-oss): only MoE experts are quantized
     notes: list[str] = field(default_factory=list)
+    # each target list's _Targets, made on first use: (the list, its length then, the index)
+    _indexes: dict[int, tuple[list[str], int, _Targets]] = field(default_factory=dict, init=False, repr=False,
+                                                                 compare=False)
 
     def scheme_for(self, module: str, kind: str) -> Scheme:
         """The scheme of one linear module ('Linear' targets = every linear, ignore list wins)."""
@@ -192,12 +195,19 @@ class QuantPlan:
             return BF16
         if self.experts_only and kind != "expert":
             return BF16
-        if _targets(tuple(self.ignore)).matches(module):
+        if self._index(self.ignore).matches(module):
             return BF16
         for targets, scheme in self.groups:
-            if "Linear" in targets or "*" in targets or _targets(tuple(targets)).matches(module):
+            if "Linear" in targets or "*" in targets or self._index(targets).matches(module):
                 return scheme
         return BF16
+
+    def _index(self, targets: list[str]) -> _Targets:
+        """The list's _Targets, made again only if the list was grown since (plans are built by appending)."""
+        got = self._indexes.get(id(targets))
+        if got is None or got[0] is not targets or got[1] != len(targets):
+            got = self._indexes[id(targets)] = (targets, len(targets), _Targets(targets))
+        return got[2]
 
     @property
     def label(self) -> str:
@@ -232,10 +242,10 @@ class _Targets:
     dotted prefix of one: a set lookup. Globs and ``re:`` patterns keep ``_matches``.
     """
 
-    def __init__(self, targets: tuple[str, ...]) -> None:
-        plain = [t for t in targets if not t.startswith("re:") and not any(c in t for c in "*?[")]
+    def __init__(self, targets: list[str] | tuple[str, ...]) -> None:
+        plain = {t for t in targets if not t.startswith("re:") and not any(c in t for c in "*?[")}
         self.names = {v for t in plain for v in _pattern_variants(t)}
-        self.others = [t for t in targets if t not in set(plain)]
+        self.others = [t for t in targets if t not in plain]
 
     def matches(self, module: str) -> bool:
         if self.names:
@@ -248,11 +258,6 @@ class _Targets:
                         return True
                     dot = suffix.find(".", dot + 1)
         return any(_matches(t, module) for t in self.others)
-
-
-@functools.lru_cache(maxsize=64)
-def _targets(targets: tuple[str, ...]) -> _Targets:
-    return _Targets(targets)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -638,39 +643,49 @@ def _vision_config(cfg: dict[str, Any]) -> dict[str, Any] | None:
 def _vision_bytes(cfg: dict[str, Any]) -> int:
     """The vision tower (+ projector), replicated on every rank, in bf16; 0 when its shape is unknown.
 
-    MoonViT (``vt_*`` keys): per block fused qkv, out, a 2-layer MLP (all with bias) and two
-    LayerNorms, then a patch-merger projector (k²·h → k²·h → text hidden). Other ViTs: depth ×
-    (4h² + 2·h·mlp), biases and embeddings ignored.
+    MoonViT (``vt_*`` keys) and Qwen2.5/3-VL-style ViTs (``spatial_merge_size``): see
+    ``_patch_vit_bytes``. Other ViTs: depth × (4h² + 2·h·mlp), biases and embeddings ignored.
     """
     v = _vision_config(cfg)
     if not v:
         return 0
     if v.get("vt_hidden_size"):
-        h, inter, depth = int(v["vt_hidden_size"]), int(v["vt_intermediate_size"]), int(v["vt_num_hidden_layers"])
-        block = (3 * h * h + 3 * h) + (h * h + h) + (2 * h * inter + inter + h) + 4 * h
-        patch = int(v.get("patch_size") or 14)
-        embed = h * 3 * patch * patch + h + int(v.get("init_pos_emb_height") or 0) * int(v.get("init_pos_emb_width") or 0) * h
-        k2 = int(math.prod(v.get("merge_kernel_size") or [2, 2]))
-        text = int(v.get("text_hidden_size") or cfg.get("hidden_size") or h)
-        projector = 2 * h + (k2 * h) ** 2 + k2 * h + text * k2 * h + text
-        return (depth * block + embed + 2 * h + projector) * 2
+        h, patch = int(v["vt_hidden_size"]), int(v.get("patch_size") or 14)
+        positions = int(v.get("init_pos_emb_height") or 0) * int(v.get("init_pos_emb_width") or 0)
+        return _patch_vit_bytes(int(v["vt_num_hidden_layers"]), h, int(v["vt_intermediate_size"]), 3 * patch * patch,
+                                positions, int(math.prod(v.get("merge_kernel_size") or [2, 2])),
+                                int(v.get("text_hidden_size") or cfg.get("hidden_size") or h), final_norm=True)
     depth = _g(v, "depth", "num_hidden_layers", "num_layers")
-    hidden = _g(v, "hidden_size", "embed_dim", "width")
-    if not depth or not hidden:
+    h, mlp = _vit_widths(v)
+    if not depth or not h:
         return 0
-    h = int(hidden)
-    mlp = int(_g(v, "intermediate_size", default=None) or int(h * float(v.get("mlp_ratio") or 4)))
     if not v.get("spatial_merge_size"):
         return int(depth) * (4 * h**2 + 2 * h * mlp) * 2
-    # Qwen2.5/3-VL-style ViT: per block fused qkv, proj and a 2-layer MLP, all with bias, and two
-    # norms; a 3-D patch embedding, learned positions, and a merger (k²·h → k²·h → text width).
+    return _patch_vit_bytes(int(depth), h, mlp, _pixels_per_patch(v), int(v.get("num_position_embeddings") or 0),
+                            int(v["spatial_merge_size"]) ** 2, int(v.get("out_hidden_size") or cfg.get("hidden_size") or h))
+
+
+def _patch_vit_bytes(depth: int, h: int, mlp: int, pixels: int, positions: int, k2: int, text: int,
+                     final_norm: bool = False) -> int:
+    """A patch ViT with a merger, in bf16: per block fused qkv, out and a 2-layer MLP (all with bias)
+    and two norms; a patch embedding of ``pixels`` values per patch, learned positions; a merger of
+    k² patches (norm, k²·h → k²·h → text width). MoonViT adds a final norm."""
     block = (3 * h * h + 3 * h) + (h * h + h) + (2 * h * mlp + mlp + h) + 4 * h
-    patch, temporal = int(v.get("patch_size") or 14), int(v.get("temporal_patch_size") or 2)
-    embed = int(v.get("in_channels") or 3) * temporal * patch * patch * h + h + int(v.get("num_position_embeddings") or 0) * h
-    k2 = int(v["spatial_merge_size"]) ** 2
-    text = int(v.get("out_hidden_size") or cfg.get("hidden_size") or h)
+    embed = pixels * h + h + positions * h
     merger = 2 * h + (k2 * h) ** 2 + k2 * h + text * k2 * h + text
-    return (int(depth) * block + embed + merger) * 2
+    return (depth * block + embed + (2 * h if final_norm else 0) + merger) * 2
+
+
+def _vit_widths(v: dict[str, Any]) -> tuple[int, int]:
+    """(hidden, MLP width) of a ViT config; hidden 0 when not given."""
+    h = int(_g(v, "hidden_size", "embed_dim", "width", default=0) or 0)
+    return h, int(_g(v, "intermediate_size", default=None) or int(h * float(v.get("mlp_ratio") or 4)))
+
+
+def _pixels_per_patch(v: dict[str, Any]) -> int:
+    """Pixel values one patch holds: channels × frames × patch² (Qwen-style ViTs embed 2 frames at once)."""
+    patch = int(v.get("patch_size") or 14)
+    return int(v.get("in_channels") or 3) * int(v.get("temporal_patch_size") or 2) * patch * patch
 
 
 def vision_profile_shape(cfg: dict[str, Any]) -> dict[str, int] | None:
@@ -681,13 +696,11 @@ def vision_profile_shape(cfg: dict[str, Any]) -> dict[str, int] | None:
     if not v or not v.get("spatial_merge_size") or not v.get("max_pixels"):
         return None
     patch, merge = int(v.get("patch_size") or 14), int(v["spatial_merge_size"])
-    h = int(_g(v, "hidden_size", "embed_dim", default=0) or 0)
-    mlp = int(_g(v, "intermediate_size", default=4 * h) or 4 * h)
+    h, mlp = _vit_widths(v)
     if not h:
         return None
     return {"tokens_per_item": int(v["max_pixels"]) // (patch * patch * merge * merge), "merge": merge, "hidden": h,
-            "mlp": mlp, "pixel_values": int(v.get("in_channels") or 3) * int(v.get("temporal_patch_size") or 2)
-            * patch * patch}
+            "mlp": mlp, "pixel_values": _pixels_per_patch(v)}
 
 
 def mla_absorbed_bytes(cfg: dict[str, Any], par: Parallel, plan: QuantPlan, engine: str, stage: int = 0) -> int:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import gc
 import sys
 
 import click
 
-from kvscope.api import analyze
+from kvscope.api import analyze, no_cycle_collection
 from kvscope.cli.common import FORMATS, gather_inputs, write_output
 from kvscope.errors import InputError
 
@@ -30,13 +29,8 @@ def render(analysis, fmt: str, redact: bool, extra=None) -> str:
 @click.option("--debug", is_flag=True, help="Show tracebacks of internal errors.")
 def command(logs, example, fmt, output, assume, model, no_redact, debug) -> None:
     """Explain where each GPU's memory went at startup, from SGLang / vLLM / llama.cpp / TensorRT-LLM logs."""
-    was_on = gc.isenabled()
-    gc.disable()  # one pass over the input, then one report: no cycles worth collecting (1-2 % of a run)
-    try:
+    with no_cycle_collection():  # the report too makes no cycles worth collecting (1-2 % of a run)
         _explain(logs, example, fmt, output, assume, model, no_redact)
-    finally:
-        if was_on:
-            gc.enable()
 
 
 def _explain(logs, example, fmt, output, assume, model, no_redact) -> None:

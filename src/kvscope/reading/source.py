@@ -59,8 +59,9 @@ REGIONS_AHEAD = 4
 # is 5 ms): the splitting thread needs the GIL briefly after each stretch, and waited up to the whole
 # interval for the folding thread to let go of it (measured: a third of its time).
 SWITCH_S = 0.0002
-# How long the folding thread waits for its next stretch before it prepares a queued one itself
-# (preparing one takes ~1 ms; the one it waits for is often a fraction of that from done).
+# How long the folding thread waits for its next stretch from the Python thread before it prepares
+# a queued one itself (preparing one takes ~1 ms; the one it waits for is often a fraction of that
+# from done). A stretch on the C lane's thread is not waited for: that thread needs no GIL to finish.
 STEAL_AFTER_S = 0.0003
 SKIP_LINE, OVERLONG = "skip-line", "overlong-started"  # run()'s marks between regions
 
@@ -562,6 +563,9 @@ class _Ahead:
         return self.value
 
 
+JOB_VLLM_LANE, JOB_CALLERS_PATH = 1, 2  # what kvscope._bulk.Job.result() says of a stretch it hands back
+
+
 class _Job:
     """A stretch the C lane's own thread splits and anchor-scans (``kvscope._bulk.Job``): that thread
     never waits for the GIL, which the folding thread holds through every fold. Where the C lane
@@ -591,15 +595,16 @@ class _Job:
             return found[0], 1, len(found[0]), found[1], found[2]
         if isinstance(found, list):
             return buf, lo, hi, None, found
-        if found == 1:
+        if found == JOB_VLLM_LANE:
             self.scan.python_thread = True
-        return self.scan._prepare(buf, lo, hi, clean)
+        return self.scan._prepare(buf, lo, hi, clean)  # JOB_VLLM_LANE or JOB_CALLERS_PATH
 
 
 def _read_ahead(blocks: Iterator[bytes]) -> Iterator[tuple[bytes, int, bool]]:
-    """(block, its NUL bytes, whether it holds BULK_MARK), each next block read and looked at on a thread of its own while this
-    one is handed on: reading (the kernel's copy, or zlib for a .gz) and the count give up the GIL,
-    and were a quarter of the scanning thread's work on a serving journal. One block ahead; the
+    """(block, its NUL bytes, whether it holds BULK_MARK), each next block read and looked at on a
+    thread of its own while this one is handed on: reading (the kernel's copy, or zlib for a .gz)
+    and ``low_bytes`` give up the GIL, and were a quarter of the scanning thread's work on a serving
+    journal. One block ahead; the
     read under way is waited for before the file is closed."""
 
     def read() -> tuple[bytes, int, bool] | None:

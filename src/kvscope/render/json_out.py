@@ -123,8 +123,8 @@ def _leaf(items: list[Any]) -> bool:
 
 
 def dumps(doc: Any, indent: str = "") -> str:
-    """``json.dumps(doc, indent=2, ensure_ascii=False)``, except that a list of scalars (or of short
-    lists of scalars) stays on one line: a runtime series of 2,000 points is one line to scroll past,
+    """``json.dumps(doc, indent=2, ensure_ascii=False)``, except that a list of scalars (or of lists
+    of scalars) stays on one line: a runtime series of 2,000 points is one line to scroll past,
     not 6,000, and it is encoded by json's C encoder (``indent`` makes json use its pure-Python one,
     a tenth of a second on a large report). The same values, parsed back, as json.dumps gives."""
     if isinstance(doc, dict):

@@ -26,6 +26,7 @@ Timestamps become seconds on a private clock (only differences are used): SGLang
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import re
 from typing import Any
 
@@ -231,7 +232,7 @@ class BulkLane:
             return vllm_split(buf, lo, hi)
         return out
 
-    @property
+    @functools.cached_property
     def job(self) -> Any:
         """``job(buf, lo, hi, anchors, clean, max_line)``: the C lane's split of a stretch on its own
         thread (``kvscope._bulk.Job``), with the vLLM lane's word to hand such stretches back; None
