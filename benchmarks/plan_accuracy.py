@@ -11,7 +11,8 @@ Launch facts come from meta.json (``model``, ``gpu``, ``tp``/``num_gpus``, ``eng
 ``launch_flags_known``, ``settings``, ``launch_command``) and, where meta.json states them only in
 its prose ``notes``, from CASE_FACTS below (each with the sentence it comes from), and from vLLM's
 ``non-default args: {…}`` line where the log has one: the engine's echo of the launch flags, read
-only for the flags in LOGGED_ARGS (a flag it lacks was at the release default). A release
+only for the flags in LOGGED_ARGS (a flag it lacks was at the release default), and the utilization
+its memory-profiling lines repeat. A release
 version missing from meta.json is taken as the newest release built before the log's own date
 (SGLang logs carry full dates); that is "the version that was current", not a number from the log.
 """
@@ -81,12 +82,18 @@ def _clean_model(text: str | None) -> str | None:
 
 
 def _clean_gpu(text: str | None) -> str | None:
+    """The GPU as the catalog knows it (its torch total and interconnect come with it), else its size."""
     if not text:
         return None
+    name = re.split(r" \(|,", text)[0].strip() or None
+    if name:
+        try:
+            resolve_gpu(name)
+            return name
+        except InputError:
+            pass
     m = re.search(r"nvidia-smi total (\d+) MiB", text)
-    if m:
-        return f"{m.group(1)}MiB"
-    return re.split(r" \(|,", text)[0].strip() or None
+    return f"{m.group(1)}MiB" if m else name
 
 
 def _tp(meta: dict[str, Any]) -> int | None:
@@ -167,17 +174,29 @@ LOGGED_ARGS = ("max_model_len", "max_num_batched_tokens", "max_num_seqs", "kv_ca
                "kv_cache_memory_bytes", "speculative_config")
 
 
+# vLLM's memory-profiling lines echo the configured utilization ("gpu_memory_utilization=0.90",
+# "x gpu_memory_utilization (0.90)"): the setting, not a number the engine computed.
+UTIL_ECHO = re.compile(r"gpu_memory_utilization[=( ]+\(?([01]?\.\d+)")
+
+
 def _logged_args(meta: dict[str, Any], log: Path) -> dict[str, Any] | None:
-    """The launch flags a vLLM log echoes in its 'non-default args' line, or None without one."""
+    """The launch flags a vLLM log echoes (its 'non-default args' line, the utilization its profiling
+    lines repeat), or None without either."""
     if meta.get("engine") != "vllm" or not log.is_file():
         return None
     from kvscope.engines.vllm.args import parse_non_default_args
 
-    for line in log.read_text(errors="replace").splitlines():
+    text = log.read_text(errors="replace")
+    out: dict[str, Any] | None = None
+    for line in text.splitlines():
         if "non-default args:" in line:
             args = parse_non_default_args(line)
-            return {k: args[k] for k in LOGGED_ARGS if k in args}
-    return None
+            out = {k: args[k] for k in LOGGED_ARGS if k in args}
+            break
+    util = UTIL_ECHO.search(text)
+    if util:
+        out = {**(out or {}), "gpu_memory_utilization": float(util.group(1))}
+    return out
 
 
 def _version(meta: dict[str, Any], log: Path) -> tuple[str | None, str]:

@@ -224,6 +224,8 @@ def test_non_default_args():
     assert settings["max_model_len"] == 131_072 and settings["kv_cache_dtype"] == "fp8"
     assert settings["max_num_batched_tokens"] == 8192 and settings["max_num_seqs"] == 1
     assert "served_model_name" not in settings and "host" not in settings
+    # The multimodal limits decide whether vLLM profiles the vision encoder (plan and whatif read them).
+    assert settings["limit_mm_per_prompt"] == {"image": 2, "audio": 0}
 
 
 def test_non_default_args_never_copies_secrets():

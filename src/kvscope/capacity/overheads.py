@@ -10,6 +10,19 @@ how much of its answer is known and how much is borrowed.
 Measured on an H200 (../shared/data/measured-overheads.md): driver slice 616 MiB of 143,771 MiB,
 CUDA context 0.516 GiB, NCCL communicator + first all-reduce 0.910 GiB per rank at TP2, cuBLAS
 handle/workspace 0.096 GiB.
+
+Other GPU kinds, from public logs (sources in gpus.json and below):
+
+* torch total: ``torch_total_gib_reported`` per kind (get_device_properties printouts, deviceQuery,
+  OOM messages). Consumer cards lose 0.4–0.5 GiB to the driver, not the 0.1–0.2 an H200-scaled slice
+  gives.
+* CUDA context: the driver reserves local memory for every thread an SM can hold (the 1 KiB default
+  stack × max threads per SM × SMs), plus a fixed part. SGLang's free memory before weights, less
+  its own "Init torch distributed ends. mem usage" (communicators only), gives the context: L4 0.27,
+  H20 0.37–0.41, H100 0.51, H200 0.44–0.50, L40S 0.52, RTX PRO 6000 0.57, B200 0.60 GiB; each is
+  0.24 GiB plus that local memory within ±0.07 (CONTEXT_BASE_GIB).
+* Communicators at start-up (NCCL + custom all-reduce, what SGLang's "mem usage" reports): 0.13–0.39
+  GiB on PCIe-only machines at TP2–TP4, 1.1–2.5 GiB on NVSwitch machines at TP4–TP8.
 """
 
 from __future__ import annotations
@@ -37,6 +50,17 @@ CUBLAS_GIB = 0.096
 # all-reduce buffers.
 NCCL_NVSWITCH_TP4_GIB = 2.04 - CUBLAS_GIB
 
+# CUDA context = CONTEXT_BASE_GIB + the local memory the driver reserves for every resident thread.
+CONTEXT_BASE_GIB = 0.24  # median over 9 SGLang logs on 7 GPU kinds (module docstring), ±0.07
+STACK_BYTES_PER_THREAD = 1024  # cudaLimitStackSize's default
+MAX_THREADS_PER_SM = {"8.0": 2048, "8.6": 1536, "8.7": 1536, "8.9": 1536, "9.0": 2048, "10.0": 2048,
+                      "10.3": 2048, "12.0": 1536, "12.1": 1536}  # CUDA programming guide, per compute capability
+
+# Communicators an engine creates before weights, by TP size, when the GPU kind has no figure of its
+# own (gpus.json ``comms_gib_reported``): SGLang's "Init torch distributed ends. mem usage".
+PCIE_COMMS_GIB = {2: 0.26, 4: 0.39}  # RTX 4090 TP2 (sglang#16920), RTX PRO 6000 TP4 (sglang#40558)
+NVSWITCH_COMMS_GIB = {2: NCCL_TP2_GIB, 4: NCCL_NVSWITCH_TP4_GIB, 8: 2.01}  # H200: measured, vLLM, SGLang PR #11716
+
 
 @dataclass
 class Figure:
@@ -57,6 +81,13 @@ class BudgetBasis:
     nccl: Figure
     cublas: Figure
     notes: list[str] = field(default_factory=list)
+    # What vLLM's profile run sees its communicators take (lazy NCCL buffers and custom all-reduce
+    # included): vLLM ≤ 0.10 charges it to the budget. Defaults to ``nccl``.
+    nccl_after_profile: Figure | None = None
+
+    @property
+    def profile_nccl(self) -> Figure:
+        return self.nccl_after_profile or self.nccl
 
     @property
     def smi_total_gib(self) -> float:
@@ -88,15 +119,42 @@ def _torch_total(g: dict[str, Any], smi_mib: int) -> Figure:
     return Figure((smi_mib - reserved) * MIB / GIB, "assumed")
 
 
-def nccl_gib(tp_world: int, nvswitch: bool = False) -> Figure:
-    """NCCL memory taken before the baseline: none for one rank (engines skip the communicator)."""
+def _nearest_tp(table: dict[int, float], tp_world: int) -> tuple[int, float]:
+    """The figure at the largest listed TP size ≤ tp_world, else at the smallest listed one."""
+    below = [t for t in table if t <= tp_world]
+    key = max(below) if below else min(table)
+    return key, table[key]
+
+
+def nccl_gib(tp_world: int, nvswitch: bool = False, entry: dict[str, Any] | None = None) -> Figure:
+    """Communicator memory taken before weights: none for one rank (engines skip the communicator).
+
+    The GPU kind's own reported figure at the nearest TP size when it has one; else the figure of
+    its interconnect class (NVSwitch: H200's; PCIe-only: RTX 4090 / RTX PRO 6000 logs).
+    """
     if tp_world <= 1:
         return Figure(0.0, "measured")
-    if tp_world == 2:
-        return Figure(NCCL_TP2_GIB, "measured")
-    if nvswitch:
-        return Figure(NCCL_NVSWITCH_TP4_GIB, "reported" if tp_world == 4 else "assumed")
-    return Figure(NCCL_TP2_GIB, "assumed")
+    own = {int(k): float(v) for k, v in ((entry or {}).get("comms_gib_reported") or {}).items()}
+    if own:
+        key, gib = _nearest_tp(own, tp_world)
+        return Figure(gib, "reported" if key == tp_world else "assumed")
+    table = NVSWITCH_COMMS_GIB if nvswitch else PCIE_COMMS_GIB
+    key, gib = _nearest_tp(table, tp_world)
+    h200 = nvswitch and (entry or {}).get("nvidia_smi_reserved_mib") is not None  # the class figures' own kind
+    if not h200 or key != tp_world:
+        return Figure(gib, "assumed")
+    return Figure(gib, "measured" if key == 2 else "reported")
+
+
+def cuda_context_gib(entry: dict[str, Any], measured_kind: bool) -> Figure:
+    """The CUDA context: measured on the H200; else the fixed part plus this kind's local memory."""
+    if measured_kind:
+        return Figure(CUDA_CONTEXT_GIB, "measured")
+    threads = MAX_THREADS_PER_SM.get(str(entry.get("compute_capability") or ""))
+    sms = entry.get("sm_count")
+    if not threads or not sms:
+        return Figure(CUDA_CONTEXT_GIB, "assumed")
+    return Figure(CONTEXT_BASE_GIB + int(sms) * threads * STACK_BYTES_PER_THREAD / GIB, "estimated")
 
 
 def nvswitch_kind(entry: dict[str, Any]) -> bool:
@@ -139,30 +197,45 @@ def budget_basis(gpu: str, tp_world: int, overrides: dict[str, Any] | None = Non
     overrides = overrides or {}
     label, smi_mib, entry = resolve_gpu(gpu)
     measured_kind = entry.get("nvidia_smi_reserved_mib") is not None
+    nvswitch = nvswitch_kind(entry)
     basis = BudgetBasis(
-        label, smi_mib, _torch_total(entry, smi_mib),
-        Figure(CUDA_CONTEXT_GIB, "measured" if measured_kind else "assumed"),
-        _nccl(entry, tp_world, measured_kind),
-        Figure(CUBLAS_GIB, "measured" if measured_kind else "assumed"),
+        label, smi_mib, _torch_total(entry, smi_mib), cuda_context_gib(entry, measured_kind),
+        nccl_gib(tp_world, nvswitch, entry), Figure(CUBLAS_GIB, "measured" if measured_kind else "assumed"),
+        nccl_after_profile=_profile_nccl(tp_world, nvswitch, entry),
     )
     for key, attr in (("torch_total_gib", "torch_total"), ("cuda_context_gib", "cuda_context"),
                       ("nccl_gib", "nccl"), ("cublas_gib", "cublas")):
         if overrides.get(key) is not None:
             setattr(basis, attr, Figure(float(overrides[key]), "given"))
-    if not measured_kind:
-        basis.notes.append("driver slice, CUDA context and NCCL sizes are carried over from an H200 measurement "
-                           "(H200 only is measured); expect ±0.3 GiB on this GPU kind")
-    if tp_world > 2 and nvswitch_kind(entry):
-        basis.notes.append(f"NCCL at {tp_world} ranks on an NVSwitch GPU: "
-                           f"{NCCL_NVSWITCH_TP4_GIB:.2f} GiB, from vLLM's own report at TP4 on an H200"
-                           + ("" if tp_world == 4 else f" (assumed the same at {tp_world} ranks)"))
-    elif tp_world > 2:
-        basis.notes.append(f"NCCL at {tp_world} ranks assumed equal to the measured TP2 figure")
+            if key == "nccl_gib":
+                basis.nccl_after_profile = None
+    basis.notes += _basis_notes(basis, tp_world, measured_kind)
     return basis
 
 
-def _nccl(entry: dict[str, Any], tp_world: int, measured_kind: bool) -> Figure:
-    """NCCL's figure for this GPU kind: as measured / reported on the H200 (the measured kind), an
-    assumption carried over on any other kind (one rank needs none on any)."""
-    figure = nccl_gib(tp_world, nvswitch_kind(entry))
-    return figure if measured_kind or tp_world <= 1 else Figure(figure.gib, "assumed")
+def _profile_nccl(tp_world: int, nvswitch: bool, entry: dict[str, Any]) -> Figure | None:
+    """vLLM's own TP4 report on an H200 (non-torch growth across NCCL start and the profile run) for
+    NVSwitch machines at TP ≥ 4, where it exceeds the start-up figure; None elsewhere."""
+    if not nvswitch or tp_world < 4:
+        return None
+    start = nccl_gib(tp_world, nvswitch, entry)
+    if start.gib >= NCCL_NVSWITCH_TP4_GIB:
+        return None
+    return Figure(NCCL_NVSWITCH_TP4_GIB, "reported" if tp_world == 4 else "assumed")
+
+
+def _basis_notes(basis: BudgetBasis, tp_world: int, measured_kind: bool) -> list[str]:
+    """Say which parts of the basis are borrowed, and from where."""
+    notes = []
+    if basis.torch_total.how == "assumed":
+        notes.append("torch total assumed: nvidia-smi total less a slice scaled from the H200's 616 MiB "
+                     "(consumer cards lose 0.4–0.5 GiB); expect ±0.3 GiB, or give --set torch_total_gib=…")
+    if basis.cuda_context.how == "estimated":
+        notes.append(f"CUDA context {basis.cuda_context.gib:.2f} GiB estimated from this GPU's SM count "
+                     "(fixed part + per-thread local memory; ±0.07 GiB against nine public logs)")
+    elif not measured_kind and basis.cuda_context.how == "assumed":
+        notes.append("CUDA context carried over from the H200 measurement (SM count unknown for this GPU kind)")
+    if tp_world > 1 and basis.nccl.how != "given":
+        notes.append(f"communicators at {tp_world} ranks: {basis.nccl.gib:.2f} GiB ({basis.nccl.how}, SGLang-style "
+                     "start-up figure for this GPU kind or its interconnect class)")
+    return notes

@@ -487,7 +487,7 @@ def _vllm_modules():
 
 def vllm_non_torch_gib(version: tuple[int, int, int], engine: str, basis: BudgetBasis) -> tuple[float, str]:
     """Non-torch memory vLLM charges to its budget, by where its snapshot sits (doc §1.2–1.3)."""
-    ctx, nccl, cublas = basis.cuda_context.gib, basis.nccl.gib, basis.cublas.gib
+    ctx, nccl, cublas = basis.cuda_context.gib, basis.profile_nccl.gib, basis.cublas.gib
     if engine == "V0":
         if version == (0, 6, 4):
             return ctx + nccl + cublas, "V0 0.6.4: all non-torch memory (context, NCCL, cuBLAS)"
@@ -777,12 +777,14 @@ def plan(req: PlanRequest) -> dict[str, Any]:
 def _provenance(ctx: Context, body: dict[str, Any]) -> dict[str, list[str]]:
     """Which inputs are measured, reported, computed or assumed — the plan's error bars in words."""
     b = ctx.basis
-    measured, assumed = [], []
+    measured, assumed, estimated = [], [], []
     for label, fig in (("torch total", b.torch_total), ("CUDA context", b.cuda_context), ("NCCL", b.nccl),
                        ("cuBLAS", b.cublas)):
-        (measured if fig.how in ("measured", "reported", "given") else assumed).append(f"{label}: {fig.how}")
+        kind = measured if fig.how in ("measured", "reported", "given") else estimated if fig.how == "estimated" \
+            else assumed
+        kind.append(f"{label}: {fig.how}")
     weights = body["weights"]
-    estimated = [f"weights: {weights['method']} ({weights['quantization']})"]
+    estimated.append(f"weights: {weights['method']} ({weights['quantization']})")
     if body["engine"] == "vllm":
         estimated.append("activation peak: first-principles estimate from the config")
     computed = ["KV bytes per token: exact from config.json", "engine defaults: replayed from the release's recipe"]

@@ -16,7 +16,7 @@ from typing import Any
 # Keys whose values are secrets or noise; never copied into settings (reports get shared in issues).
 _SECRET = re.compile(r"(?:^|_)(?:api_key|hf_token|token|secret|password|auth\w*|ssl_\w+|keyfile)$", re.I)
 _NOISE = {"model_tag", "served_model_name", "default_chat_template_kwargs", "override_generation_config",
-          "chat_template", "limit_mm_per_prompt", "middleware", "allowed_origins", "tool_call_parser",
+          "chat_template", "middleware", "allowed_origins", "tool_call_parser",
           "reasoning_parser", "enable_auto_tool_choice", "host", "port"}
 
 # Engine-banner fields worth keeping (the banner is long and mostly about tokenizers and tracing).
