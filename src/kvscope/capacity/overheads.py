@@ -67,7 +67,8 @@ class Figure:
     """One number of the basis and where it comes from."""
 
     gib: float
-    how: str  # measured | reported | assumed | given
+    how: str  # measured | reported | estimated | assumed | given
+    source: str = ""  # where a borrowed figure comes from, in words
 
 
 @dataclass
@@ -100,7 +101,7 @@ class BudgetBasis:
 
     def as_dict(self) -> dict[str, Any]:
         def fig(f: Figure) -> dict[str, Any]:
-            return {"gib": f.gib, "how": f.how}
+            return {"gib": f.gib, "how": f.how, **({"source": f.source} if f.source else {})}
 
         return {"gpu": self.gpu, "nvidia_smi_total_mib": self.nvidia_smi_total_mib,
                 "nvidia_smi_total_gib": self.smi_total_gib, "torch_total": fig(self.torch_total),
@@ -137,13 +138,14 @@ def nccl_gib(tp_world: int, nvswitch: bool = False, entry: dict[str, Any] | None
     own = {int(k): float(v) for k, v in ((entry or {}).get("comms_gib_reported") or {}).items()}
     if own:
         key, gib = _nearest_tp(own, tp_world)
-        return Figure(gib, "reported" if key == tp_world else "assumed")
+        return Figure(gib, "reported" if key == tp_world else "assumed", f"this GPU kind's report at TP{key}")
     table = NVSWITCH_COMMS_GIB if nvswitch else PCIE_COMMS_GIB
     key, gib = _nearest_tp(table, tp_world)
+    source = f"{'NVSwitch (H200)' if nvswitch else 'PCIe-only'} figure at TP{key}"
     h200 = nvswitch and (entry or {}).get("nvidia_smi_reserved_mib") is not None  # the class figures' own kind
     if not h200 or key != tp_world:
-        return Figure(gib, "assumed")
-    return Figure(gib, "measured" if key == 2 else "reported")
+        return Figure(gib, "assumed", source)
+    return Figure(gib, "measured" if key == 2 else "reported", source)
 
 
 def cuda_context_gib(entry: dict[str, Any], measured_kind: bool) -> Figure:
@@ -232,10 +234,11 @@ def _basis_notes(basis: BudgetBasis, tp_world: int, measured_kind: bool) -> list
                      "(consumer cards lose 0.4–0.5 GiB); expect ±0.3 GiB, or give --set torch_total_gib=…")
     if basis.cuda_context.how == "estimated":
         notes.append(f"CUDA context {basis.cuda_context.gib:.2f} GiB estimated from this GPU's SM count "
-                     "(fixed part + per-thread local memory; ±0.07 GiB against nine public logs)")
+                     "(fixed part + per-thread local memory; within 0.08 GiB of seven public SGLang logs on six "
+                     "GPU kinds)")
     elif not measured_kind and basis.cuda_context.how == "assumed":
         notes.append("CUDA context carried over from the H200 measurement (SM count unknown for this GPU kind)")
     if tp_world > 1 and basis.nccl.how != "given":
-        notes.append(f"communicators at {tp_world} ranks: {basis.nccl.gib:.2f} GiB ({basis.nccl.how}, SGLang-style "
-                     "start-up figure for this GPU kind or its interconnect class)")
+        notes.append(f"communicators at {tp_world} ranks: {basis.nccl.gib:.2f} GiB ({basis.nccl.how}: "
+                     f"{basis.nccl.source or 'start-up figure'})")
     return notes
