@@ -291,3 +291,28 @@ def test_cli_bad_input_exits_2(capsys):
     assert code == 2 and err.startswith("kvscope:") and "Traceback" not in err
     code, _, err = _cli(["plan", "--model", "Qwen/Qwen3-8B", "--gpu", "H200", "--set", "oops"], capsys)
     assert code == 2
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB"),       # how torch and nvidia-smi spell it
+    ("NVIDIA A100 80GB PCIe", "NVIDIA A100 80GB"),
+    ("NVIDIA A100-SXM4-40GB", "NVIDIA A100 40GB"),
+    ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM 80GB"),
+    ("8x H100", "NVIDIA H100 SXM 80GB"),
+    ("NVIDIA GeForce RTX 4090 (24 GB)", "NVIDIA GeForce RTX 4090"),
+    ("RTX PRO 6000 Blackwell Workstation Edition", "NVIDIA RTX PRO 6000 Blackwell"),
+    ("4090", "NVIDIA GeForce RTX 4090"),                 # a model number, not 4,090 MiB
+    ("97887", "97887 MiB GPU"),                          # a size
+    ("H20", None),                                       # never the H200 (no nvidia-smi total for H20)
+    ("L40", None),                                       # never the L40S
+    ("GeForce RTX 3090 Ti", None),
+    ("RTX 5090 24GB", None),                             # a size that contradicts the name
+])
+def test_gpu_names_match_whole_words(name, expected):
+    from kvscope.capacity.overheads import resolve_gpu
+
+    if expected is None:
+        with pytest.raises(InputError):
+            resolve_gpu(name)
+    else:
+        assert resolve_gpu(name)[0].startswith(expected)

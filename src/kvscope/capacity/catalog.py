@@ -87,14 +87,53 @@ def load_architecture(model: str | None) -> tuple[Architecture | None, str]:
     return None, ""
 
 
+# Words that say nothing about which GPU it is, and words that may be left out ("A100-SXM4-80GB"
+# is the catalog's "A100 80GB (SXM4 / PCIe)"; "H100 80GB HBM3" its "H100 SXM 80GB").
+_GPU_NOISE = {"nvidia", "geforce", "tesla", "gpu", "gpus", "graphics", "card", "with", "the"}
+_GPU_OPTIONAL = {"sxm", "sxm4", "sxm5", "sxm6", "pcie", "hbm3", "hbm3e", "hbm2e", "edition", "generation",
+                 "gen", "class", "superchip", "blackwell", "hopper", "ampere", "lovelace", "ultra"}
+_GPU_SIZE = re.compile(r"^(\d+)gb$")
+
+
+def _gpu_tokens(text: str) -> list[str]:
+    """Lower-case words of a GPU name; '96 GB' becomes '96gb', '8x'/'x8' counts and noise are dropped."""
+    text = re.sub(r"(\d+)\s*(?:gb|gib|g)\b", r"\1gb", text.lower())
+    words = re.findall(r"[a-z0-9]+", text)
+    return [w for w in words if w not in _GPU_NOISE and not re.fullmatch(r"\d+x|x\d+", w)]
+
+
+def _gpu_score(query: list[str], g: dict[str, Any]) -> int | None:
+    """How many query words a catalog GPU carries; None when a word it needs is missing.
+
+    Whole words only, so "H20" never finds the H200 nor "L40" the L40S. A size ("80gb") must match the
+    entry's name or nominal size; a form-factor word counts when present but is never required.
+    """
+    names = [g["name"], *(g.get("aliases") or [])]
+    have = {w for n in names for w in _gpu_tokens(n)}
+    score = 0
+    for w in query:
+        size = _GPU_SIZE.match(w)
+        if w in have:
+            score += 1
+        elif size and str(g.get("nominal_gb") or "") == size.group(1):
+            score += 1
+        elif size or w not in _GPU_OPTIONAL:
+            return None
+    return score if score else None
+
+
+def match_gpus(name: str | None) -> list[dict[str, Any]]:
+    """Catalog GPUs that fit a loose name, best first (most words matched, then the shortest name)."""
+    query = _gpu_tokens(name or "")
+    if not query:
+        return []
+    scored = [(sc, g) for g in gpus() if (sc := _gpu_score(query, g)) is not None]
+    scored.sort(key=lambda t: (-t[0], len(t[1]["name"])))
+    best = scored[0][0] if scored else 0
+    return [g for sc, g in scored if sc == best]
+
+
 def find_gpu(name: str | None) -> dict[str, Any] | None:
-    """A GPU catalog entry by a loose name ("H100", "RTX PRO 6000", "H200")."""
-    if not name:
-        return None
-    key = _norm(name)
-    best = None
-    for g in gpus():
-        cand = _norm(g["name"])
-        if key in cand and (best is None or len(cand) < len(_norm(best["name"]))):
-            best = g
-    return best
+    """A GPU catalog entry by a loose name ("H100", "RTX PRO 6000", "NVIDIA A100-SXM4-80GB")."""
+    matches = match_gpus(name)
+    return matches[0] if matches else None

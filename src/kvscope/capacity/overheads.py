@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvscope.capacity.catalog import find_gpu, gpus
+from kvscope.capacity.catalog import gpus, match_gpus
 from kvscope.errors import InputError
 
 MIB = 1 << 20
@@ -168,6 +168,8 @@ def nvswitch_kind(entry: dict[str, Any]) -> bool:
 def resolve_gpu(name: str) -> tuple[str, int, dict[str, Any]]:
     """A GPU by catalog name, or a bare size ('80GiB', '97887MiB', '96GB'); (label, smi MiB, entry)."""
     m = re.fullmatch(r"\s*([\d.]+)\s*(mib|gib|gb|g)?\s*", name.lower())
+    if m and not m.group(2) and _find_sized_gpu(name):
+        m = None  # "--gpu 4090" names the RTX 4090, not a 4,090 MiB GPU
     if m:
         value, unit = float(m.group(1)), m.group(2) or "mib"
         mib = int(value if unit == "mib" else value * 1024 if unit in ("gib", "g") else value * 1e9 / MIB)
@@ -180,18 +182,11 @@ def resolve_gpu(name: str) -> tuple[str, int, dict[str, Any]]:
     return g["name"], int(g["nvidia_smi_total_mib"]), g
 
 
-def _norm(text: str) -> str:
-    return re.sub(r"[^a-z0-9.]+", "", text.lower())
-
-
 def _find_sized_gpu(name: str) -> dict[str, Any] | None:
-    """Like catalog.find_gpu, but among several matches ('H100') prefer one whose total is known."""
-    key = _norm(name)
-    matches = [g for g in gpus() if key and key in _norm(g["name"])]
+    """Like catalog.find_gpu, but among equally good matches ('H100') prefer one whose total is known."""
+    matches = match_gpus(name)
     sized = [g for g in matches if g.get("nvidia_smi_total_mib")]
-    if sized:
-        return min(sized, key=lambda g: len(g["name"]))
-    return find_gpu(name)
+    return (sized or matches or [None])[0]
 
 
 def budget_basis(gpu: str, tp_world: int, overrides: dict[str, Any] | None = None) -> BudgetBasis:
