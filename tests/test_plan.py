@@ -307,6 +307,7 @@ def test_cli_bad_input_exits_2(capsys):
     ("L40", None),                                       # never the L40S
     ("GeForce RTX 3090 Ti", None),
     ("RTX 5090 24GB", None),                             # a size that contradicts the name
+    ("24 GB GPU", None),                                 # a size names no GPU kind
 ])
 def test_gpu_names_match_whole_words(name, expected):
     from kvscope.capacity.overheads import resolve_gpu

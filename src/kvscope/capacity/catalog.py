@@ -110,16 +110,15 @@ def _gpu_score(query: list[str], g: dict[str, Any]) -> int | None:
     """
     names = [g["name"], *(g.get("aliases") or [])]
     have = {w for n in names for w in _gpu_tokens(n)}
-    score = 0
+    score, named = 0, False
     for w in query:
         size = _GPU_SIZE.match(w)
-        if w in have:
+        if w in have or size and str(g.get("nominal_gb") or "") == size.group(1):
             score += 1
-        elif size and str(g.get("nominal_gb") or "") == size.group(1):
-            score += 1
+            named = named or not (size or w in _GPU_OPTIONAL)
         elif size or w not in _GPU_OPTIONAL:
             return None
-    return score if score else None
+    return score if named else None  # a size alone ("24 GB GPU") names no GPU
 
 
 def match_gpus(name: str | None) -> list[dict[str, Any]]:
