@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 from pathlib import Path
@@ -317,3 +318,15 @@ def test_gpu_names_match_whole_words(name, expected):
             resolve_gpu(name)
     else:
         assert resolve_gpu(name)[0].startswith(expected)
+
+
+@pytest.mark.parametrize("engine,version", [("sglang", "0.5.9"), ("vllm", "0.24.0")])
+def test_every_catalog_model_plans_or_says_why(engine, version):
+    """No catalog model makes plan raise anything but an InputError (one sentence, no traceback)."""
+    from kvscope.capacity.catalog import _models
+
+    for m in _models():
+        if m["hf_id"].startswith("specforge"):
+            continue
+        with contextlib.suppress(InputError):
+            plan(PlanRequest(model=m["hf_id"], gpu="H200", engine=engine, engine_version=version, tp=8))

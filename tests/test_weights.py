@@ -160,3 +160,13 @@ def test_target_index_matches_as_each_pattern_would(targets, module):
 
     targets = [t if i % 3 else "model.language_model." + t for i, t in enumerate(targets)]
     assert W._Targets(tuple(targets)).matches(module) == any(W._matches(t, module) for t in targets)
+
+
+def test_moe_layer_freq_as_per_layer_flags():
+    """MiMo-V2-Flash and MiniMax-M3 give moe_layer_freq as one 0/1 flag per layer: layer 0 (and 0–2) dense."""
+    from kvscope.capacity.weights import _moe_layer
+
+    for model, dense in (("XiaomiMiMo/MiMo-V2-Flash", 1), ("MiniMaxAI/MiniMax-M3", 3)):
+        cfg = load_model_config(model).cfg
+        flags = [_moe_layer(cfg, i) for i in range(int(cfg["num_hidden_layers"]))]
+        assert flags[:dense] == [False] * dense and all(flags[dense:])

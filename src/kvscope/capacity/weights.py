@@ -487,9 +487,11 @@ def _moe_layer(cfg: dict[str, Any], i: int) -> bool:
         return False
     if i in (cfg.get("mlp_only_layers") or []):
         return False
+    freq = cfg.get("moe_layer_freq") or 1
+    if isinstance(freq, list):  # one 0/1 flag per layer (MiMo-V2-Flash, MiniMax-M3)
+        return i < len(freq) and bool(freq[i])
     step = int(cfg.get("interleave_moe_layer_step") or cfg.get("decoder_sparse_step") or 1)
-    freq = int(cfg.get("moe_layer_freq") or 1)
-    return (i + 1) % step == 0 and i % freq == 0
+    return (i + 1) % step == 0 and i % int(freq) == 0
 
 
 def _mlp(cfg: dict[str, Any], prefix: str, i: int, par: Parallel, h: int) -> list[Tensor]:
