@@ -4,8 +4,9 @@ An engine never sees nvidia-smi's total. The driver keeps a slice (torch's ``tot
 smaller), the CUDA context takes the next piece, NCCL communicators (TP > 1) the next, and only
 then does SGLang measure its "free before weights" baseline (vLLM ≥ 0.11 likewise takes its
 snapshot after NCCL). Each number is labelled *measured* (on this GPU kind), *reported* (a public
-figure with two decimals), or *assumed* (carried over from the H200 measurement), so a plan can say
-how much of its answer is known and how much is borrowed.
+log or printout of this GPU kind), *estimated* (a formula fitted to such reports), or *assumed*
+(carried over from another kind), so a plan can say how much of its answer is known and how much
+is borrowed.
 
 Measured on an H200 (../shared/data/measured-overheads.md): driver slice 616 MiB of 143,771 MiB,
 CUDA context 0.516 GiB, NCCL communicator + first all-reduce 0.910 GiB per rank at TP2, cuBLAS
@@ -19,8 +20,8 @@ Other GPU kinds, from public logs (sources in gpus.json and below):
 * CUDA context: the driver reserves local memory for every thread an SM can hold (the 1 KiB default
   stack × max threads per SM × SMs), plus a fixed part. SGLang's free memory before weights, less
   its own "Init torch distributed ends. mem usage" (communicators only), gives the context: L4 0.27,
-  H20 0.37–0.41, H100 0.51, H200 0.44–0.50, L40S 0.52, RTX PRO 6000 0.57, B200 0.60 GiB; each is
-  0.24 GiB plus that local memory within ±0.07 (CONTEXT_BASE_GIB).
+  H100 0.51, H200 0.46–0.50, L40S 0.52, RTX PRO 6000 0.57, B200 0.60 GiB; each is 0.24 GiB plus
+  that local memory within ±0.07 (CONTEXT_BASE_GIB; tests/test_plan.py CONTEXT_FROM_LOGS).
 * Communicators at start-up (NCCL + custom all-reduce, what SGLang's "mem usage" reports): 0.13–0.39
   GiB on PCIe-only machines at TP2–TP4, 1.1–2.5 GiB on NVSwitch machines at TP4–TP8.
 """
@@ -51,7 +52,7 @@ CUBLAS_GIB = 0.096
 NCCL_NVSWITCH_TP4_GIB = 2.04 - CUBLAS_GIB
 
 # CUDA context = CONTEXT_BASE_GIB + the local memory the driver reserves for every resident thread.
-CONTEXT_BASE_GIB = 0.24  # median over 9 SGLang logs on 7 GPU kinds (module docstring), ±0.07
+CONTEXT_BASE_GIB = 0.24  # median over seven SGLang logs on six GPU kinds (module docstring), ±0.07
 STACK_BYTES_PER_THREAD = 1024  # cudaLimitStackSize's default
 MAX_THREADS_PER_SM = {"8.0": 2048, "8.6": 1536, "8.7": 1536, "8.9": 1536, "9.0": 2048, "10.0": 2048,
                       "10.3": 2048, "12.0": 1536, "12.1": 1536}  # CUDA programming guide, per compute capability
