@@ -170,3 +170,19 @@ def test_moe_layer_freq_as_per_layer_flags():
         cfg = load_model_config(model).cfg
         flags = [_moe_layer(cfg, i) for i in range(int(cfg["num_hidden_layers"]))]
         assert flags[:dense] == [False] * dense and all(flags[dense:])
+
+
+def test_gpt_oss_mxfp4_experts_padded_to_the_kernel_tiles():
+    """vLLM 0.19 on an A100 logged 'Model loading took 13.72 GiB' for gpt-oss-20b: Marlin pads the
+    experts' 2,880 to 2,944 (intermediate) and 3,072 (hidden); unpadded they would be 12.83 GiB."""
+    from kvscope.capacity.plan import rope_cache_bytes
+
+    mc = load_model_config("openai/gpt-oss-20b")
+    rope = rope_cache_bytes(mc.cfg, 2) / 2**30
+    a100 = estimate_weights(mc, Parallel(tp=1), engine="vllm", sm_major=8)
+    assert a100.gib + rope == pytest.approx(13.72, abs=0.05)
+    assert any("2,880 → 2,944" in n and "3,072" in n for n in a100.notes)
+    hopper = estimate_weights(mc, Parallel(tp=1), engine="vllm", sm_major=9)  # Triton: 2,880 is a multiple of 64
+    assert hopper.gib + rope == pytest.approx(12.83, abs=0.01) and not any("padded" in n for n in hopper.notes)
+    b200 = estimate_weights(mc, Parallel(tp=1), engine="sglang", sm_major=10)  # FlashInfer: 256 both ways
+    assert b200.gib > a100.gib

@@ -95,6 +95,12 @@ def normalise_settings(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def _sm_major(gpu_label: str) -> int | None:
+    """The GPU's compute-capability major: the catalog's figure, else by name."""
+    from kvscope.capacity.catalog import gpus
+
+    for g in gpus():
+        if g["name"] == gpu_label and g.get("compute_capability"):
+            return int(str(g["compute_capability"]).split(".")[0])
     upper = gpu_label.upper()
     for name, sm in SM_MAJOR:
         if name.upper() in upper:
@@ -141,7 +147,8 @@ def resolve(req: PlanRequest) -> Context:
 
 def _weights(ctx: Context, par: Parallel) -> WeightEstimate:
     """The weight estimate, or the operator's own figure (--set weights_gib=…) plus extras."""
-    est = estimate_weights(ctx.mc, par, quantization=ctx.settings.get("quantization"), engine=ctx.req.engine)
+    est = estimate_weights(ctx.mc, par, quantization=ctx.settings.get("quantization"), engine=ctx.req.engine,
+                           sm_major=ctx.sm_major)
     given = _float(ctx.settings.get("weights_gib"))
     if given is not None:
         est = replace(est, bytes_per_rank=int(given * GIB), by_component={"given": int(given * GIB)},

@@ -383,6 +383,8 @@ class Parallel:
     pp: int = 1
     attn_tp: int | None = None  # SGLang DP attention: attention split over tp // dp only
     replicate_embedding: bool = False  # SGLang DP attention keeps the input embedding whole
+    # (intermediate per partition, hidden) multiples the MoE kernel pads expert weights to; (1, 1) none
+    expert_pad: tuple[int, int] = (1, 1)
 
     @property
     def attention_tp(self) -> int:
@@ -404,6 +406,29 @@ class Tensor:
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def _round_up(a: int, multiple: int) -> int:
+    return _cdiv(a, multiple) * multiple
+
+
+def mxfp4_expert_pad(engine: str, sm_major: int | None) -> tuple[int, int]:
+    """(intermediate per partition, hidden) multiples an engine pads MXFP4 expert weights to.
+
+    The padding follows the MoE kernel each engine picks for the GPU (mxfp4.py create_weights):
+    vLLM runs Marlin where the GPU has no MXFP4 path of its own (SM 8.x, SM 12.x: intermediate to
+    128, hidden to 256 — gpt-oss-20b's 2,880 become 2,944 and 3,072, +0.86 GiB on an A100, which
+    vLLM 0.19 logged as 13.72 GiB), FlashInfer's TRT-LLM kernels on SM 10.x (256, 256) and OpenAI's
+    Triton kernels on SM 9.0 (64, none). SGLang: FlashInfer on SM 10.x (256, 256), Triton elsewhere
+    (64, none). Unknown GPU: no padding.
+    """
+    if sm_major is None:
+        return 1, 1
+    if sm_major == 10:
+        return 256, 256
+    if engine == "vllm" and sm_major != 9:
+        return 128, 256
+    return 64, 1
 
 
 def _g(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
@@ -506,11 +531,12 @@ def _mlp(cfg: dict[str, Any], prefix: str, i: int, par: Parallel, h: int) -> lis
     inter = int(_g(cfg, "moe_intermediate_size", "intermediate_size"))
     ep = max(1, min(par.ep, tp))
     local, ir = _cdiv(experts, ep), _cdiv(inter, max(1, tp // ep))
+    ir, he = _round_up(ir, par.expert_pad[0]), _round_up(h, par.expert_pad[1])
     gpt_oss = cfg.get("model_type") == "gpt_oss"
     router = "router" if gpt_oss else "gate"
-    out = [Tensor("experts", f"{prefix}.experts.0.gate_proj", "expert", ir, h, count=local, bias=ir if gpt_oss else 0),
-           Tensor("experts", f"{prefix}.experts.0.up_proj", "expert", ir, h, count=local, bias=ir if gpt_oss else 0),
-           Tensor("experts", f"{prefix}.experts.0.down_proj", "expert", h, ir, count=local, bias=h if gpt_oss else 0),
+    out = [Tensor("experts", f"{prefix}.experts.0.gate_proj", "expert", ir, he, count=local, bias=ir if gpt_oss else 0),
+           Tensor("experts", f"{prefix}.experts.0.up_proj", "expert", ir, he, count=local, bias=ir if gpt_oss else 0),
+           Tensor("experts", f"{prefix}.experts.0.down_proj", "expert", he, ir, count=local, bias=he if gpt_oss else 0),
            Tensor("router", f"{prefix}.{router}", "router", experts, h, bias=experts if gpt_oss else 0)]
     shared_inter = int(cfg.get("n_shared_experts") or 0) * inter or int(cfg.get("shared_expert_intermediate_size") or 0)
     if shared_inter:
@@ -724,10 +750,22 @@ def mla_absorbed_bytes(cfg: dict[str, Any], par: Parallel, plan: QuantPlan, engi
 
 
 def estimate_weights(mc: ModelConfig, par: Parallel, quantization: str | None = None,
-                     dtype_bytes: int = 2, engine: str = "sglang") -> WeightEstimate:
-    """Weight bytes on the busiest rank; the checkpoint's own size replaces our total when it is local."""
+                     dtype_bytes: int = 2, engine: str = "sglang", sm_major: int | None = None) -> WeightEstimate:
+    """Weight bytes on the busiest rank; the checkpoint's own size replaces our total when it is local.
+
+    ``sm_major`` (the GPU's compute capability) decides kernel padding of MXFP4 experts; unknown, none.
+    """
     cfg = mc.cfg
     plan = quant_plan(cfg, quantization)
+    if plan.method == "mxfp4":
+        par = replace(par, expert_pad=mxfp4_expert_pad(engine, sm_major))
+        inter_mult, hidden_mult = par.expert_pad
+        ir = _cdiv(int(_g(cfg, "moe_intermediate_size", "intermediate_size", default=1)), max(1, par.tp // par.ep))
+        h = int(cfg["hidden_size"])
+        if _round_up(ir, inter_mult) != ir or _round_up(h, hidden_mult) != h:
+            plan.notes.append(f"MXFP4 experts padded as {engine}'s MoE kernel on SM {sm_major}.x needs: intermediate "
+                              f"{ir:,} → {_round_up(ir, inter_mult):,} per rank, hidden {h:,} → "
+                              f"{_round_up(h, hidden_mult):,}")
     stages = [_sum(rank_tensors(cfg, par, s), plan, dtype_bytes) for s in range(par.pp)]
     for s, d in enumerate(stages):
         absorbed = mla_absorbed_bytes(cfg, par, plan, engine, s)
