@@ -186,3 +186,23 @@ def test_gpt_oss_mxfp4_experts_padded_to_the_kernel_tiles():
     assert hopper.gib + rope == pytest.approx(12.83, abs=0.01) and not any("padded" in n for n in hopper.notes)
     b200 = estimate_weights(mc, Parallel(tp=1), engine="sglang", sm_major=10)  # FlashInfer: 256 both ways
     assert b200.gib > a100.gib
+
+
+# vLLM's "Model loading took X GiB" in public logs (weights + the rope cos/sin table it builds in the
+# model dtype), for catalog models: the estimate from config.json alone lands on the logged figure.
+VLLM_MODEL_LOADING = [
+    ("Qwen/Qwen3-8B", 1, 15.2683),                     # vLLM 0.9.2 on an A100-SXM4-40GB (public notes)
+    ("Qwen/Qwen3-235B-A22B", 8, 54.9206),              # vLLM V0, TP8 + expert parallel (vllm#18446)
+    ("Qwen/Qwen3-30B-A3B-FP8", 1, 29.0435),            # vLLM V1 on a GB10 (public notes)
+    ("mistralai/Mistral-7B-Instruct-v0.3", 1, 13.5084),  # vLLM V1 (a deployment README quoting its log)
+    ("meta-llama/Llama-3.1-8B-Instruct", 1, 14.9889),  # vLLM 0.8.5 V1 on an L40S (vllm#17122; fixture vllm/025)
+]
+
+
+@pytest.mark.parametrize("model,tp,logged", VLLM_MODEL_LOADING)
+def test_weights_match_vllm_model_loading_lines(model, tp, logged):
+    from kvscope.capacity.plan import rope_cache_bytes
+
+    mc = load_model_config(model)
+    est = estimate_weights(mc, Parallel(tp=tp), engine="vllm")
+    assert est.gib + rope_cache_bytes(mc.cfg, 2) / 2**30 == pytest.approx(logged, abs=0.005)
