@@ -82,17 +82,21 @@ def _clean_model(text: str | None) -> str | None:
 
 
 def _clean_gpu(text: str | None) -> str | None:
-    """The GPU as the catalog knows it (its torch total and interconnect come with it), else its size."""
+    """The GPU as the catalog knows it (its torch total and interconnect come with it), else its size.
+
+    A stated nvidia-smi total wins over a catalog entry whose total differs from it.
+    """
     if not text:
         return None
     name = re.split(r" \(|,", text)[0].strip() or None
+    m = re.search(r"nvidia-smi total (\d+) MiB", text)
     if name:
         try:
-            resolve_gpu(name)
-            return name
+            if m is None or resolve_gpu(name)[1] == int(m.group(1)):
+                resolve_gpu(name)
+                return name
         except InputError:
             pass
-    m = re.search(r"nvidia-smi total (\d+) MiB", text)
     return f"{m.group(1)}MiB" if m else name
 
 
@@ -194,7 +198,7 @@ def _logged_args(meta: dict[str, Any], log: Path) -> dict[str, Any] | None:
             out = {k: args[k] for k in LOGGED_ARGS if k in args}
             break
     util = UTIL_ECHO.search(text)
-    if util:
+    if util and "gpu_memory_utilization" not in (out or {}):
         out = {**(out or {}), "gpu_memory_utilization": float(util.group(1))}
     return out
 

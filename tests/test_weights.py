@@ -185,7 +185,9 @@ def test_gpt_oss_mxfp4_experts_padded_to_the_kernel_tiles():
     hopper = estimate_weights(mc, Parallel(tp=1), engine="vllm", sm_major=9)  # Triton: 2,880 is a multiple of 64
     assert hopper.gib + rope == pytest.approx(12.83, abs=0.01) and not any("padded" in n for n in hopper.notes)
     b200 = estimate_weights(mc, Parallel(tp=1), engine="sglang", sm_major=10)  # FlashInfer: 256 both ways
-    assert b200.gib > a100.gib
+    experts = hopper.by_component["experts"]
+    assert b200.by_component["experts"] / experts == pytest.approx((3072 / 2880) ** 2, rel=0.01)
+    assert a100.by_component["experts"] / experts == pytest.approx(2944 * 3072 / 2880**2, rel=0.01)
 
 
 # vLLM's "Model loading took X GiB" in public logs (weights + the rope cos/sin table it builds in the

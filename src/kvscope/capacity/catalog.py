@@ -90,16 +90,24 @@ def load_architecture(model: str | None) -> tuple[Architecture | None, str]:
 # Words that say nothing about which GPU it is, and words that may be left out ("A100-SXM4-80GB"
 # is the catalog's "A100 80GB (SXM4 / PCIe)"; "H100 80GB HBM3" its "H100 SXM 80GB").
 _GPU_NOISE = {"nvidia", "geforce", "tesla", "gpu", "gpus", "graphics", "card", "with", "the"}
-_GPU_OPTIONAL = {"sxm", "sxm4", "sxm5", "sxm6", "pcie", "hbm3", "hbm3e", "hbm2e", "edition", "generation",
-                 "gen", "class", "superchip", "blackwell", "hopper", "ampere", "lovelace", "ultra"}
+_GPU_OPTIONAL = {"sxm", "pcie", "hbm3", "hbm3e", "hbm2e", "edition", "generation", "gen", "class", "superchip",
+                 "blackwell", "hopper", "ampere", "lovelace", "ultra"}
 _GPU_SIZE = re.compile(r"^(\d+)gb$")
 
 
+def _gpu_word(word: str) -> str | None:
+    """One word of a GPU name as matching sees it; None for a word that names nothing."""
+    word = re.sub(r"^([a-z]*\d+)x\d+$", r"\1", word)  # "h100x8" → "h100"
+    word = re.sub(r"^sxm\d$", "sxm", word)  # SXM4/SXM5/SXM6 → sxm
+    if word in _GPU_NOISE or re.fullmatch(r"\d+x|x\d+|nvl\d+", word):  # counts, "NVL72" racks
+        return None
+    return word
+
+
 def _gpu_tokens(text: str) -> list[str]:
-    """Lower-case words of a GPU name; '96 GB' becomes '96gb', '8x'/'x8' counts and noise are dropped."""
+    """Lower-case words of a GPU name; '96 GB' becomes '96gb', counts and noise are dropped."""
     text = re.sub(r"(\d+)\s*(?:gb|gib|g)\b", r"\1gb", text.lower())
-    words = re.findall(r"[a-z0-9]+", text)
-    return [w for w in words if w not in _GPU_NOISE and not re.fullmatch(r"\d+x|x\d+", w)]
+    return [w for w in map(_gpu_word, re.findall(r"[a-z0-9]+", text)) if w]
 
 
 def _gpu_score(query: list[str], g: dict[str, Any]) -> int | None:
@@ -122,17 +130,26 @@ def _gpu_score(query: list[str], g: dict[str, Any]) -> int | None:
 
 
 def match_gpus(name: str | None) -> list[dict[str, Any]]:
-    """Catalog GPUs that fit a loose name, best first (most words matched, then the shortest name)."""
+    """Catalog GPUs that fit a loose name equally well (most words matched), shortest name first."""
     query = _gpu_tokens(name or "")
     if not query:
         return []
     scored = [(sc, g) for g in gpus() if (sc := _gpu_score(query, g)) is not None]
-    scored.sort(key=lambda t: (-t[0], len(t[1]["name"])))
-    best = scored[0][0] if scored else 0
-    return [g for sc, g in scored if sc == best]
+    best = max((sc for sc, _ in scored), default=0)
+    return sorted((g for sc, g in scored if sc == best), key=lambda g: len(g["name"]))
+
+
+def pick_gpu(name: str | None) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """(the GPU a name means, the candidates): one match, or the one marked as the kind's default
+    variant ("H100" is the SXM part); (None, candidates) when the name is ambiguous ("A100", "RTX 6000")."""
+    matches = match_gpus(name)
+    if len(matches) == 1:
+        return matches[0], matches
+    defaults = [g for g in matches if g.get("default_variant")]
+    return (defaults[0] if len(defaults) == 1 else None), matches
 
 
 def find_gpu(name: str | None) -> dict[str, Any] | None:
-    """A GPU catalog entry by a loose name ("H100", "RTX PRO 6000", "NVIDIA A100-SXM4-80GB")."""
-    matches = match_gpus(name)
-    return matches[0] if matches else None
+    """A GPU catalog entry by a loose name ("H100", "RTX PRO 6000", "NVIDIA A100-SXM4-80GB"); None when
+    the name is unknown or ambiguous."""
+    return pick_gpu(name)[0]

@@ -20,8 +20,9 @@ Other GPU kinds, from public logs (sources in gpus.json and below):
 * CUDA context: the driver reserves local memory for every thread an SM can hold (the 1 KiB default
   stack × max threads per SM × SMs), plus a fixed part. SGLang's free memory before weights, less
   its own "Init torch distributed ends. mem usage" (communicators only), gives the context: L4 0.27,
-  H100 0.51, H200 0.46–0.50, L40S 0.52, RTX PRO 6000 0.57, B200 0.60 GiB; each is 0.24 GiB plus
-  that local memory within ±0.07 (CONTEXT_BASE_GIB; tests/test_plan.py CONTEXT_FROM_LOGS).
+  H100 0.51, H200 0.46–0.50, L40S 0.52, RTX PRO 6000 0.57, B200 0.60 GiB; the fixed part (each
+  less its local memory) has median 0.25 GiB, and 0.25 plus the local memory is within 0.07 of
+  every one (CONTEXT_BASE_GIB; tests/test_plan.py CONTEXT_FROM_LOGS).
 * Communicators at start-up (NCCL + custom all-reduce, what SGLang's "mem usage" reports): 0.13–0.39
   GiB on PCIe-only machines at TP2–TP4, 1.1–2.5 GiB on NVSwitch machines at TP4–TP8.
 """
@@ -32,7 +33,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvscope.capacity.catalog import gpus, match_gpus
+from kvscope.capacity.catalog import gpus, match_gpus, pick_gpu
 from kvscope.errors import InputError
 
 MIB = 1 << 20
@@ -52,7 +53,7 @@ CUBLAS_GIB = 0.096
 NCCL_NVSWITCH_TP4_GIB = 2.04 - CUBLAS_GIB
 
 # CUDA context = CONTEXT_BASE_GIB + the local memory the driver reserves for every resident thread.
-CONTEXT_BASE_GIB = 0.24  # median over seven SGLang logs on six GPU kinds (module docstring), ±0.07
+CONTEXT_BASE_GIB = 0.25  # median over seven SGLang logs on six GPU kinds (module docstring), ±0.07
 STACK_BYTES_PER_THREAD = 1024  # cudaLimitStackSize's default
 MAX_THREADS_PER_SM = {"8.0": 2048, "8.6": 1536, "8.7": 1536, "8.9": 1536, "9.0": 2048, "10.0": 2048,
                       "10.3": 2048, "12.0": 1536, "12.1": 1536}  # CUDA programming guide, per compute capability
@@ -107,6 +108,7 @@ class BudgetBasis:
         return {"gpu": self.gpu, "nvidia_smi_total_mib": self.nvidia_smi_total_mib,
                 "nvidia_smi_total_gib": self.smi_total_gib, "torch_total": fig(self.torch_total),
                 "cuda_context": fig(self.cuda_context), "nccl": fig(self.nccl), "cublas": fig(self.cublas),
+                **({"nccl_after_profile": fig(self.nccl_after_profile)} if self.nccl_after_profile else {}),
                 "free_before_weights_gib": self.free_before_weights_gib, "notes": self.notes}
 
 
@@ -121,28 +123,28 @@ def _torch_total(g: dict[str, Any], smi_mib: int) -> Figure:
     return Figure((smi_mib - reserved) * MIB / GIB, "assumed")
 
 
-def _nearest_tp(table: dict[int, float], tp_world: int) -> tuple[int, float]:
-    """The figure at the largest listed TP size ≤ tp_world, else at the smallest listed one."""
+def _at_or_below(table: dict[int, float], tp_world: int) -> tuple[int, float] | None:
+    """(TP size, figure) at the largest listed TP size ≤ tp_world; None when every listed size is larger."""
     below = [t for t in table if t <= tp_world]
-    key = max(below) if below else min(table)
-    return key, table[key]
+    return (max(below), table[max(below)]) if below else None
 
 
 def nccl_gib(tp_world: int, nvswitch: bool = False, entry: dict[str, Any] | None = None) -> Figure:
     """Communicator memory taken before weights: none for one rank (engines skip the communicator).
 
-    The GPU kind's own reported figure at the nearest TP size when it has one; else the figure of
-    its interconnect class (NVSwitch: H200's; PCIe-only: RTX 4090 / RTX PRO 6000 logs).
+    The figure reported at the largest TP size ≤ tp_world, from this GPU kind's own reports or its
+    interconnect class's table (NVSwitch: the H200's; otherwise RTX 4090 / RTX PRO 6000 logs), the
+    kind's own winning a tie; a figure reported only at a larger TP is never carried down.
     """
     if tp_world <= 1:
         return Figure(0.0, "measured")
-    own = {int(k): float(v) for k, v in ((entry or {}).get("comms_gib_reported") or {}).items()}
-    if own:
-        key, gib = _nearest_tp(own, tp_world)
-        return Figure(gib, "reported" if key == tp_world else "assumed", f"this GPU kind's report at TP{key}")
+    own_table = {int(k): float(v) for k, v in ((entry or {}).get("comms_gib_reported") or {}).items()}
+    own = _at_or_below(own_table, tp_world)
     table = NVSWITCH_COMMS_GIB if nvswitch else PCIE_COMMS_GIB
-    key, gib = _nearest_tp(table, tp_world)
-    source = f"{'NVSwitch (H200)' if nvswitch else 'PCIe-only'} figure at TP{key}"
+    key, gib = _at_or_below(table, tp_world) or (2, table[2])
+    if own and own[0] >= key:
+        return Figure(own[1], "reported" if own[0] == tp_world else "assumed", f"this GPU kind's report at TP{own[0]}")
+    source = f"{'NVSwitch (H200)' if nvswitch else 'no-NVSwitch (PCIe)'} figure at TP{key}"
     h200 = nvswitch and (entry or {}).get("nvidia_smi_reserved_mib") is not None  # the class figures' own kind
     if not h200 or key != tp_world:
         return Figure(gib, "assumed", source)
@@ -166,28 +168,27 @@ def nvswitch_kind(entry: dict[str, Any]) -> bool:
     return ("NVLink 4" in link or "NVLink 5" in link) and "bridge" not in link
 
 
-def resolve_gpu(name: str) -> tuple[str, int, dict[str, Any]]:
+def resolve_gpu(name: str | None) -> tuple[str, int, dict[str, Any]]:
     """A GPU by catalog name, or a bare size ('80GiB', '97887MiB', '96GB'); (label, smi MiB, entry)."""
-    m = re.fullmatch(r"\s*([\d.]+)\s*(mib|gib|gb|g)?\s*", name.lower())
-    if m and not m.group(2) and _find_sized_gpu(name):
+    text = str(name or "").strip()
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(mib|gib|gb|g)?", text.lower())
+    if m and not m.group(2) and match_gpus(text):
         m = None  # "--gpu 4090" names the RTX 4090, not a 4,090 MiB GPU
     if m:
         value, unit = float(m.group(1)), m.group(2) or "mib"
         mib = int(value if unit == "mib" else value * 1024 if unit in ("gib", "g") else value * 1e9 / MIB)
+        if mib < 1024:
+            raise InputError(f"GPU size {text!r} is under 1 GiB; give it as e.g. 97887MiB, 80GiB or 96GB")
         return f"{mib} MiB GPU", mib, {}
-    g = _find_sized_gpu(name)
+    g, candidates = pick_gpu(text)
+    if g is None and len(candidates) > 1:
+        names = ", ".join(c["name"].split(" (")[0] for c in candidates)
+        raise InputError(f"GPU {text!r} could be any of: {names}; name one (or give its size, e.g. --gpu 81920MiB)")
     if g is None or not g.get("nvidia_smi_total_mib"):
         known = ", ".join(x["name"].split(" (")[0] for x in gpus() if x.get("nvidia_smi_total_mib"))
         why = "has no nvidia-smi total in the catalog" if g else "is not in the catalog"
-        raise InputError(f"GPU {name!r} {why}; give its size instead (e.g. --gpu 97887MiB). Known: {known}")
+        raise InputError(f"GPU {text!r} {why}; give its size instead (e.g. --gpu 97887MiB). Known: {known}")
     return g["name"], int(g["nvidia_smi_total_mib"]), g
-
-
-def _find_sized_gpu(name: str) -> dict[str, Any] | None:
-    """Like catalog.find_gpu, but among equally good matches ('H100') prefer one whose total is known."""
-    matches = match_gpus(name)
-    sized = [g for g in matches if g.get("nvidia_smi_total_mib")]
-    return (sized or matches or [None])[0]
 
 
 def budget_basis(gpu: str, tp_world: int, overrides: dict[str, Any] | None = None) -> BudgetBasis:
@@ -219,7 +220,8 @@ def _profile_nccl(tp_world: int, nvswitch: bool, entry: dict[str, Any]) -> Figur
     start = nccl_gib(tp_world, nvswitch, entry)
     if start.gib >= NCCL_NVSWITCH_TP4_GIB:
         return None
-    return Figure(NCCL_NVSWITCH_TP4_GIB, "reported" if tp_world == 4 else "assumed")
+    return Figure(NCCL_NVSWITCH_TP4_GIB, "reported" if tp_world == 4 else "assumed",
+                  "vLLM's own TP4 report on an H200 (NCCL start to the end of its profile run)")
 
 
 def _basis_notes(basis: BudgetBasis, tp_world: int, measured_kind: bool) -> list[str]:
@@ -230,11 +232,14 @@ def _basis_notes(basis: BudgetBasis, tp_world: int, measured_kind: bool) -> list
                      "(consumer cards lose 0.4–0.5 GiB); expect ±0.3 GiB, or give --set torch_total_gib=…")
     if basis.cuda_context.how == "estimated":
         notes.append(f"CUDA context {basis.cuda_context.gib:.2f} GiB estimated from this GPU's SM count "
-                     "(fixed part + per-thread local memory; within 0.08 GiB of seven public SGLang logs on six "
+                     "(fixed part + per-thread local memory; within 0.07 GiB of seven public SGLang logs on six "
                      "GPU kinds)")
     elif not measured_kind and basis.cuda_context.how == "assumed":
         notes.append("CUDA context carried over from the H200 measurement (SM count unknown for this GPU kind)")
     if tp_world > 1 and basis.nccl.how != "given":
         notes.append(f"communicators at {tp_world} ranks: {basis.nccl.gib:.2f} GiB ({basis.nccl.how}: "
                      f"{basis.nccl.source or 'start-up figure'})")
+    if basis.nccl_after_profile:
+        notes.append(f"vLLM ≤ 0.10 charges {basis.nccl_after_profile.gib:.2f} GiB of communicator memory instead "
+                     f"({basis.nccl_after_profile.source})")
     return notes

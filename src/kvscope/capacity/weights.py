@@ -519,6 +519,13 @@ def _moe_layer(cfg: dict[str, Any], i: int) -> bool:
     return (i + 1) % step == 0 and i % int(freq) == 0
 
 
+def _expert_inter_per_rank(cfg: dict[str, Any], par: Parallel) -> int:
+    """One expert's intermediate size on a rank: split over the TP ranks that expert parallel leaves."""
+    inter = int(_g(cfg, "moe_intermediate_size", "intermediate_size", default=1))
+    ep = max(1, min(par.ep, par.tp))
+    return _cdiv(inter, max(1, par.tp // ep))
+
+
 def _mlp(cfg: dict[str, Any], prefix: str, i: int, par: Parallel, h: int) -> list[Tensor]:
     """Dense MLP, or MoE experts (E/ep local experts, each split over tp/ep) + shared experts + router."""
     tp = par.tp
@@ -528,9 +535,7 @@ def _mlp(cfg: dict[str, Any], prefix: str, i: int, par: Parallel, h: int) -> lis
         return [Tensor("mlp", f"{prefix}.gate_proj", "linear", ir, h), Tensor("mlp", f"{prefix}.up_proj", "linear", ir, h),
                 Tensor("mlp", f"{prefix}.down_proj", "linear", h, ir)]
     experts = int(_g(cfg, "n_routed_experts", "num_experts", "num_local_experts"))
-    inter = int(_g(cfg, "moe_intermediate_size", "intermediate_size"))
-    ep = max(1, min(par.ep, tp))
-    local, ir = _cdiv(experts, ep), _cdiv(inter, max(1, tp // ep))
+    local, ir = _cdiv(experts, max(1, min(par.ep, tp))), _expert_inter_per_rank(cfg, par)
     ir, he = _round_up(ir, par.expert_pad[0]), _round_up(h, par.expert_pad[1])
     gpt_oss = cfg.get("model_type") == "gpt_oss"
     router = "router" if gpt_oss else "gate"
@@ -538,6 +543,7 @@ def _mlp(cfg: dict[str, Any], prefix: str, i: int, par: Parallel, h: int) -> lis
            Tensor("experts", f"{prefix}.experts.0.up_proj", "expert", ir, he, count=local, bias=ir if gpt_oss else 0),
            Tensor("experts", f"{prefix}.experts.0.down_proj", "expert", he, ir, count=local, bias=he if gpt_oss else 0),
            Tensor("router", f"{prefix}.{router}", "router", experts, h, bias=experts if gpt_oss else 0)]
+    inter = int(_g(cfg, "moe_intermediate_size", "intermediate_size"))
     shared_inter = int(cfg.get("n_shared_experts") or 0) * inter or int(cfg.get("shared_expert_intermediate_size") or 0)
     if shared_inter:
         name = "shared_experts" if cfg.get("n_shared_experts") else "shared_expert"
@@ -760,8 +766,7 @@ def estimate_weights(mc: ModelConfig, par: Parallel, quantization: str | None = 
     if plan.method == "mxfp4":
         par = replace(par, expert_pad=mxfp4_expert_pad(engine, sm_major))
         inter_mult, hidden_mult = par.expert_pad
-        ir = _cdiv(int(_g(cfg, "moe_intermediate_size", "intermediate_size", default=1)), max(1, par.tp // par.ep))
-        h = int(cfg["hidden_size"])
+        ir, h = _expert_inter_per_rank(cfg, par), int(cfg["hidden_size"])
         if _round_up(ir, inter_mult) != ir or _round_up(h, hidden_mult) != h:
             plan.notes.append(f"MXFP4 experts padded as {engine}'s MoE kernel on SM {sm_major}.x needs: intermediate "
                               f"{ir:,} → {_round_up(ir, inter_mult):,} per rank, hidden {h:,} → "
