@@ -14,6 +14,7 @@ from typing import Any
 
 from kvscope.capacity.arch import Architecture, dtype_bytes
 from kvscope.capacity.catalog import load_architecture
+from kvscope.capacity.weights import sglang_parallel, weights_delta_gib
 from kvscope.engines.sglang import rules
 from kvscope.engines.sglang.finish import attn_tp_size, kv_dtype_name, page_size, tp_size
 from kvscope.engines.sglang.rules import GIB, Interval
@@ -53,6 +54,7 @@ class Calibration:
     draft_gib: float
     context_len: int | None
     pre_load_free_derived: bool
+    model: str | None = None  # the model id or path, to estimate how its weights shard
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -149,7 +151,7 @@ def calibrate(s: Startup) -> Calibration:
         arch=arch, era=s.era or "", weights_gib=ref.weights_gib, after_pool_gib=ref.avail_after_pool_gib,
         free_at_ready_gib=ref.avail_at_ready_gib, draft_gib=draft_gib,
         context_len=s.capacity.context_len or _int(s.setting("context_length")) or (arch.max_position_embeddings if arch else None),
-        pre_load_free_derived=derived,
+        pre_load_free_derived=derived, model=s.assumptions.get("model") or s.model,
     )
     if derived:
         cal.notes.append("free memory before weights was derived from the reserve (no 'Load weight begin' line)")
@@ -247,14 +249,10 @@ def predict(cal: Calibration, changes: dict[str, Any], context: int | None = Non
     dp = _int(changes.get("dp_size")) or (cal.tp if dp_attention else 1)
     tp = _int(changes.get("tp_size")) or cal.tp
     attn_tp = max(1, tp // dp) if dp_attention else tp
-    if tp != cal.tp and cal.weights_gib is not None:
-        new_weights = cal.weights_gib * cal.tp / tp
-        rest = Interval(rest.low + cal.weights_gib - new_weights, rest.high + cal.weights_gib - new_weights)
+    if tp != cal.tp or attn_tp != cal.attn_tp:
+        growth = _weights_growth(cal, tp, attn_tp, notes)
+        rest = Interval(rest.low - growth, rest.high - growth)  # GiB here
         approximate = True
-        notes.append(f"TP {cal.tp} → {tp}: weights per GPU assumed to scale to {new_weights:.2f} GiB (replicated parts ignored)")
-    if dp_attention:
-        approximate = True
-        notes.append("DP attention replicates attention weights per DP rank; the per-GPU pool shrinks by that amount (not in the log)")
     cell = _cell_for(cal, changes.get("kv_cache_dtype"), attn_tp)
 
     spec_off = "speculative_algorithm" in changes and changes["speculative_algorithm"] in (None, "", "none", "None")
@@ -268,6 +266,11 @@ def predict(cal: Calibration, changes: dict[str, Any], context: int | None = Non
     cap = _int(changes.get("max_total_tokens"))
     page = _int(changes.get("page_size")) or cal.page
     low, high = _tokens(rest, cell, page, cap)
+    no_pool = high == 0
+    if no_pool:
+        notes.append(f"no KV pool fits: the weights fill mem_fraction_static {mfs} of the {cal.pre_load_free.mid:.2f} GiB "
+                     f"free before weights (SGLang would stop with 'Not enough memory'); a pool starts above "
+                     f"{mfs - rest.mid / cal.pre_load_free.mid:.3f}")
     node_low, node_high = low * (dp if dp_attention else 1), high * (dp if dp_attention else 1)
 
     ctx = context or _int(changes.get("context_length")) or cal.context_len
@@ -282,6 +285,8 @@ def predict(cal: Calibration, changes: dict[str, Any], context: int | None = Non
     else:
         reserve, basis = None, "unknown"
     risk, words = _risk(reserve, cal.pre_load_free.mid)
+    if no_pool:
+        risk, words = "high", "no KV pool: the server would not start"
     if reserve is None and cal.after_pool_gib is not None and cal.after_pool_gib + reserve_delta < 1.0:
         risk, words = "high", f"only {cal.after_pool_gib + reserve_delta:.2f} GiB left after the pool for graphs and activations"
 
@@ -293,6 +298,34 @@ def predict(cal: Calibration, changes: dict[str, Any], context: int | None = Non
         reserve_left_gib=round(reserve, 2) if reserve is not None else None, reserve_basis=basis, risk=risk,
         risk_words=words, flags=_flags(changes, cal), notes=notes, host=host, approximate=approximate,
     )
+
+
+def _weights_growth(cal: Calibration, tp: int, attn_tp: int, notes: list[str]) -> float:
+    """GiB per GPU the weights grow by under a new TP / attention-TP (negative: they shrink).
+
+    From the model's config where it is known (DP attention keeps attention and the input embedding
+    whole on every rank; MLA's down-projections are replicated at any TP), else weights scaled by
+    TP with the replicated parts ignored; noted either way.
+    """
+    change = f"TP {cal.tp} → {tp}" if tp != cal.tp else ""
+    if attn_tp != cal.attn_tp and (attn_tp != tp or cal.attn_tp != cal.tp):
+        change += (", " if change else "") + f"attention TP {cal.attn_tp} → {attn_tp}"
+    delta = weights_delta_gib(cal.model, sglang_parallel(cal.tp, cal.attn_tp), sglang_parallel(tp, attn_tp))
+    if delta is not None:
+        why = ("; attention and the input embedding are whole on every rank under DP attention" if attn_tp < tp
+               else "")
+        notes.append(f"{change}: weights per GPU {'grow' if delta >= 0 else 'shrink'} by {abs(delta):.2f} GiB "
+                     f"(estimated from {cal.model}'s config{why}); the pool "
+                     f"{'gives that up' if delta >= 0 else 'gains it'}")
+        return delta
+    if tp != cal.tp and cal.weights_gib is not None:
+        new_weights = cal.weights_gib * cal.tp / tp
+        notes.append(f"{change}: weights per GPU assumed to scale to {new_weights:.2f} GiB (replicated parts ignored; "
+                     "name the model with --assume model=… to count them)")
+        return new_weights - cal.weights_gib
+    notes.append(f"{change}: the weights' change per GPU is not known (model not in the catalog); the pool is "
+                 "shown as if it stayed the same")
+    return 0.0
 
 
 def _host_tier(changes: dict[str, Any], cal: Calibration, device_tokens: int, cell: int, host_ram_gb: float | None):

@@ -833,3 +833,28 @@ def checkpoint_total_bytes(directory: Path | None) -> int | None:
     except (OSError, ValueError, TypeError):
         return None
     return total or None
+
+
+def sglang_parallel(tp: int, attn_tp: int | None = None, ep: int = 1, pp: int = 1) -> Parallel:
+    """SGLang's sharding: with DP attention (attn_tp < tp) attention splits over attn_tp only and the
+    input embedding stays whole on every rank."""
+    dp_attention = attn_tp is not None and attn_tp < tp
+    return Parallel(tp=tp, ep=ep, pp=pp, attn_tp=attn_tp if dp_attention else None, replicate_embedding=dp_attention)
+
+
+def weights_delta_gib(model: str | None, before: Parallel, after: Parallel, engine: str = "sglang") -> float | None:
+    """How many GiB per GPU the weights grow (or shrink) from one sharding to another, by the
+    estimate from the model's config; None when the model is unknown.
+
+    A difference of two estimates of the same checkpoint: what the config cannot tell (a vision tower
+    of unknown size, load-time extras) cancels out, so it can be added to weights a log printed.
+    """
+    mc = load_model_config(model) if model else None
+    if mc is None:
+        return None
+    try:
+        old = estimate_weights(mc, before, engine=engine).bytes_per_rank
+        new = estimate_weights(mc, after, engine=engine).bytes_per_rank
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+    return (new - old) / GIB

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 
+from kvscope.capacity.weights import sglang_parallel, weights_delta_gib
 from kvscope.engines.sglang import rules
 from kvscope.engines.sglang.finish import attn_tp_size, tp_size
+from kvscope.engines.sglang.rules import GIB
 from kvscope.ledger.model import Finding, Startup, Suggestion
 
 SAFETY_MARGIN_GIB = 2.0
@@ -85,20 +87,34 @@ def _headroom(s: Startup, mfs: float, pre: float, bpt: int) -> Finding | None:
     return Finding("mfs-headroom", "info", "mem_fraction_static is about right", detail)
 
 
-def _mla_replicated(s: Startup, bpt: int) -> Finding | None:
+def _mla_replicated(s: Startup, bpt: int, mfs: float | None, pre: float | None) -> Finding | None:
     rec, ref = s.reconciliation, s.reference_rank
     tp, attn_tp = tp_size(s), attn_tp_size(s)
     if rec is None or rec.architecture.get("attention") != "mla" or tp <= 1 or attn_tp < tp or ref is None:
         return None
     tokens = s.capacity.kv_tokens or 0
-    return Finding(
-        "mla-replicated", "info", f"The MLA KV cache is replicated on all {tp} TP ranks",
-        f"With MLA every TP rank stores the full latent cache of every request, so the server holds {tokens:,} tokens "
-        f"in total, not {tp}×. --enable-dp-attention --dp-size {tp} gives each rank its own pool for its own requests "
-        f"(≈ {tp * tokens:,} tokens across the node, somewhat less per GPU because attention weights are then replicated); "
-        f"it pays off with many concurrent requests, not for single-request latency.",
-        Suggestion("--enable-dp-attention", False, True, tp * tokens, note=f"also --dp-size {tp}; tokens are node-wide"),
-    )
+    head = (f"With MLA every TP rank stores the full latent cache of every request, so the server holds {tokens:,} tokens "
+            f"in total, not {tp}×. --enable-dp-attention --dp-size {tp} gives each rank its own pool for its own requests")
+    tail = "; it pays off with many concurrent requests, not for single-request latency."
+    growth = weights_delta_gib(s.assumptions.get("model") or s.model, sglang_parallel(tp), sglang_parallel(tp, 1))
+    if growth is None or not bpt:
+        return Finding("mla-replicated", "info", f"The MLA KV cache is replicated on all {tp} TP ranks",
+                       f"{head} (≈ {tp * tokens:,} tokens across the node, somewhat less per GPU because attention "
+                       f"weights are then replicated){tail}",
+                       Suggestion("--enable-dp-attention", False, True, tp * tokens,
+                                  note=f"also --dp-size {tp}; tokens are node-wide"))
+    per_gpu = max(0, tokens - int(growth * GIB / bpt))
+    cost = (f"but every GPU then holds the whole attention and the input embedding: +{growth:.2f} GiB of weights "
+            f"per GPU (from the model's config), taken from its pool")
+    if per_gpu > 0:
+        return Finding("mla-replicated", "info", f"The MLA KV cache is replicated on all {tp} TP ranks",
+                       f"{head}, {cost}: {per_gpu:,} tokens per GPU, ≈ {tp * per_gpu:,} across the node{tail}",
+                       Suggestion("--enable-dp-attention", False, True, tp * per_gpu,
+                                  note=f"also --dp-size {tp}; tokens are node-wide"))
+    need = f"; it needs --mem-fraction-static above {mfs + (growth - tokens * bpt / GIB) / pre:.3f}" if mfs and pre else ""
+    return Finding("mla-replicated", "info", f"The MLA KV cache is replicated on all {tp} TP ranks",
+                   f"{head}, {cost} — more than the whole {tokens * bpt / GIB:.2f} GiB pool: at this "
+                   f"mem_fraction_static DP attention leaves no KV room{need}.")
 
 
 def _failure(s: Startup, mfs: float | None, pre: float | None) -> Finding | None:
@@ -181,7 +197,7 @@ def findings(s: Startup) -> list:
         out.append(fail)
     if mfs is not None and pre and bpt:
         out.extend(f for f in (_reserve(s, mfs, pre, bpt), _headroom(s, mfs, pre, bpt)) if f)
-    out.extend(f for f in (_pool(s), _mla_replicated(s, bpt or 0)) if f)
+    out.extend(f for f in (_pool(s), _mla_replicated(s, bpt or 0, mfs, pre)) if f)
     for w in s.warnings:
         if w.get("code") == "max-total-tokens-above-profile" and None not in (w.get("requested"), w.get("profiled")):
             out.append(Finding("max-total-tokens-clamped", "warning",
