@@ -71,3 +71,14 @@ def test_hybrid_calibration_keeps_the_enlarged_block():
     assert bf16.concurrency_at_context == 2.26 and "1,056 tokens" in bf16.notes[-1]
     half = pv.predict(cal, {"max_model_len": 65_536})  # 32 + 3 × 2 blocks per request
     assert half.concurrency_at_context == round(299 / 38, 2)
+
+
+def test_tensor_parallel_change_reprices_weights_and_kv_heads(cal):
+    """TP 1 → 2: Llama-3.1-8B's weights per GPU shrink by 7.48 GiB (all of it splits: embedding,
+    attention, MLP, lm_head) and each GPU keeps 4 of the 8 KV heads, so a block holds half the bytes."""
+    sc = pv.predict(cal, {"tensor_parallel_size": 2})
+    note = next(n for n in sc.notes if n.startswith("TP 1 → 2"))
+    assert "shrink by 7.48 GiB" in note and "4,096 to 2,048 B" in note
+    expected = int((51.63 + 7.48) * 2**30 // (2_162_688 // 2)) * 16
+    assert abs(sc.kv_tokens_low - expected) <= 0.001 * expected
+    assert sc.approximate and sc.flags == ["--tensor-parallel-size 2"]

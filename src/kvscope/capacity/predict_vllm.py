@@ -13,6 +13,7 @@ from typing import Any
 
 from kvscope.capacity.arch import dtype_bytes
 from kvscope.capacity.predict import PredictionError, Scenario, _risk, _truthy, normalise_changes
+from kvscope.capacity.weights import Parallel, weights_delta_gib
 from kvscope.engines.vllm import finish as vfinish
 from kvscope.engines.vllm import rules as vrules
 from kvscope.ledger.model import Startup
@@ -47,6 +48,8 @@ class VllmCalibration:
     free_at_ready_gib: float | None
     notes: list[str] = field(default_factory=list)
     mamba: vrules.MambaLayout | None = None  # hybrid attention + Mamba: the layout that reproduced the log
+    model: str | None = None  # the model id or path, to estimate how its weights shard
+    arch: Any = None  # its architecture, for the KV heads per GPU at another TP
 
     @property
     def kv_tokens(self) -> int:
@@ -110,7 +113,13 @@ def calibrate(s: Startup) -> VllmCalibration:
         kv_high_bytes=(blocks + 1) * block_bytes - 1, util=util, total_gib=total, max_model_len=cap.max_model_len,
         kv_bytes=vfinish.kv_bytes(s, arch), tp=vfinish.tp_size(s), capacity_rule=vfinish.era_of(s).capacity_rule,
         free_at_ready_gib=ref.avail_at_ready_gib if ref else None, notes=notes, mamba=mamba,
+        model=_model_name(s), arch=arch,
     )
+
+
+def _model_name(s: Startup) -> str | None:
+    model = s.assumptions.get("model") or s.model or s.setting("model")
+    return model if isinstance(model, str) else None
 
 
 def _mamba_layout(s: Startup, arch: Any) -> vrules.MambaLayout | None:
@@ -175,7 +184,8 @@ def predict(cal: VllmCalibration, changes: dict[str, Any], host_ram_gb: float | 
         block_bytes, bs = block_bytes * new_bs / cal.block_size, new_bs
     if "tensor_parallel_size" in changes:
         approximate = True
-        notes.append("TP change: weights and KV heads per GPU both change; not predicted from this log")
+        low, high, block_bytes = _tp_change(cal, int(changes["tensor_parallel_size"]), low, high, block_bytes, mamba,
+                                            notes)
     m = int(changes.get("max_model_len") or cal.max_model_len or 0) or None
     b_low, t_low, c_low = _capacity(cal, low, block_bytes, bs, m, mamba)
     b_high, t_high, _ = _capacity(cal, high, block_bytes, bs, m, mamba)
@@ -191,6 +201,23 @@ def predict(cal: VllmCalibration, changes: dict[str, Any], host_ram_gb: float | 
                     reserve_left_gib=round(reserve, 2) if reserve is not None else None,
                     reserve_basis="free at ready (observed, adjusted)" if reserve is not None else "unknown",
                     risk=risk, risk_words=words, flags=flags, notes=notes, host=host, approximate=approximate)
+
+
+def _tp_change(cal: VllmCalibration, tp: int, low: float, high: float, block_bytes: float,
+               mamba: vrules.MambaLayout | None, notes: list[str]) -> tuple[float, float, float]:
+    """Another TP size: K moves by the weights' change per GPU (two estimates from the model's config)
+    and a block by the KV heads each GPU then holds; communicators and activations are not re-priced."""
+    delta = weights_delta_gib(cal.model, Parallel(tp=cal.tp), Parallel(tp=tp), engine="vllm")
+    if delta is None or cal.arch is None or mamba is not None:
+        why = "hybrid Mamba layout" if mamba is not None else "model not in the catalog (pass --assume model=…)"
+        notes.append(f"TP {cal.tp} → {tp}: weights and KV heads per GPU both change; not predicted ({why})")
+        return low, high, block_bytes
+    row_old = vrules.page_size(cal.arch, cal.kv_bytes, cal.tp).bytes_per_token_per_layer
+    row_new = vrules.page_size(cal.arch, cal.kv_bytes, tp).bytes_per_token_per_layer
+    notes.append(f"TP {cal.tp} → {tp}: weights per GPU {'grow' if delta >= 0 else 'shrink'} by {abs(delta):.2f} GiB "
+                 f"(estimated from {cal.model}'s config) and a token's KV per GPU goes from {row_old:,} to {row_new:,} "
+                 "B per layer; NCCL and activation changes are not re-priced")
+    return low - delta * GIB, high - delta * GIB, block_bytes * row_new / row_old
 
 
 def _bytes(value: Any) -> int:
