@@ -81,3 +81,32 @@ def test_cli_bad_set_exit_2():
     out = subprocess.run([sys.executable, "-m", "kvscope", "whatif", "--example", "kimi-k2.5-tp8", "--set", "nope=1"],
                          capture_output=True, text=True)
     assert out.returncode == 2 and "Traceback" not in out.stderr
+
+
+def test_a_dp_attention_log_keeps_dp_attention():
+    """A run logged with DP attention (DeepSeek-V3.2 on 8×B200, 'DP0 TP0' rank labels) stays one:
+    the as-logged row is the log's own pool, and a change elsewhere does not re-shard attention."""
+    from tests.conftest import case_dir
+
+    log = case_dir("sglang", "026") / "log.txt"
+    s = analyze([str(log)], {"model": "deepseek-ai/DeepSeek-V3.2-Exp", "mem_fraction_static": 0.8, "tp_size": 8,
+                             "dp_size": 8, "enable_dp_attention": True}).startups[0]
+    c = calibrate(s)
+    assert c.attn_tp == 1
+    base = predict(c, {})
+    assert base.kv_tokens_low == 975_424 and base.node_kv_tokens_low == 8 * 975_424
+    assert not any("attention TP" in n for n in predict(c, {"mem_fraction_static": 0.82}).notes)
+
+
+@pytest.mark.parametrize("changes", [{"enable_dp_attention": True, "dp_size": 3},
+                                     {"enable_dp_attention": True, "dp_size": 16}, {"tp_size": 0}])
+def test_impossible_parallelism_is_a_usage_error(cal, changes):
+    with pytest.raises(PredictionError):
+        predict(cal, changes)
+
+
+def test_unknown_model_leaves_the_tp_change_unpriced(cal):
+    from dataclasses import replace
+
+    sc = predict(replace(cal, model="acme/not-a-model"), {"enable_dp_attention": True})
+    assert sc.risk == "unknown" and any("not in the catalog" in n for n in sc.notes)

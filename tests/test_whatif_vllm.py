@@ -82,3 +82,18 @@ def test_tensor_parallel_change_reprices_weights_and_kv_heads(cal):
     expected = int((51.63 + 7.48) * 2**30 // (2_162_688 // 2)) * 16
     assert abs(sc.kv_tokens_low - expected) <= 0.001 * expected
     assert sc.approximate and sc.flags == ["--tensor-parallel-size 2"]
+
+
+def test_tp_change_keeps_a_fixed_kv_size(cal):
+    """--kv-cache-memory-bytes fixes K: a TP change then only re-sizes the block (half the KV heads)."""
+    sc = pv.predict(cal, {"tensor_parallel_size": 2, "kv_cache_memory_bytes": "4G"})
+    assert sc.kv_tokens_low == (4 * 2**30 // (2_162_688 // 2)) * 16
+
+
+def test_tp_change_that_leaves_no_kv_says_so(cal):
+    from dataclasses import replace
+
+    tiny = replace(cal, kv_low_bytes=float(2**30), kv_high_bytes=float(2**30))  # 1 GiB: TP 2 → 1 adds 7.48 GiB
+    sc = pv.predict(replace(tiny, tp=2), {"tensor_parallel_size": 1})
+    assert sc.kv_tokens_high == 0 and sc.risk == "high"
+    assert any("No available memory for the cache blocks" in n for n in sc.notes)

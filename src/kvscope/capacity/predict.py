@@ -14,7 +14,7 @@ from typing import Any
 
 from kvscope.capacity.arch import Architecture, dtype_bytes
 from kvscope.capacity.catalog import load_architecture
-from kvscope.capacity.weights import sglang_parallel, weights_delta_gib
+from kvscope.capacity.weights import sglang_parallel, weights_delta_gib, weights_estimate_gib
 from kvscope.engines.sglang import rules
 from kvscope.engines.sglang.finish import attn_tp_size, kv_dtype_name, page_size, tp_size
 from kvscope.engines.sglang.rules import GIB, Interval
@@ -55,6 +55,7 @@ class Calibration:
     context_len: int | None
     pre_load_free_derived: bool
     model: str | None = None  # the model id or path, to estimate how its weights shard
+    pp: int = 1  # pipeline stages: weights per GPU are one stage's
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -152,6 +153,7 @@ def calibrate(s: Startup) -> Calibration:
         free_at_ready_gib=ref.avail_at_ready_gib, draft_gib=draft_gib,
         context_len=s.capacity.context_len or _int(s.setting("context_length")) or (arch.max_position_embeddings if arch else None),
         pre_load_free_derived=derived, model=s.assumptions.get("model") or s.model,
+        pp=_int(s.setting("pp_size")) or _int(s.setting("pipeline_parallel_size")) or 1,
     )
     if derived:
         cal.notes.append("free memory before weights was derived from the reserve (no 'Load weight begin' line)")
@@ -208,7 +210,7 @@ def _flags(changes: dict[str, Any], cal: Calibration) -> list[str]:
         if key == "enable_dp_attention":
             flags.append("--enable-dp-attention" if _truthy(value) else "(remove --enable-dp-attention)")
             if _truthy(value) and "dp_size" not in changes:
-                flags.append(f"--dp-size {cal.tp}")
+                flags.append(f"--dp-size {_int(changes.get('tp_size')) or cal.tp}")
         elif key == "enable_hierarchical_cache":
             flags.append("--enable-hierarchical-cache" if _truthy(value) else "(remove --enable-hierarchical-cache)")
         elif key == "speculative_algorithm":
@@ -245,13 +247,12 @@ def predict(cal: Calibration, changes: dict[str, Any], context: int | None = Non
     rest = Interval(rest.low + shift.low, rest.high + shift.high)
     reserve_delta = -delta * cal.pre_load_free.mid
 
-    dp_attention = _truthy(changes.get("enable_dp_attention", False))
-    dp = _int(changes.get("dp_size")) or (cal.tp if dp_attention else 1)
-    tp = _int(changes.get("tp_size")) or cal.tp
-    attn_tp = max(1, tp // dp) if dp_attention else tp
+    tp, attn_tp = _parallel_after(cal, changes)
+    growth_unknown = False
     if tp != cal.tp or attn_tp != cal.attn_tp:
         growth = _weights_growth(cal, tp, attn_tp, notes)
-        rest = Interval(rest.low - growth, rest.high - growth)  # GiB here
+        growth_unknown = growth is None
+        rest = Interval(rest.low - (growth or 0.0), rest.high - (growth or 0.0))  # GiB here
         approximate = True
     cell = _cell_for(cal, changes.get("kv_cache_dtype"), attn_tp)
 
@@ -266,12 +267,14 @@ def predict(cal: Calibration, changes: dict[str, Any], context: int | None = Non
     cap = _int(changes.get("max_total_tokens"))
     page = _int(changes.get("page_size")) or cal.page
     low, high = _tokens(rest, cell, page, cap)
-    no_pool = high == 0
+    no_pool = high == 0 and cap != 0
     if no_pool:
+        first_page = page * cell / GIB  # GiB one page of the pool needs
         notes.append(f"no KV pool fits: the weights fill mem_fraction_static {mfs} of the {cal.pre_load_free.mid:.2f} GiB "
                      f"free before weights (SGLang would stop with 'Not enough memory'); a pool starts above "
-                     f"{mfs - rest.mid / cal.pre_load_free.mid:.3f}")
-    node_low, node_high = low * (dp if dp_attention else 1), high * (dp if dp_attention else 1)
+                     f"{mfs + (first_page - rest.mid) / cal.pre_load_free.mid:.3f}")
+    pools = tp // attn_tp  # DP attention: one pool per attention-TP group, each for its own requests
+    node_low, node_high = low * pools, high * pools
 
     ctx = context or _int(changes.get("context_length")) or cal.context_len
     concurrency = (node_low / ctx) if ctx else None
@@ -285,6 +288,8 @@ def predict(cal: Calibration, changes: dict[str, Any], context: int | None = Non
     else:
         reserve, basis = None, "unknown"
     risk, words = _risk(reserve, cal.pre_load_free.mid)
+    if growth_unknown:
+        risk, words = "unknown", "the weights' change per GPU is not known for this model"
     if no_pool:
         risk, words = "high", "no KV pool: the server would not start"
     if reserve is None and cal.after_pool_gib is not None and cal.after_pool_gib + reserve_delta < 1.0:
@@ -300,7 +305,28 @@ def predict(cal: Calibration, changes: dict[str, Any], context: int | None = Non
     )
 
 
-def _weights_growth(cal: Calibration, tp: int, attn_tp: int, notes: list[str]) -> float:
+def _parallel_after(cal: Calibration, changes: dict[str, Any]) -> tuple[int, int]:
+    """(tp, attention TP) of the scenario: what the log ran unless the changes say otherwise.
+
+    DP attention stays as logged unless ``enable_dp_attention`` is set; turned on without a
+    ``dp_size`` it takes dp = tp (attention TP 1); a logged DP-attention run keeps its attention TP
+    when only tp changes. dp must divide tp.
+    """
+    tp = _int(changes.get("tp_size")) if "tp_size" in changes else cal.tp
+    if tp is None or tp < 1:
+        raise PredictionError(f"tp_size must be a positive integer, got {changes.get('tp_size')!r}")
+    logged_dp = cal.attn_tp < cal.tp
+    on = _truthy(changes["enable_dp_attention"]) if "enable_dp_attention" in changes else logged_dp
+    if not on:
+        return tp, tp
+    dp = _int(changes.get("dp_size")) or (max(1, tp // cal.attn_tp) if logged_dp else tp)
+    if tp < 1 or dp < 1 or dp > tp or tp % dp:
+        raise PredictionError(f"dp_size {dp} must divide tp_size {tp} (DP attention splits the TP ranks into "
+                              "dp groups)")
+    return tp, tp // dp
+
+
+def _weights_growth(cal: Calibration, tp: int, attn_tp: int, notes: list[str]) -> float | None:
     """GiB per GPU the weights grow by under a new TP / attention-TP (negative: they shrink).
 
     From the model's config where it is known (DP attention keeps attention and the input embedding
@@ -310,7 +336,14 @@ def _weights_growth(cal: Calibration, tp: int, attn_tp: int, notes: list[str]) -
     change = f"TP {cal.tp} → {tp}" if tp != cal.tp else ""
     if attn_tp != cal.attn_tp and (attn_tp != tp or cal.attn_tp != cal.tp):
         change += (", " if change else "") + f"attention TP {cal.attn_tp} → {attn_tp}"
-    delta = weights_delta_gib(cal.model, sglang_parallel(cal.tp, cal.attn_tp), sglang_parallel(tp, attn_tp))
+    before, after = sglang_parallel(cal.tp, cal.attn_tp, pp=cal.pp), sglang_parallel(tp, attn_tp, pp=cal.pp)
+    delta = weights_delta_gib(cal.model, before, after)
+    logged_estimate = weights_estimate_gib(cal.model, before)
+    if delta is not None and cal.weights_gib and logged_estimate is not None \
+            and abs(logged_estimate - cal.weights_gib) > 0.25 * cal.weights_gib:
+        notes.append(f"{change}: the config's estimate at the logged TP ({logged_estimate:.2f} GiB) is far from the "
+                     f"{cal.weights_gib:.2f} GiB the log shows; check the model and the logged TP (--assume tp_size=…)")
+        delta = None
     if delta is not None:
         why = ("; attention and the input embedding are whole on every rank under DP attention" if attn_tp < tp
                else "")
@@ -318,14 +351,15 @@ def _weights_growth(cal: Calibration, tp: int, attn_tp: int, notes: list[str]) -
                      f"(estimated from {cal.model}'s config{why}); the pool "
                      f"{'gives that up' if delta >= 0 else 'gains it'}")
         return delta
-    if tp != cal.tp and cal.weights_gib is not None:
+    if tp != cal.tp and attn_tp == tp and cal.weights_gib is not None:
         new_weights = cal.weights_gib * cal.tp / tp
         notes.append(f"{change}: weights per GPU assumed to scale to {new_weights:.2f} GiB (replicated parts ignored; "
                      "name the model with --assume model=… to count them)")
         return new_weights - cal.weights_gib
-    notes.append(f"{change}: the weights' change per GPU is not known (model not in the catalog); the pool is "
-                 "shown as if it stayed the same")
-    return 0.0
+    why = "no model named (--assume model=…)" if not cal.model else f"{cal.model} is not in the catalog"
+    notes.append(f"{change}: the weights' change per GPU is not known ({why}); the pool is shown as if it stayed the "
+                 "same")
+    return None
 
 
 def _host_tier(changes: dict[str, Any], cal: Calibration, device_tokens: int, cell: int, host_ram_gb: float | None):

@@ -50,6 +50,7 @@ class VllmCalibration:
     mamba: vrules.MambaLayout | None = None  # hybrid attention + Mamba: the layout that reproduced the log
     model: str | None = None  # the model id or path, to estimate how its weights shard
     arch: Any = None  # its architecture, for the KV heads per GPU at another TP
+    pp: int = 1  # pipeline stages: weights per GPU are one stage's
 
     @property
     def kv_tokens(self) -> int:
@@ -113,7 +114,7 @@ def calibrate(s: Startup) -> VllmCalibration:
         kv_high_bytes=(blocks + 1) * block_bytes - 1, util=util, total_gib=total, max_model_len=cap.max_model_len,
         kv_bytes=vfinish.kv_bytes(s, arch), tp=vfinish.tp_size(s), capacity_rule=vfinish.era_of(s).capacity_rule,
         free_at_ready_gib=ref.avail_at_ready_gib if ref else None, notes=notes, mamba=mamba,
-        model=_model_name(s), arch=arch,
+        model=_model_name(s), arch=arch, pp=vfinish.pp_size(s),
     )
 
 
@@ -184,8 +185,10 @@ def predict(cal: VllmCalibration, changes: dict[str, Any], host_ram_gb: float | 
         block_bytes, bs = block_bytes * new_bs / cal.block_size, new_bs
     if "tensor_parallel_size" in changes:
         approximate = True
-        low, high, block_bytes = _tp_change(cal, int(changes["tensor_parallel_size"]), low, high, block_bytes, mamba,
-                                            notes)
+        new_low, new_high, block_bytes = _tp_change(cal, _tp_value(changes["tensor_parallel_size"]), low, high,
+                                                    block_bytes, mamba, notes)
+        if "kv_cache_memory_bytes" not in changes:  # a fixed K stays fixed; only the block changes
+            low, high = new_low, new_high
     m = int(changes.get("max_model_len") or cal.max_model_len or 0) or None
     b_low, t_low, c_low = _capacity(cal, low, block_bytes, bs, m, mamba)
     b_high, t_high, _ = _capacity(cal, high, block_bytes, bs, m, mamba)
@@ -193,6 +196,9 @@ def predict(cal: VllmCalibration, changes: dict[str, Any], host_ram_gb: float | 
     if m and b_low < need:
         notes.append(f"max_model_len {m:,} needs {need:,} blocks; only {b_low:,} fit: vLLM refuses to start")
     risk, words = _risk(reserve, 0.0) if reserve is not None else ("unknown", "free memory at ready not in the log")
+    if t_high == 0:
+        notes.append("no KV cache fits: vLLM would stop with 'No available memory for the cache blocks'")
+        risk, words = "high", "no KV cache: the server would not start"
     host = _offload(changes, cal, host_ram_gb)
     flags = [f"{FLAGS[k]} {v}" for k, v in changes.items()]
     return Scenario(label=label or (", ".join(f"{k}={v}" for k, v in changes.items()) or "as logged"), changes=changes,
@@ -203,13 +209,24 @@ def predict(cal: VllmCalibration, changes: dict[str, Any], host_ram_gb: float | 
                     risk=risk, risk_words=words, flags=flags, notes=notes, host=host, approximate=approximate)
 
 
+def _tp_value(value: Any) -> int:
+    try:
+        tp = int(value)
+    except (TypeError, ValueError):
+        tp = 0
+    if tp < 1:
+        raise PredictionError(f"tensor_parallel_size must be a positive integer, got {value!r}")
+    return tp
+
+
 def _tp_change(cal: VllmCalibration, tp: int, low: float, high: float, block_bytes: float,
                mamba: vrules.MambaLayout | None, notes: list[str]) -> tuple[float, float, float]:
     """Another TP size: K moves by the weights' change per GPU (two estimates from the model's config)
     and a block by the KV heads each GPU then holds; communicators and activations are not re-priced."""
-    delta = weights_delta_gib(cal.model, Parallel(tp=cal.tp), Parallel(tp=tp), engine="vllm")
+    delta = weights_delta_gib(cal.model, Parallel(tp=cal.tp, pp=cal.pp), Parallel(tp=tp, pp=cal.pp), engine="vllm")
     if delta is None or cal.arch is None or mamba is not None:
-        why = "hybrid Mamba layout" if mamba is not None else "model not in the catalog (pass --assume model=…)"
+        why = ("hybrid Mamba layout" if mamba is not None else "no model named (pass --assume model=…)"
+               if not cal.model else f"{cal.model} is not in the catalog")
         notes.append(f"TP {cal.tp} → {tp}: weights and KV heads per GPU both change; not predicted ({why})")
         return low, high, block_bytes
     row_old = vrules.page_size(cal.arch, cal.kv_bytes, cal.tp).bytes_per_token_per_layer

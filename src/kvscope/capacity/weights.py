@@ -842,6 +842,17 @@ def sglang_parallel(tp: int, attn_tp: int | None = None, ep: int = 1, pp: int = 
     return Parallel(tp=tp, ep=ep, pp=pp, attn_tp=attn_tp if dp_attention else None, replicate_embedding=dp_attention)
 
 
+def weights_estimate_gib(model: str | None, par: Parallel, engine: str = "sglang") -> float | None:
+    """The config estimate of the weights per GPU under ``par``; None when the model is unknown."""
+    mc = load_model_config(model) if model else None
+    if mc is None:
+        return None
+    try:
+        return estimate_weights(mc, par, engine=engine).bytes_per_rank / GIB
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+
+
 def weights_delta_gib(model: str | None, before: Parallel, after: Parallel, engine: str = "sglang") -> float | None:
     """How many GiB per GPU the weights grow (or shrink) from one sharding to another, by the
     estimate from the model's config; None when the model is unknown.
@@ -849,12 +860,5 @@ def weights_delta_gib(model: str | None, before: Parallel, after: Parallel, engi
     A difference of two estimates of the same checkpoint: what the config cannot tell (a vision tower
     of unknown size, load-time extras) cancels out, so it can be added to weights a log printed.
     """
-    mc = load_model_config(model) if model else None
-    if mc is None:
-        return None
-    try:
-        old = estimate_weights(mc, before, engine=engine).bytes_per_rank
-        new = estimate_weights(mc, after, engine=engine).bytes_per_rank
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
-        return None
-    return (new - old) / GIB
+    old, new = weights_estimate_gib(model, before, engine), weights_estimate_gib(model, after, engine)
+    return None if old is None or new is None else new - old
