@@ -312,7 +312,7 @@ def test_cli_bad_input_exits_2(capsys):
     ("RTX PRO 6000 Blackwell Workstation Edition", "NVIDIA RTX PRO 6000 Blackwell"),
     ("4090", "NVIDIA GeForce RTX 4090"),                 # a model number, not 4,090 MiB
     ("97887", "97887 MiB GPU"),                          # a size
-    ("H20", None),                                       # never the H200 (no nvidia-smi total for H20)
+    ("H20", "NVIDIA H20 96GB"),                          # never the H200
     ("L40", None),                                       # never the L40S
     ("GeForce RTX 3090 Ti", None),
     ("RTX 5090 24GB", None),                             # a size that contradicts the name
