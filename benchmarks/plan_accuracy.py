@@ -75,26 +75,28 @@ NOT_NVIDIA = re.compile(r"\b(MI\d{3}|AMD|ROCm|NPU|Ascend|MUSA|Moore|XPU|Arc|Tens
 BLOCK_SIZE = 16
 
 
-def _clean_model(text: str | None) -> str | None:
-    if not text:
+def _clean_model(text: Any) -> str | None:
+    if not text or not isinstance(text, str):
         return None
     return text.split(" (")[0].strip() or None
 
 
-def _clean_gpu(text: str | None) -> str | None:
+def _clean_gpu(text: Any) -> str | None:
     """The GPU as the catalog knows it (its torch total and interconnect come with it), else its size.
 
     A stated nvidia-smi total wins over a catalog entry whose total differs from it.
     """
-    if not text:
+    if not text or not isinstance(text, str):
         return None
     name = re.split(r" \(|,", text)[0].strip() or None
     m = re.search(r"nvidia-smi total (\d+) MiB", text)
-    if name:
+    for candidate in (text.strip(), name):  # "NVIDIA A100 (80GB)" needs its parenthesis to say which A100
+        if not candidate:
+            continue
         try:
-            if m is None or resolve_gpu(name)[1] == int(m.group(1)):
-                resolve_gpu(name)
-                return name
+            if m is None or resolve_gpu(candidate)[1] == int(m.group(1)):
+                resolve_gpu(candidate)
+                return candidate
         except InputError:
             pass
     return f"{m.group(1)}MiB" if m else name
@@ -131,6 +133,12 @@ def _flag_value(value: Any) -> Any:
     return value
 
 
+def _count(value: Any) -> int:
+    """A TP/DP size as written ('8', 8, '8 (TP8)'); 1 when it is not a number."""
+    m = re.match(r"\s*(\d+)", str(value))
+    return int(m.group(1)) if m and int(m.group(1)) > 0 else 1
+
+
 def _launch_settings(meta: dict[str, Any]) -> tuple[dict[str, Any], dict[str, int]]:
     """(engine settings, parallelism) from launch_flags_known, settings and a launch command."""
     settings: dict[str, Any] = {}
@@ -138,9 +146,9 @@ def _launch_settings(meta: dict[str, Any]) -> tuple[dict[str, Any], dict[str, in
     for key, value in (meta.get("launch_flags_known") or {}).items():
         k = key.lstrip("-").replace("-", "_")
         if k in ("tp", "tp_size", "tensor_parallel_size"):
-            par["tp"] = int(value)
+            par["tp"] = _count(value)
         elif k in ("dp", "dp_size"):
-            par["dp"] = int(value)
+            par["dp"] = _count(value)
         elif k != "attention_backend":
             settings[k] = _flag_value(value)
     settings.update(meta.get("settings") or {})
@@ -157,9 +165,9 @@ def _launch_settings(meta: dict[str, Any]) -> tuple[dict[str, Any], dict[str, in
             name = w[2:].replace("-", "_")
             nxt = words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--") else None
             if name in ("tp", "tp_size", "tensor_parallel_size"):
-                par["tp"] = int(nxt)
+                par["tp"] = _count(nxt)
             elif name in ("dp", "dp_size", "data_parallel_size"):
-                par["dp"] = int(nxt)
+                par["dp"] = _count(nxt)
             elif name in ("model", "model_path", "kv_transfer_config"):
                 continue
             else:
@@ -242,8 +250,8 @@ def _case(case_dir: Path) -> dict[str, Any]:
         return {**row, "skip": f"model {model!r} not in the catalog"}
     try:
         resolve_gpu(gpu)
-    except InputError:
-        return {**row, "skip": f"GPU {gpu!r} not in the catalog"}
+    except InputError as e:
+        return {**row, "skip": f"GPU {gpu!r}: {str(e).split(';')[0]}"}
     settings, par = _launch_settings(meta)
     logged = _logged_args(meta, case_dir / "log.txt")
     for key, value in (logged or {}).items():
@@ -260,7 +268,10 @@ def _case(case_dir: Path) -> dict[str, Any]:
     if settings.pop("enable_dp_attention", None):
         settings["enable_dp_attention"] = True
     req = PlanRequest(model=model, gpu=gpu, engine=engine, engine_version=version, tp=tp, dp=dp, settings=settings)
-    pred = plan(req)
+    try:
+        pred = plan(req)
+    except InputError as e:
+        return {**row, "skip": f"plan refused the launch facts: {e}"}
     caveats = _caveats(meta, settings, vhow, pred, logged is not None)
     got = pred["capacity"]["kv_tokens"]
     err = (got - truth) / truth * 100
@@ -292,8 +303,17 @@ def _caveats(meta: dict[str, Any], settings: dict[str, Any], version_from: str, 
     return out
 
 
+def _safe_case(case_dir: Path) -> dict[str, Any]:
+    """One case's row; a meta.json this harness cannot read is reported as skipped, never a crash."""
+    try:
+        return _case(case_dir)
+    except (ValueError, TypeError, AttributeError, KeyError) as e:
+        return {"case": f"{case_dir.parent.name}/{case_dir.name}", "engine": None,
+                "skip": f"meta.json not understood ({type(e).__name__}: {e})"[:160]}
+
+
 def run(cases: Path) -> dict[str, Any]:
-    rows = [_case(d) for d in sorted(p for p in cases.glob("*/*") if (p / "meta.json").is_file())]
+    rows = [_safe_case(d) for d in sorted(p for p in cases.glob("*/*") if (p / "meta.json").is_file())]
     planned = [r for r in rows if "skip" not in r]
     mae = sum(abs(r["error_pct"]) for r in planned) / len(planned) if planned else None
     clean = [r for r in planned if not r["caveats"]]

@@ -371,3 +371,24 @@ def test_every_catalog_model_plans_or_says_why(engine, version):
             continue
         with contextlib.suppress(InputError):
             plan(PlanRequest(model=m["hf_id"], gpu="H200", engine=engine, engine_version=version, tp=8))
+
+
+def test_plan_accuracy_reads_odd_cases_without_crashing(tmp_path):
+    """Hidden real logs come with meta.json written by people: odd fields are skips with a reason."""
+    bench = _benchmark()
+    assert bench._clean_gpu("NVIDIA A100 (80GB)") == "NVIDIA A100 (80GB)"  # the parenthesis says which A100
+    assert bench._clean_gpu("H100 (x8, NVLink)") == "H100" and bench._clean_gpu(5) is None
+    odd = [{"engine": "vllm", "model": "Qwen/Qwen3-8B", "gpu": "H100", "tp": "x", "ground_truth": [1]},
+           {"engine": "sglang", "model": "Qwen/Qwen3-8B", "gpu": "A100", "tp": 1, "ground_truth": {"kv_tokens": 5}},
+           {"engine": "vllm", "model": "Qwen/Qwen3-8B", "gpu": "H100", "tp": 1, "ground_truth": {"kv_tokens": 9},
+            "settings": {"gpu_memory_utilization": "abc"}},
+           {"engine": "sglang", "model": "Qwen/Qwen3-8B", "gpu": "H100", "tp": 8, "settings": "x",
+            "ground_truth": {"kv_tokens": 9}}]
+    for i, meta in enumerate(odd):
+        d = tmp_path / "vllm" / f"c{i}"
+        d.mkdir(parents=True)
+        (d / "meta.json").write_text(json.dumps(meta))
+        (d / "log.txt").write_text("")
+    rows = bench.run(tmp_path)
+    assert not rows["planned"] and len(rows["skipped"]) == 4
+    assert any("could be any of" in r["skip"] for r in rows["skipped"])  # "A100": which one?
