@@ -197,10 +197,11 @@ def budget_basis(gpu: str, tp_world: int, overrides: dict[str, Any] | None = Non
     label, smi_mib, entry = resolve_gpu(gpu)
     measured_kind = entry.get("nvidia_smi_reserved_mib") is not None
     nvswitch = nvswitch_kind(entry)
+    start = nccl_gib(tp_world, nvswitch, entry)
     basis = BudgetBasis(
-        label, smi_mib, _torch_total(entry, smi_mib), cuda_context_gib(entry, measured_kind),
-        nccl_gib(tp_world, nvswitch, entry), Figure(CUBLAS_GIB, "measured" if measured_kind else "assumed"),
-        nccl_after_profile=_profile_nccl(tp_world, nvswitch, entry),
+        label, smi_mib, _torch_total(entry, smi_mib), cuda_context_gib(entry, measured_kind), start,
+        Figure(CUBLAS_GIB, "measured" if measured_kind else "assumed"),
+        nccl_after_profile=_profile_nccl(tp_world, nvswitch, start),
     )
     for key, attr in (("torch_total_gib", "torch_total"), ("cuda_context_gib", "cuda_context"),
                       ("nccl_gib", "nccl"), ("cublas_gib", "cublas")):
@@ -212,12 +213,11 @@ def budget_basis(gpu: str, tp_world: int, overrides: dict[str, Any] | None = Non
     return basis
 
 
-def _profile_nccl(tp_world: int, nvswitch: bool, entry: dict[str, Any]) -> Figure | None:
+def _profile_nccl(tp_world: int, nvswitch: bool, start: Figure) -> Figure | None:
     """vLLM's own TP4 report on an H200 (non-torch growth across NCCL start and the profile run) for
-    NVSwitch machines at TP ≥ 4, where it exceeds the start-up figure; None elsewhere."""
+    NVSwitch machines at TP ≥ 4, where it exceeds the start-up figure ``start``; None elsewhere."""
     if not nvswitch or tp_world < 4:
         return None
-    start = nccl_gib(tp_world, nvswitch, entry)
     if start.gib >= NCCL_NVSWITCH_TP4_GIB:
         return None
     return Figure(NCCL_NVSWITCH_TP4_GIB, "reported" if tp_world == 4 else "assumed",

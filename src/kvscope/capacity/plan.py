@@ -28,6 +28,7 @@ from kvscope.capacity.weights import (
     WeightEstimate,
     estimate_weights,
     load_model_config,
+    sglang_parallel,
     vision_profile_shape,
 )
 from kvscope.engines.sglang import defaults as sgd
@@ -43,9 +44,6 @@ VLLM_NEWEST = "0.33.0"
 ALIASES = {"mfs": "mem_fraction_static", "util": "gpu_memory_utilization", "kv_dtype": "kv_cache_dtype",
            "context_len": "context_length", "tp": "tp_size", "spec": "speculative_algorithm",
            "dp_attention": "enable_dp_attention", "max_model_len": "max_model_len"}
-SM_MAJOR = (("GB300", 10), ("B300", 10), ("GB200", 10), ("B200", 10), ("RTX PRO 6000", 12), ("RTX 5090", 12),
-            ("H200", 9), ("H100", 9), ("H20", 9), ("L40S", 8), ("L4", 8), ("A100", 8), ("A10", 8),
-            ("RTX 4090", 8), ("RTX 3090", 8), ("RTX 6000 Ada", 8))
 VLLM_GRAPH_GIB = 0.5  # typical CUDA-graph estimate vLLM ≥0.20 subtracts; assumed, not measured
 # The dummy sampler run of the profile (max_num_seqs rows of logits, top-k and top-p both on, the
 # PyTorch sort path) holds about ten fp32 copies of the logits at its peak: the model-dtype logits
@@ -95,16 +93,12 @@ def normalise_settings(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def _sm_major(gpu_label: str) -> int | None:
-    """The GPU's compute-capability major: the catalog's figure, else by name."""
+    """The GPU's compute-capability major, from its catalog entry; None for a GPU given by size."""
     from kvscope.capacity.catalog import gpus
 
     for g in gpus():
         if g["name"] == gpu_label and g.get("compute_capability"):
             return int(str(g["compute_capability"]).split(".")[0])
-    upper = gpu_label.upper()
-    for name, sm in SM_MAJOR:
-        if name.upper() in upper:
-            return sm
     return None
 
 
@@ -342,8 +336,7 @@ def plan_sglang(ctx: Context) -> dict[str, Any]:
     era = sg_eras.era_for(k.version)
     req = ctx.req
     attn_tp = max(1, req.tp // req.dp) if k.dp_attention else req.tp
-    par = Parallel(tp=req.tp, ep=req.ep, pp=req.pp, attn_tp=attn_tp if k.dp_attention else None,
-                   replicate_embedding=k.dp_attention)
+    par = sglang_parallel(req.tp, attn_tp, ep=req.ep, pp=req.pp, dp_attention=k.dp_attention)
     w = _weights(ctx, par)
     rope = rope_cache_bytes(ctx.mc.cfg, 4) / GIB
     draft = _float(ctx.settings.get("draft_weights_gib")) or 0.0

@@ -14,9 +14,9 @@ from typing import Any
 
 from kvscope.capacity.arch import Architecture, dtype_bytes
 from kvscope.capacity.catalog import load_architecture
-from kvscope.capacity.weights import sglang_parallel, weights_delta_gib, weights_estimate_gib
+from kvscope.capacity.weights import sglang_parallel, weights_estimate_gib
 from kvscope.engines.sglang import rules
-from kvscope.engines.sglang.finish import attn_tp_size, kv_dtype_name, page_size, tp_size
+from kvscope.engines.sglang.finish import attn_tp_size, kv_dtype_name, model_name, page_size, tp_size
 from kvscope.engines.sglang.rules import GIB, Interval
 from kvscope.ledger.model import Startup
 
@@ -141,7 +141,8 @@ def calibrate(s: Startup) -> Calibration:
         raise PredictionError("free memory before weights is unknown (no 'Load weight' or 'Memory pool end' line)")
     cell = s.reconciliation.bytes_per_token
     page = page_size(s)
-    arch, _ = load_architecture(s.assumptions.get("model") or s.model)
+    model = model_name(s)
+    arch, _ = load_architecture(model)
     graphs = sum(g.get("graph_gib") or 0 for g in ref.extras.get("graphs", []))
     draft_pool = ref.pool("draft")
     draft_gib = (draft_pool.size_gib() or 0 if draft_pool else 0) + (ref.extras.get("draft_weights_gib") or 0)
@@ -152,7 +153,7 @@ def calibrate(s: Startup) -> Calibration:
         arch=arch, era=s.era or "", weights_gib=ref.weights_gib, after_pool_gib=ref.avail_after_pool_gib,
         free_at_ready_gib=ref.avail_at_ready_gib, draft_gib=draft_gib,
         context_len=s.capacity.context_len or _int(s.setting("context_length")) or (arch.max_position_embeddings if arch else None),
-        pre_load_free_derived=derived, model=s.assumptions.get("model") or s.model,
+        pre_load_free_derived=derived, model=model,
         pp=_int(s.setting("pp_size")) or _int(s.setting("pipeline_parallel_size")) or 1,
     )
     if derived:
@@ -210,7 +211,8 @@ def _flags(changes: dict[str, Any], cal: Calibration) -> list[str]:
         if key == "enable_dp_attention":
             flags.append("--enable-dp-attention" if _truthy(value) else "(remove --enable-dp-attention)")
             if _truthy(value) and "dp_size" not in changes:
-                flags.append(f"--dp-size {_int(changes.get('tp_size')) or cal.tp}")
+                tp, attn_tp = _parallel_after(cal, changes)
+                flags.append(f"--dp-size {tp // attn_tp}")
         elif key == "enable_hierarchical_cache":
             flags.append("--enable-hierarchical-cache" if _truthy(value) else "(remove --enable-hierarchical-cache)")
         elif key == "speculative_algorithm":
@@ -320,7 +322,7 @@ def _parallel_after(cal: Calibration, changes: dict[str, Any]) -> tuple[int, int
     if not on:
         return tp, tp
     dp = _int(changes.get("dp_size")) or (max(1, tp // cal.attn_tp) if logged_dp else tp)
-    if tp < 1 or dp < 1 or dp > tp or tp % dp:
+    if dp < 1 or dp > tp or tp % dp:
         raise PredictionError(f"dp_size {dp} must divide tp_size {tp} (DP attention splits the TP ranks into "
                               "dp groups)")
     return tp, tp // dp
@@ -336,11 +338,10 @@ def _weights_growth(cal: Calibration, tp: int, attn_tp: int, notes: list[str]) -
     change = f"TP {cal.tp} → {tp}" if tp != cal.tp else ""
     if attn_tp != cal.attn_tp and (attn_tp != tp or cal.attn_tp != cal.tp):
         change += (", " if change else "") + f"attention TP {cal.attn_tp} → {attn_tp}"
-    before, after = sglang_parallel(cal.tp, cal.attn_tp, pp=cal.pp), sglang_parallel(tp, attn_tp, pp=cal.pp)
-    delta = weights_delta_gib(cal.model, before, after)
-    logged_estimate = weights_estimate_gib(cal.model, before)
-    if delta is not None and cal.weights_gib and logged_estimate is not None \
-            and abs(logged_estimate - cal.weights_gib) > 0.25 * cal.weights_gib:
+    logged_estimate = weights_estimate_gib(cal.model, sglang_parallel(cal.tp, cal.attn_tp, pp=cal.pp))
+    new_estimate = weights_estimate_gib(cal.model, sglang_parallel(tp, attn_tp, pp=cal.pp))
+    delta = None if logged_estimate is None or new_estimate is None else new_estimate - logged_estimate
+    if delta is not None and cal.weights_gib and abs(logged_estimate - cal.weights_gib) > 0.25 * cal.weights_gib:
         notes.append(f"{change}: the config's estimate at the logged TP ({logged_estimate:.2f} GiB) is far from the "
                      f"{cal.weights_gib:.2f} GiB the log shows; check the model and the logged TP (--assume tp_size=…)")
         delta = None

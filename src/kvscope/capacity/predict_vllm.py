@@ -114,13 +114,8 @@ def calibrate(s: Startup) -> VllmCalibration:
         kv_high_bytes=(blocks + 1) * block_bytes - 1, util=util, total_gib=total, max_model_len=cap.max_model_len,
         kv_bytes=vfinish.kv_bytes(s, arch), tp=vfinish.tp_size(s), capacity_rule=vfinish.era_of(s).capacity_rule,
         free_at_ready_gib=ref.avail_at_ready_gib if ref else None, notes=notes, mamba=mamba,
-        model=_model_name(s), arch=arch, pp=vfinish.pp_size(s),
+        model=vfinish.model_name(s), arch=arch, pp=vfinish.pp_size(s),
     )
-
-
-def _model_name(s: Startup) -> str | None:
-    model = s.assumptions.get("model") or s.model or s.setting("model")
-    return model if isinstance(model, str) else None
 
 
 def _mamba_layout(s: Startup, arch: Any) -> vrules.MambaLayout | None:

@@ -835,10 +835,12 @@ def checkpoint_total_bytes(directory: Path | None) -> int | None:
     return total or None
 
 
-def sglang_parallel(tp: int, attn_tp: int | None = None, ep: int = 1, pp: int = 1) -> Parallel:
-    """SGLang's sharding: with DP attention (attn_tp < tp) attention splits over attn_tp only and the
-    input embedding stays whole on every rank."""
-    dp_attention = attn_tp is not None and attn_tp < tp
+def sglang_parallel(tp: int, attn_tp: int | None = None, ep: int = 1, pp: int = 1,
+                    dp_attention: bool | None = None) -> Parallel:
+    """SGLang's sharding: with DP attention (by default: attn_tp < tp) attention splits over attn_tp
+    only and the input embedding stays whole on every rank."""
+    if dp_attention is None:
+        dp_attention = attn_tp is not None and attn_tp < tp
     return Parallel(tp=tp, ep=ep, pp=pp, attn_tp=attn_tp if dp_attention else None, replicate_embedding=dp_attention)
 
 

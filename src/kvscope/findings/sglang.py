@@ -6,7 +6,7 @@ import math
 
 from kvscope.capacity.weights import sglang_parallel, weights_delta_gib
 from kvscope.engines.sglang import rules
-from kvscope.engines.sglang.finish import attn_tp_size, tp_size
+from kvscope.engines.sglang.finish import attn_tp_size, model_name, tp_size
 from kvscope.engines.sglang.rules import GIB
 from kvscope.ledger.model import Finding, Startup, Suggestion
 
@@ -96,9 +96,10 @@ def _mla_replicated(s: Startup, bpt: int, mfs: float | None, pre: float | None) 
     head = (f"With MLA every TP rank stores the full latent cache of every request, so the server holds {tokens:,} tokens "
             f"in total, not {tp}×. --enable-dp-attention --dp-size {tp} gives each rank its own pool for its own requests")
     tail = "; it pays off with many concurrent requests, not for single-request latency."
-    growth = weights_delta_gib(s.assumptions.get("model") or s.model, sglang_parallel(tp), sglang_parallel(tp, 1))
+    title = f"The MLA KV cache is replicated on all {tp} TP ranks"
+    growth = weights_delta_gib(model_name(s), sglang_parallel(tp), sglang_parallel(tp, 1))
     if growth is None or not bpt:
-        return Finding("mla-replicated", "info", f"The MLA KV cache is replicated on all {tp} TP ranks",
+        return Finding("mla-replicated", "info", title,
                        f"{head} (≈ {tp * tokens:,} tokens across the node, somewhat less per GPU because attention "
                        f"weights are then replicated){tail}",
                        Suggestion("--enable-dp-attention", False, True, tp * tokens,
@@ -107,12 +108,12 @@ def _mla_replicated(s: Startup, bpt: int, mfs: float | None, pre: float | None) 
     cost = (f"but every GPU then holds the whole attention and the input embedding: +{growth:.2f} GiB of weights "
             f"per GPU (from the model's config), taken from its pool")
     if per_gpu > 0:
-        return Finding("mla-replicated", "info", f"The MLA KV cache is replicated on all {tp} TP ranks",
+        return Finding("mla-replicated", "info", title,
                        f"{head}, {cost}: {per_gpu:,} tokens per GPU, ≈ {tp * per_gpu:,} across the node{tail}",
                        Suggestion("--enable-dp-attention", False, True, tp * per_gpu,
                                   note=f"also --dp-size {tp}; tokens are node-wide"))
     need = f"; it needs --mem-fraction-static above {mfs + (growth - tokens * bpt / GIB) / pre:.3f}" if mfs and pre else ""
-    return Finding("mla-replicated", "info", f"The MLA KV cache is replicated on all {tp} TP ranks",
+    return Finding("mla-replicated", "info", title,
                    f"{head}, {cost} — more than the whole {tokens * bpt / GIB:.2f} GiB pool: at this "
                    f"mem_fraction_static DP attention leaves no KV room{need}.")
 

@@ -122,10 +122,14 @@ def finish(s: Startup) -> None:
         r.ledger = ledger_rows(s, r)
 
 
-def _arch_context(s: Startup):
+def model_name(s: Startup) -> str | None:
+    """The model id or path: as assumed, as the log names it, or from its launch settings."""
     model = s.assumptions.get("model") or s.model or s.setting("model_path")
-    arch, where = load_architecture(model if isinstance(model, str) else None)
-    return arch, where
+    return model if isinstance(model, str) else None
+
+
+def _arch_context(s: Startup):
+    return load_architecture(model_name(s))
 
 
 def _candidate_cells(s: Startup, arch, era, ref: Rank) -> list[tuple[rules.CellSize, str]]:

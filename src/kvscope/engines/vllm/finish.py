@@ -91,9 +91,14 @@ def graphs_inside(s: Startup) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
-def arch_context(s: Startup) -> tuple[Architecture | None, str]:
+def model_name(s: Startup) -> str | None:
+    """The model id or path: as assumed, as the log names it, or from its launch settings."""
     model = s.assumptions.get("model") or s.model or s.setting("model")
-    model = model if isinstance(model, str) else None
+    return model if isinstance(model, str) else None
+
+
+def arch_context(s: Startup) -> tuple[Architecture | None, str]:
+    model = model_name(s)
     arch, where = load_architecture(model)
     if arch is not None and arch.full_attention_layers is None and model:
         arch = _with_catalog_layer_split(arch, model)
