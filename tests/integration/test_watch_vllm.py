@@ -40,6 +40,7 @@ VENV = Path(os.environ.get("KVSCOPE_VLLM_VENV", Path.home() / ".cache/kvscope/vl
 SERVE_ARGS = ["--max-model-len", "1024", "--dtype", "float32", "--enforce-eager", "--kv-cache-memory-bytes", "8M"]
 STARTUP_S = 420
 CLIENTS = 8
+LOAD_S = 180  # the most the load runs; it stops as soon as the recording shows a preemption
 _LOGGED = re.compile(r"KV cache size: ([\d,]+) tokens, Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 
 
@@ -155,17 +156,36 @@ def test_capacity_is_what_the_server_logged(server, tmp_path):
     assert json.loads(e.stdout)["startups"][0]["capacity"]["kv_tokens"] == c["kv_tokens"]
 
 
+def _seen_enough(rec: Path) -> bool:
+    """The recording so far shows what the test needs: usage risen, a request waiting, a preemption."""
+    if not rec.exists():
+        return False
+    samples = [o for o in map(json.loads, rec.read_text().splitlines()) if o.get("type") == "sample"]
+    return (any(s.get("kv_usage", 0) >= 0.6 for s in samples) and any(s.get("waiting", 0) > 0 for s in samples)
+            and any(s.get("preemptions", 0) > 0 for s in samples))
+
+
 def test_watch_sees_usage_rise_queueing_and_preemptions(server, tmp_path):
+    """Load runs until the recording shows a preemption (bounded by LOAD_S), then the watch is stopped
+    as a user would (SIGTERM). A fixed duration made this depend on the machine's speed: a busy 2-core
+    CI machine once gave 4 samples in 25 s and no preemption inside them."""
     rec = tmp_path / "rec.jsonl"
     stop = threading.Event()
     errors: list[str] = []
-    loader = threading.Thread(target=lambda: errors.extend(_load(server["url"], server["model"], 30, stop)), daemon=True)
+    loader = threading.Thread(target=lambda: errors.extend(_load(server["url"], server["model"], LOAD_S, stop)),
+                              daemon=True)
     watch = subprocess.Popen([sys.executable, "-m", "kvscope", "watch", server["url"], "--interval", "1",
-                              "--duration", "25", "--record", str(rec)], stdout=subprocess.PIPE,
+                              "--duration", str(LOAD_S + 30), "--record", str(rec)], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
-    time.sleep(2)  # a couple of idle samples first: usage must be seen to *rise*
+    time.sleep(3)  # a couple of idle samples first: usage must be seen to *rise*
     loader.start()
+    deadline = time.monotonic() + LOAD_S
     try:
+        while time.monotonic() < deadline and watch.poll() is None and not _seen_enough(rec):
+            time.sleep(1)
+        time.sleep(2)  # one more sample after the preemption, so the summary is not cut mid-interval
+        if watch.poll() is None:
+            watch.send_signal(signal.SIGTERM)
         out, err = watch.communicate(timeout=120)
     finally:
         stop.set()
