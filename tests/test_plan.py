@@ -392,3 +392,19 @@ def test_plan_accuracy_reads_odd_cases_without_crashing(tmp_path):
     rows = bench.run(tmp_path)
     assert not rows["planned"] and len(rows["skipped"]) == 4
     assert any("could be any of" in r["skip"] for r in rows["skipped"])  # "A100": which one?
+
+
+def test_deepseek_v4_plan_gives_weights_and_says_why_no_tokens():
+    """V4's compressed/sliding KV pools are not modelled: plan says so (exit 2, one message) instead of
+    a GQA-formula token count, and still gives the weights and what is left. The real 8×H200 TP8 run
+    (fixture sglang/063) logged 'avail mem=12.25 GB' after 125.65 GiB of weights."""
+    with pytest.raises(InputError) as err:
+        plan(PlanRequest(model="deepseek-ai/DeepSeek-V4-Pro", gpu="H200", engine="sglang", tp=8))
+    text = str(err.value)
+    assert "not modelled" in text and "no token count" in text and "kvscope explain" in text
+    weights = float(text.split("weights ≈ ")[1].split(" GiB")[0])
+    left = float(text.split("leaving ")[1].split(" GiB")[0])
+    assert weights == pytest.approx(125.65, abs=1.5) and left == pytest.approx(12.25, abs=0.5)
+    with pytest.raises(SystemExit) as exit_:
+        main(["plan", "--model", "deepseek-ai/DeepSeek-V4-Flash", "--gpu", "H100", "--tp", "4", "--engine", "vllm"])
+    assert exit_.value.code == 2

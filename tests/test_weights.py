@@ -208,3 +208,64 @@ def test_weights_match_vllm_model_loading_lines(model, tp, logged):
     mc = load_model_config(model)
     est = estimate_weights(mc, Parallel(tp=tp), engine="vllm")
     assert est.gib + rope_cache_bytes(mc.cfg, 2) / 2**30 == pytest.approx(logged, abs=0.005)
+
+
+# ------------------------------------------------------------------------------------------------
+# DeepSeek-V4: MXFP4 experts under an fp8 quantization_config, and the attention V4 really has
+# ------------------------------------------------------------------------------------------------
+
+
+def _logged_load(engine: str, case: str, pattern: str) -> float:
+    return float(re.search(pattern, (case_dir(engine, case) / "log.txt").read_text()).group(1))
+
+
+def test_deepseek_v4_pro_sglang_h200_matches_the_load_line():
+    """sglang/063: 8×H200, TP8 → 'Load weight end … mem usage=125.65 GB'. Experts are MXFP4 on disk
+    (config.json expert_dtype fp4; quantization_config's fp8 covers the rest); SGLang's Hopper Marlin
+    path keeps the loader's float32 scales too. As all-fp8 the estimate was 188 GiB, more than an H200."""
+    from kvscope.capacity.weights import sglang_parallel
+
+    mc = load_model_config("deepseek-ai/DeepSeek-V4-Pro")
+    logged = _logged_load("sglang", "063", r"mem usage=([\d.]+) GB")
+    hopper = estimate_weights(mc, sglang_parallel(8), engine="sglang", sm_major=9)
+    assert hopper.gib + rope_cache_bytes(mc.cfg, 4) / GIB == pytest.approx(logged, abs=1.0)
+    assert "mxfp4" in hopper.quantization and any("float32 expert scales" in n for n in hopper.notes)
+    plain = estimate_weights(mc, sglang_parallel(8), engine="sglang", sm_major=10)
+    kept = hopper.bytes_per_rank - plain.bytes_per_rank
+    assert kept / GIB == pytest.approx(95.70 / 0.53125 * 0.125, rel=0.01)  # 0.125 B on top of 0.53125 B per weight
+
+
+def test_deepseek_v4_flash_vllm_pp2_tp4_matches_the_worker_ledger():
+    """vllm/053: 8×RTX 3090 as PP2 × TP4 → '19.47 GiB for consumed memory (weights + non-torch)'."""
+    mc = load_model_config("deepseek-ai/DeepSeek-V4-Flash")
+    logged = _logged_load("vllm", "053", r"Actual usage is ([\d.]+) GiB for consumed memory")
+    w = estimate_weights(mc, Parallel(tp=4, pp=2), engine="vllm", sm_major=8)
+    ours = w.gib + rope_cache_bytes(mc.cfg, 2) / GIB
+    assert ours < logged and ours == pytest.approx(logged, abs=0.5)  # the rest is non-torch memory
+
+
+def test_deepseek_v4_nvfp4_requantizes_only_the_experts():
+    """nvidia/DeepSeek-V4-Pro-NVFP4: ModelOpt groups over the fp8 checkpoint; its ignore list (attention,
+    shared experts, head) stays fp8, not bf16."""
+    plan = quant_plan(load_model_config("nvidia/DeepSeek-V4-Pro-NVFP4").cfg)
+    assert plan.expert_scheme is not None and plan.expert_scheme.bits == 4 and plan.expert_scheme.group == 16
+    assert plan.scheme_for("model.layers.3.attn.wq_b", "linear").bits == 8
+    nv = est("nvidia/DeepSeek-V4-Pro-NVFP4", tp=8)
+    fp4 = est("deepseek-ai/DeepSeek-V4-Pro", tp=8)
+    assert nv.by_component["attention"] == fp4.by_component["attention"]
+    assert nv.by_component["experts"] / fp4.by_component["experts"] == pytest.approx(0.5625 / 0.53125, rel=1e-3)
+
+
+def test_deepseek_v4_attention_layout():
+    """V4 Pro at TP8: wq_a/wkv, compressors and indexers replicated; wq_b, wo_a, wo_b split. The
+    compress ratios decide which layers carry an indexer (ratio 4) or a compressor at all (not 0)."""
+    cfg = load_model_config("deepseek-ai/DeepSeek-V4-Pro").cfg
+    names = {t.module.split(".attn.")[-1]: t for t in rank_tensors(cfg, Parallel(tp=8)) if ".layers.2.attn." in t.module}
+    assert names["wo_a"].out_f == 16 * 1024 // 8 and names["wo_a"].in_f == 128 * 512 // 16
+    assert names["wq_b"].out_f == 128 // 8 * 512 and names["wq_a"].out_f == 1536
+    assert "indexer.wq_b" in names and names["compressor.wkv_gate"].out_f == 2 * 2 * 512  # layer 2: ratio 4
+    one = {t.module.split(".attn.")[-1]: t for t in rank_tensors(cfg, Parallel(tp=8)) if ".layers.1.attn." in t.module}
+    assert one["compressor.wkv_gate"].out_f == 2 * 512 and "indexer.wq_b" not in one  # layer 1: ratio 128
+    flash = load_model_config("deepseek-ai/DeepSeek-V4-Flash").cfg  # its first two layers: ratio 0
+    first = [t for t in rank_tensors(flash, Parallel(tp=8)) if ".layers.0.attn." in t.module]
+    assert first and not any("compressor" in t.module or "indexer" in t.module for t in first)

@@ -27,6 +27,7 @@ from kvscope.capacity.weights import (
     Parallel,
     WeightEstimate,
     estimate_weights,
+    is_deepseek_v4,
     load_model_config,
     sglang_parallel,
     vision_profile_shape,
@@ -136,7 +137,32 @@ def resolve(req: PlanRequest) -> Context:
         raise InputError(f"model {req.model!r}: its config lacks the attention fields KV sizing needs")
     settings = normalise_settings(req.settings)
     basis = budget_basis(req.gpu, req.tp * req.pp, settings)
-    return Context(req, mc, arch, basis, settings, _sm_major(basis.gpu))
+    ctx = Context(req, mc, arch, basis, settings, _sm_major(basis.gpu))
+    if is_deepseek_v4(mc.cfg):
+        raise InputError(_dsv4_refusal(ctx))
+    return ctx
+
+
+def _dsv4_refusal(ctx: Context) -> str:
+    """What plan can say about a DeepSeek-V4 model without a token count (its KV pools are not modelled).
+
+    Why refuse: V4 keeps a 128-token sliding window, c4- and c128-compressed pools and indexer state
+    per request, sized by rules plan does not replay yet; a token figure from the MLA/GQA formulas would
+    be wrong by an order of magnitude. The weights and the budget basis are still worth saying.
+    """
+    req = ctx.req
+    par = sglang_parallel(req.tp, ep=req.ep, pp=req.pp) if req.engine == "sglang" else \
+        Parallel(tp=req.tp, ep=req.ep, pp=req.pp)
+    w = _weights(ctx, par)
+    rope = rope_cache_bytes(ctx.mc.cfg, 4) / GIB
+    free = ctx.basis.free_before_weights_gib
+    fits = "leaving" if w.gib + rope < free else "more than the"
+    return (f"{ctx.mc.name}: DeepSeek-V4's KV cache (a 128-token sliding window, c4/c128-compressed pools and "
+            f"indexer state per request) is not modelled by plan yet, so it gives no token count. What it can "
+            f"say: weights ≈ {w.gib:.1f} GiB per GPU at TP{req.tp} ({w.quantization}) plus ≈ {rope:.1f} GiB of "
+            f"rope tables, {fits} {free - w.gib - rope:.1f} GiB of the ≈ {free:.1f} GiB free before weights on "
+            f"{ctx.basis.gpu}" + (f" ({w.notes[-1]})" if any("SGLang" in n for n in w.notes) else "")
+            + ". Start the server and run `kvscope explain` on its log for the real pool sizes.")
 
 
 def _weights(ctx: Context, par: Parallel) -> WeightEstimate:
@@ -161,6 +187,10 @@ def rope_cache_bytes(cfg: dict[str, Any], element_bytes: int) -> int:
     Llama-3.1-8B is exactly weights + 131072 × 128 × 2 B).
     """
     positions = int(cfg.get("max_position_embeddings") or 0)
+    if is_deepseek_v4(cfg):
+        # two complex64 tables of rotary_dim / 2 (attention's and the compressor's rope; SGLang's
+        # precompute_freqs_cis is an lru_cache of two): positions × rotary_dim × 8 B, whatever the engine
+        return positions * int(cfg.get("qk_rope_head_dim") or 64) * 8
     if cfg.get("kv_lora_rank"):
         dim = int(cfg.get("qk_rope_head_dim") or 64)
     else:

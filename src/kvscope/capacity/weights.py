@@ -184,6 +184,7 @@ class QuantPlan:
     ignore: list[str] = field(default_factory=list)
     ignore_is_sample: bool = False
     experts_only: bool = False  # mxfp4 (gpt-oss): only MoE experts are quantized
+    expert_scheme: Scheme | None = None  # routed experts stored apart from the rest (DeepSeek-V4 expert_dtype fp4)
     notes: list[str] = field(default_factory=list)
     # each target list's _Targets, made on first use: (the list, its length then, the index)
     _indexes: dict[int, tuple[list[str], int, _Targets]] = field(default_factory=dict, init=False, repr=False,
@@ -191,7 +192,9 @@ class QuantPlan:
 
     def scheme_for(self, module: str, kind: str) -> Scheme:
         """The scheme of one linear module ('Linear' targets = every linear, ignore list wins)."""
-        if kind in ("embedding", "norm", "router") or not self.groups:
+        if kind == "expert" and self.expert_scheme is not None:
+            return self.expert_scheme
+        if kind in ("embedding", "norm", "router", "bf16") or not self.groups:
             return BF16
         if self.experts_only and kind != "expert":
             return BF16
@@ -211,7 +214,8 @@ class QuantPlan:
 
     @property
     def label(self) -> str:
-        return ", ".join(sorted({s.label for _, s in self.groups})) or "unquantized (bf16)"
+        labels = {s.label for _, s in self.groups} | ({f"experts {self.expert_scheme.label}"} if self.expert_scheme else set())
+        return ", ".join(sorted(labels)) or "unquantized (bf16)"
 
 
 WRAPPER_PREFIXES = ("model.language_model.", "language_model.model.", "language_model.", "backbone.")
@@ -305,8 +309,20 @@ def _ignore_list(q: dict[str, Any]) -> tuple[list[str], bool]:
     return [], False
 
 
+MXFP4 = Scheme("mxfp4 (4 bits + e8m0 scale per 32)", bits=4, group=32, scale_bytes=1)
+
+
 def quant_plan(cfg: dict[str, Any], override: str | None = None) -> QuantPlan:
     """Read quantization_config (or a --quantization override) into per-module schemes."""
+    plan = _quant_plan(cfg, override)
+    if str(cfg.get("expert_dtype") or "").lower() == "fp4" and not override:
+        # DeepSeek-V4: the routed experts ship as MXFP4 (packed e2m1, one e8m0 scale per 32) although
+        # quantization_config says fp8 for everything (that is the rest of the model)
+        plan.expert_scheme = MXFP4
+    return plan
+
+
+def _quant_plan(cfg: dict[str, Any], override: str | None) -> QuantPlan:
     q = cfg.get("quantization_config") or {}
     method = str(override or q.get("quant_method") or "").lower().replace("_", "-")
     if not method or method in ("none", "bf16", "fp16", "bfloat16", "float16", "unquantized"):
@@ -316,6 +332,7 @@ def quant_plan(cfg: dict[str, Any], override: str | None = None) -> QuantPlan:
     if truncated:
         plan.notes.append("ignore list is a truncated sample: per-layer entries widened to all layers")
     if method == "fp8" or method == "fbgemm-fp8":
+        _fp8_requantized_experts(q, plan)
         block = q.get("weight_block_size")
         if block:
             scheme = Scheme(f"fp8 block {block[0]}x{block[1]}", bits=8, block=(int(block[0]), int(block[1])),
@@ -337,7 +354,7 @@ def quant_plan(cfg: dict[str, Any], override: str | None = None) -> QuantPlan:
             plan.ignore.append("lm_head")
     elif method == "mxfp4":
         plan.experts_only = True
-        plan.groups.append((["Linear"], Scheme("mxfp4 (4 bits + e8m0 scale per 32)", bits=4, group=32, scale_bytes=1)))
+        plan.groups.append((["Linear"], MXFP4))
     elif method in ("compressed-tensors", "modelopt", "modelopt-fp4"):
         _compressed_groups(q, plan)
     elif method in ("bitsandbytes", "bnb"):
@@ -346,6 +363,24 @@ def quant_plan(cfg: dict[str, Any], override: str | None = None) -> QuantPlan:
     else:
         plan.notes.append(f"quantization {method!r} not modelled: weights counted as bf16")
     return plan
+
+
+def _fp8_requantized_experts(q: dict[str, Any], plan: QuantPlan) -> None:
+    """An fp8 checkpoint whose ``config_groups`` re-quantize some modules (ModelOpt MIXED_PRECISION over
+    DeepSeek-V4's FP8: nvidia/DeepSeek-V4-*-NVFP4). The groups' ignore list (attention, shared experts,
+    head, MTP) names what stays fp8, not bf16, and what the groups do reach is the routed experts."""
+    groups = q.get("config_groups")
+    if not isinstance(groups, dict) or not groups:
+        return
+    schemes = [_scheme_from_weights_args(g.get("weights") or {}, "modelopt") for g in groups.values()
+               if isinstance(g, dict)]
+    low = [sc for sc in schemes if sc.bits < 8]
+    if low:
+        plan.expert_scheme = low[0]
+        plan.ignore, plan.ignore_is_sample = [], False
+        plan.notes = [n for n in plan.notes if not n.startswith("ignore list")]
+        plan.notes.append(f"routed experts re-quantized to {low[0].label} over an fp8 checkpoint "
+                          "(the groups' ignore list keeps attention, shared experts and head in fp8)")
 
 
 def _compressed_groups(q: dict[str, Any], plan: QuantPlan) -> None:
@@ -500,6 +535,47 @@ def _linear_attention(cfg: dict[str, Any], prefix: str, tp: int, h: int) -> list
             Tensor("attention", f"{prefix}.out_proj", "linear", h, nv * dv // tp)]
 
 
+def _dsv4_attention(cfg: dict[str, Any], prefix: str, i: int, tp: int, h: int) -> list[Tensor]:
+    """DeepSeek-V4 attention: one shared 512-wide KV head, grouped low-rank output, a compressor per layer.
+
+    Shapes from the checkpoint (sgl-project/sglang models/deepseek_v4.py, compressor.py): the down
+    projections ``wq_a``/``wkv``, the compressor and the C4 indexer are replicated on every attention-TP
+    rank; ``wq_b``, ``wo_a`` (o_groups × o_lora_rank rows) and ``wo_b`` are split. A layer of compress
+    ratio 4 holds a double-width compressor and an indexer, one of ratio 128 a single compressor, one of
+    ratio 0 neither. Compressors, the indexer's head weights and the router stay bf16; the mHC mixing
+    weights are fp32 (counted as two bf16 elements each).
+    """
+    heads, hd = int(cfg["num_attention_heads"]), int(cfg.get("head_dim") or 512)
+    q_lora, hr = int(cfg.get("q_lora_rank") or h), _cdiv(heads, tp)
+    groups, o_lora = int(cfg.get("o_groups") or 1), int(cfg.get("o_lora_rank") or hd)
+    ratios = cfg.get("compress_ratios") or []
+    ratio = int(ratios[i]) if i < len(ratios) and isinstance(ratios[i], int) else 0
+    out = [Tensor("attention", f"{prefix}.wq_a", "linear", q_lora, h),
+           Tensor("attention", f"{prefix}.wkv", "linear", hd, h),
+           Tensor("attention", f"{prefix}.wq_b", "linear", hr * hd, q_lora),
+           Tensor("attention", f"{prefix}.wo_a", "linear", _cdiv(groups * o_lora, tp), heads * hd // groups),
+           Tensor("attention", f"{prefix}.wo_b", "linear", h, _cdiv(groups * o_lora, tp)),
+           Tensor("norms", f"{prefix}.q_norm", "norm", q_lora + hd + 2 * hr, 1)]  # q/kv norms, fp32 attn_sink
+    if ratio:
+        coff = 2 if ratio == 4 else 1
+        out += [Tensor("attention", f"{prefix}.compressor.wkv_gate", "bf16", 2 * coff * hd, h),
+                Tensor("norms", f"{prefix}.compressor.ape", "norm", 2 * ratio * coff * hd, 1)]
+    idx_heads, idx_dim = cfg.get("index_n_heads"), cfg.get("index_head_dim")
+    if ratio == 4 and idx_heads and idx_dim:
+        ih, idim = int(idx_heads), int(idx_dim)
+        out += [Tensor("attention", f"{prefix}.indexer.wq_b", "linear", ih * idim, q_lora),
+                Tensor("attention", f"{prefix}.indexer.weights_proj", "bf16", ih, h),
+                Tensor("attention", f"{prefix}.indexer.compressor.wkv_gate", "bf16", 2 * 2 * idim, h),
+                Tensor("norms", f"{prefix}.indexer.compressor.ape", "norm", 2 * ratio * 2 * idim, 1)]
+    hc = int(cfg.get("hc_mult") or 0)
+    if hc:  # hc_attn_fn and hc_ffn_fn: (2 + hc)·hc × hc·hidden, fp32
+        out.append(Tensor("norms", f"{prefix}.hc_fn", "norm", 2 * (2 + hc) * hc, 2 * hc * h))
+    if i < int(cfg.get("num_hash_layers") or 0):  # hash-routed layers: token → expert table, int64
+        out.append(Tensor("router", f"{prefix}.gate.tid2eid", "norm", int(cfg.get("vocab_size") or 0),
+                          4 * int(cfg.get("num_experts_per_tok") or 1)))
+    return out
+
+
 def _moe_layer(cfg: dict[str, Any], i: int) -> bool:
     """Is decoder layer i a MoE layer? (each family spells it differently)"""
     experts = _g(cfg, "n_routed_experts", "num_experts", "num_local_experts")
@@ -556,6 +632,15 @@ def _mlp(cfg: dict[str, Any], prefix: str, i: int, par: Parallel, h: int) -> lis
     return out
 
 
+def is_deepseek_v4(cfg: dict[str, Any]) -> bool:
+    """DeepSeek-V4's compressed sparse attention (a compress ratio per layer), whatever the model_type says."""
+    return isinstance(cfg.get("compress_ratios"), list) and bool(cfg.get("o_lora_rank") or cfg.get("o_groups")
+                                                                  or str(cfg.get("model_type")) in DSV4_TYPES)
+
+
+DSV4_TYPES = ("deepseek_v4", "deepseek_ref")
+
+
 def _layer_kind(cfg: dict[str, Any], i: int) -> str:
     types = cfg.get("layer_types")
     if isinstance(types, list) and i < len(types) and "linear" in str(types[i]):
@@ -572,6 +657,8 @@ def decoder_layer(cfg: dict[str, Any], i: int, par: Parallel) -> list[Tensor]:
     prefix = f"model.layers.{i}"
     if _layer_kind(cfg, i) == "linear":
         attn = _linear_attention(cfg, f"{prefix}.linear_attn", par.attention_tp, h)
+    elif is_deepseek_v4(cfg):
+        attn = _dsv4_attention(cfg, f"{prefix}.attn", i, par.attention_tp, h)
     elif cfg.get("kv_lora_rank"):
         attn = _mla_attention(cfg, f"{prefix}.self_attn", par.attention_tp, h)
     else:
@@ -776,7 +863,14 @@ def estimate_weights(mc: ModelConfig, par: Parallel, quantization: str | None = 
         absorbed = mla_absorbed_bytes(cfg, par, plan, engine, s)
         if absorbed:
             d["mla absorbed w_kc/w_vc (engine copy)"] = absorbed
-    worst = max(stages, key=lambda d: sum(d.values()))
+    worst_stage = max(range(par.pp), key=lambda st: sum(stages[st].values()))
+    worst = stages[worst_stage]
+    kept = sglang_kept_expert_scales(cfg, par, plan, engine, sm_major, worst_stage)
+    if kept:
+        worst["fp32 expert scales SGLang keeps (Hopper MXFP4 Marlin)"] = kept
+        plan.notes.append("SGLang's MXFP4 Marlin path on Hopper keeps the loader's float32 expert scales next to "
+                          "its own e8m0 copy (+0.125 B per expert weight; an 8×H200 DeepSeek-V4-Pro TP8 log "
+                          "reports 125.65 GiB); other MoE backends and newer releases may free them")
     vision = _vision_bytes(cfg)
     if vision:
         worst["vision"] = vision
@@ -803,6 +897,21 @@ def estimate_weights(mc: ModelConfig, par: Parallel, quantization: str | None = 
         est.notes.append(f"checkpoint total {index_total / GIB:.2f} GiB vs config estimate "
                          f"{(unsplit + nextn) / GIB:.2f} GiB (scale {scale:.4f})")
     return est
+
+
+def sglang_kept_expert_scales(cfg: dict[str, Any], par: Parallel, plan: QuantPlan, engine: str,
+                              sm_major: int | None, stage: int = 0) -> int:
+    """Bytes of expert scales SGLang holds beyond the checkpoint's on Hopper (0 elsewhere).
+
+    Its fp8 MoE loader allocates DeepSeek-V4's per-32 expert scales as float32 (4 B, not the 1 B e8m0
+    on disk); the Marlin post-processing writes an e8m0 copy under a new name and leaves the float32
+    parameter registered (sgl-project/sglang layers/quantization/fp8.py, marlin_utils_fp4.py). Per
+    expert weight: 4/32 B kept. Only measured on H200 (SM 9.0) with the Marlin backend.
+    """
+    if engine != "sglang" or sm_major != 9 or plan.expert_scheme is not MXFP4:
+        return 0
+    elements = sum(t.out_f * t.in_f * t.count for t in rank_tensors(cfg, par, stage) if t.kind == "expert")
+    return elements * 4 // 32
 
 
 def _nextn_bytes(cfg: dict[str, Any], plan: QuantPlan, dtype_bytes: int) -> int:
