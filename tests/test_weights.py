@@ -41,17 +41,47 @@ def test_llama_8b_bf16_matches_vllm_model_loading_line_exactly():
         assert total == pytest.approx(logged, abs=0.0002)
 
 
-def test_kimi_k25_int4_tp8_within_one_percent_of_the_logged_weights():
-    """Case study: 'Load weight end … mem usage=72.33 GB' per GPU (INT4 experts, bf16 attention, MoonViT)."""
+def test_kimi_k25_int4_tp8_load_replay_matches_the_logged_mem_usage():
+    """Case study: 'Load weight end … mem usage=72.33 GB' per GPU (INT4 experts, bf16 attention, MoonViT).
+
+    The parameters are 71.71 GiB (MoonViT's attention split over the 8 ranks as SGLang's VisionAttention
+    does, its MLP whole); SGLang 0.5.9's DeepSeek rope keeps three fp32 tables (0.19 GiB); the caching
+    allocator holds 0.39 GiB more: segment rounding, and the holes the WNA16 MoE's freed g_idx tensors
+    and the rope's temporaries leave between live weights. Together 72.29.
+    """
+    from kvscope.capacity.load_memory import sglang_load_memory
+    from kvscope.capacity.weights import sglang_parallel
+
     meta = json.loads((case_dir("sglang", "000") / "meta.json").read_text())
     assert "72.33" in meta["notes"]
     mc = load_model_config("moonshotai/Kimi-K2.5")
-    w = estimate_weights(mc, Parallel(tp=8))
-    got = (w.bytes_per_rank + rope_cache_bytes(mc.cfg, 4)) / GIB
-    assert got == pytest.approx(72.33, rel=0.01)
+    w = estimate_weights(mc, sglang_parallel(8))
     assert w.quantization == "compressed-tensors int4 (group 32)"
     assert w.by_component["experts"] / GIB == pytest.approx(66.45, abs=0.01)
-    assert 0.8 < w.by_component["vision"] / GIB < 0.95
+    assert 0.6 < w.by_component["vision"] / GIB < 0.7  # 0.88 whole; attention split 8 ways
+    load = sglang_load_memory(mc.cfg, sglang_parallel(8), quant_plan(mc.cfg), (0, 5, 9))
+    assert load.tensor_bytes - load.rope_bytes == w.bytes_per_rank
+    assert load.rope_bytes == 3 * 262144 * 64 * 4
+    assert load.reserved_bytes / GIB == pytest.approx(72.33, abs=0.06)
+    older = sglang_load_memory(mc.cfg, sglang_parallel(8), quant_plan(mc.cfg), (0, 5, 6))
+    assert older.rope_bytes == 262144 * 64 * 4  # before 0.5.7 the two extra tables were built on NPUs only
+
+
+def test_sglang_load_replay_for_dense_and_moe_bf16():
+    """sglang/031: Qwen3-30B-A3B bf16 TP4 logged mem usage 14.31 GiB (parameters 14.24 + rope 0.02 +
+    0.05 of allocator rounding: its 1–10 MiB shards share 20 MiB segments). Llama-3.1-8B at TP1: every
+    matrix is a multiple of 2 MiB, so params + rope alone (15.02, what public 0.5.x logs print)."""
+    from kvscope.capacity.load_memory import sglang_load_memory
+    from kvscope.capacity.weights import sglang_parallel
+
+    logged = _logged_load("sglang", "031", r"mem usage=([\d.]+) GB")
+    mc = load_model_config("Qwen/Qwen3-30B-A3B")
+    load = sglang_load_memory(mc.cfg, sglang_parallel(4), quant_plan(mc.cfg), (0, 5, 4))
+    assert load.reserved_bytes / GIB == pytest.approx(logged, abs=0.01)
+    assert 40 < load.allocator_slack_bytes / 2**20 < 70
+    llama = load_model_config("meta-llama/Llama-3.1-8B-Instruct")
+    dense = sglang_load_memory(llama.cfg, sglang_parallel(1), quant_plan(llama.cfg), (0, 5, 4))
+    assert dense.reserved_bytes / GIB == pytest.approx(15.02, abs=0.005) and dense.allocator_slack_bytes < 2 << 20
 
 
 def test_kimi_ignore_list_keeps_attention_shared_and_dense_mlp_in_bf16():

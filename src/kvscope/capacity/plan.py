@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from kvscope.capacity.arch import Architecture, architecture_from_config, dtype_bytes
+from kvscope.capacity.load_memory import sglang_load_memory
 from kvscope.capacity.overheads import BudgetBasis, budget_basis
 from kvscope.capacity.weights import (
     GIB,
@@ -29,6 +30,7 @@ from kvscope.capacity.weights import (
     estimate_weights,
     is_deepseek_v4,
     load_model_config,
+    quant_plan,
     sglang_parallel,
     vision_profile_shape,
 )
@@ -368,9 +370,9 @@ def plan_sglang(ctx: Context) -> dict[str, Any]:
     attn_tp = max(1, req.tp // req.dp) if k.dp_attention else req.tp
     par = sglang_parallel(req.tp, attn_tp, ep=req.ep, pp=req.pp, dp_attention=k.dp_attention)
     w = _weights(ctx, par)
-    rope = rope_cache_bytes(ctx.mc.cfg, 4) / GIB
+    rope, slack = _sg_load_extras(ctx, par, k.version)
     draft = _float(ctx.settings.get("draft_weights_gib")) or 0.0
-    load_extra = rope + (draft if era.draft_in_static_budget else 0.0)
+    load_extra = rope + slack + (draft if era.draft_in_static_budget else 0.0)
     F = ctx.basis.free_before_weights_gib
     base = _sg_scenario(ctx, k, F, w.gib, load_extra, attn_tp)
     needed = None
@@ -395,7 +397,7 @@ def plan_sglang(ctx: Context) -> dict[str, Any]:
     if base["kv_tokens"] <= 0:
         warnings.append("no KV room: the weights do not fit under mem_fraction_static × free memory; the server "
                         "would stop with 'Not enough memory' / 'leave no GPU memory for the KV cache'")
-    ledger = _sg_ledger(ctx, k, w, rope, draft if era.draft_in_static_budget else 0.0, base, needed)
+    ledger = _sg_ledger(ctx, k, w, (rope, slack), draft if era.draft_in_static_budget else 0.0, base, needed)
     return {
         "engine": "sglang", "engine_version": sg_eras.fmt(k.version), "era": era.name,
         "settings": _effective_mrr(_sg_settings(ctx, k), base), "auto_mem_fraction_static": k.mfs_choice.as_dict() if k.mfs_choice else None,
@@ -474,8 +476,25 @@ def _risk(reserve_gib: float, needed_gib: float) -> str:
     return "tight" if reserve_gib >= 0.6 * needed_gib else "high"
 
 
-def _sg_ledger(ctx: Context, k: SglangKnobs, w: WeightEstimate, rope: float, draft: float, base: dict[str, Any],
-               needed: sgd.MfsChoice | None) -> list[dict[str, Any]]:
+def _sg_load_extras(ctx: Context, par: Parallel, version: tuple[int, ...]) -> tuple[float, float]:
+    """(rope tables, allocator slack) in GiB: what SGLang's load takes beyond the weights.
+
+    Both come from replaying the load through the caching allocator (capacity.load_memory); the
+    slack is what its segments hold beyond the tensors. Without a config-shaped tensor list (a
+    DeepSeek-V4 model, the operator's own weights figure) the rope is the plain table and no slack.
+    """
+    cfg = ctx.mc.cfg
+    if ctx.settings.get("weights_gib") is None:
+        plan = quant_plan(cfg, ctx.settings.get("quantization"))
+        lm = sglang_load_memory(cfg, par, plan, version)
+        if lm is not None:
+            return lm.rope_bytes / GIB, lm.allocator_slack_bytes / GIB
+    return rope_cache_bytes(cfg, 4) / GIB, 0.0
+
+
+def _sg_ledger(ctx: Context, k: SglangKnobs, w: WeightEstimate, extras: tuple[float, float], draft: float,
+               base: dict[str, Any], needed: sgd.MfsChoice | None) -> list[dict[str, Any]]:
+    rope, slack = extras
     b = ctx.basis
     F = b.free_before_weights_gib
     rows = [
@@ -485,8 +504,10 @@ def _sg_ledger(ctx: Context, k: SglangKnobs, w: WeightEstimate, rope: float, dra
         ("NCCL communicators", -b.nccl.gib, b.nccl.how),
         ("= free before weights (F)", F, "derived"),
         ("weights per rank", -w.gib, w.method),
-        ("rope cos/sin cache (fp32)", -rope, "computed"),
+        ("rope cos/sin tables (fp32)", -rope, "computed"),
     ]
+    if slack:
+        rows.append(("caching-allocator rounding and holes", -slack, "replayed"))
     if draft:
         rows.append(("draft weights (static budget ≥0.5.14)", -draft, "given"))
     rows += [

@@ -126,19 +126,24 @@ class Scheme:
 
     def linear_bytes(self, out_f: int, in_f: int) -> int:
         """Bytes of one weight of [out_f, in_f] stored this way (scales included)."""
-        data = out_f * in_f * self.bits / 8
+        return sum(self.linear_parts(out_f, in_f))
+
+    def linear_parts(self, out_f: int, in_f: int) -> list[int]:
+        """The separate tensors one weight is stored as: data, then scales, zero points, g_idx."""
+        data = int(out_f * in_f * self.bits / 8)
         if self.bits >= 16:
-            return int(data)
+            return [data]
         if self.per_tensor:
-            return int(data + self.scale_bytes)
+            return [data, int(self.scale_bytes)]
         if self.block:
-            scales = math.ceil(out_f / self.block[0]) * math.ceil(in_f / self.block[1]) * self.scale_bytes
-            return int(data + scales)
+            return [data, int(math.ceil(out_f / self.block[0]) * math.ceil(in_f / self.block[1]) * self.scale_bytes)]
         groups = math.ceil(in_f / self.group) if self.group else 1
-        extra = groups * out_f * (self.scale_bytes + self.zero_bits / 8)
+        parts = [data, int(groups * out_f * self.scale_bytes)]
+        if self.zero_bits:
+            parts.append(int(groups * out_f * self.zero_bits / 8))
         if self.g_idx:
-            extra += in_f * 4
-        return int(data + extra)
+            parts.append(in_f * 4)
+        return parts
 
 
 BF16 = Scheme("bf16")
@@ -761,40 +766,56 @@ def _vision_config(cfg: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _vision_bytes(cfg: dict[str, Any]) -> int:
-    """The vision tower (+ projector), replicated on every rank, in bf16; 0 when its shape is unknown.
+def _vision_bytes(cfg: dict[str, Any], attn_tp: int = 1) -> int:
+    """The vision tower (+ projector) per rank in bf16; 0 when its shape is unknown.
 
-    MoonViT (``vt_*`` keys) and Qwen2.5/3-VL-style ViTs (``spatial_merge_size``): see
-    ``_patch_vit_bytes``. Other ViTs: depth × (4h² + 2·h·mlp), biases and embeddings ignored.
+    ``attn_tp``: the ranks its attention (fused qkv and out projection) is split over. SGLang's
+    Kimi-K2.5 tower (MoonViT) splits attention over the attention-TP ranks and keeps the MLP, patch
+    embedding and projector whole on each (models/kimi_k25.py: VisionAttention with qkv parallel,
+    plain nn.Linear MLP); other engines and towers: whole on every rank.
     """
+    return sum(_vision_parts(cfg, attn_tp))
+
+
+def vision_allocations(cfg: dict[str, Any], par: Parallel) -> list[int]:
+    """The vision tower's tensors on one SGLang rank, in bf16 (what the allocator books)."""
+    return _vision_parts(cfg, par.attention_tp if _vision_config(cfg) and _vision_config(cfg).get("vt_hidden_size")
+                         else 1)
+
+
+def _vision_parts(cfg: dict[str, Any], attn_tp: int = 1) -> list[int]:
+    """MoonViT (``vt_*`` keys) and Qwen2.5/3-VL-style ViTs (``spatial_merge_size``): see
+    ``_patch_vit_parts``. Other ViTs: depth × (4h² + 2·h·mlp), biases and embeddings ignored."""
     v = _vision_config(cfg)
     if not v:
-        return 0
+        return []
     if v.get("vt_hidden_size"):
         h, patch = int(v["vt_hidden_size"]), int(v.get("patch_size") or 14)
         positions = int(v.get("init_pos_emb_height") or 0) * int(v.get("init_pos_emb_width") or 0)
-        return _patch_vit_bytes(int(v["vt_num_hidden_layers"]), h, int(v["vt_intermediate_size"]), 3 * patch * patch,
+        return _patch_vit_parts(int(v["vt_num_hidden_layers"]), h, int(v["vt_intermediate_size"]), 3 * patch * patch,
                                 positions, int(math.prod(v.get("merge_kernel_size") or [2, 2])),
-                                int(v.get("text_hidden_size") or cfg.get("hidden_size") or h), final_norm=True)
+                                int(v.get("text_hidden_size") or cfg.get("hidden_size") or h), final_norm=True,
+                                attn_tp=attn_tp)
     depth = _g(v, "depth", "num_hidden_layers", "num_layers")
     h, mlp = _vit_widths(v)
     if not depth or not h:
-        return 0
+        return []
     if not v.get("spatial_merge_size"):
-        return int(depth) * (4 * h**2 + 2 * h * mlp) * 2
-    return _patch_vit_bytes(int(depth), h, mlp, _pixels_per_patch(v), int(v.get("num_position_embeddings") or 0),
+        return [(4 * h**2 + 2 * h * mlp) * 2] * int(depth)
+    return _patch_vit_parts(int(depth), h, mlp, _pixels_per_patch(v), int(v.get("num_position_embeddings") or 0),
                             int(v["spatial_merge_size"]) ** 2, int(v.get("out_hidden_size") or cfg.get("hidden_size") or h))
 
 
-def _patch_vit_bytes(depth: int, h: int, mlp: int, pixels: int, positions: int, k2: int, text: int,
-                     final_norm: bool = False) -> int:
-    """A patch ViT with a merger, in bf16: per block fused qkv, out and a 2-layer MLP (all with bias)
-    and two norms; a patch embedding of ``pixels`` values per patch, learned positions; a merger of
-    k² patches (norm, k²·h → k²·h → text width). MoonViT adds a final norm."""
-    block = (3 * h * h + 3 * h) + (h * h + h) + (2 * h * mlp + mlp + h) + 4 * h
-    embed = pixels * h + h + positions * h
-    merger = 2 * h + (k2 * h) ** 2 + k2 * h + text * k2 * h + text
-    return (depth * block + embed + (2 * h if final_norm else 0) + merger) * 2
+def _patch_vit_parts(depth: int, h: int, mlp: int, pixels: int, positions: int, k2: int, text: int,
+                     final_norm: bool = False, attn_tp: int = 1) -> list[int]:
+    """A patch ViT with a merger, in bf16, tensor by tensor: per block fused qkv, out and a 2-layer MLP
+    (all with bias) and two norms; a patch embedding of ``pixels`` values per patch, learned
+    positions; a merger of k² patches (norm, k²·h → k²·h → text width). MoonViT adds a final norm."""
+    a = max(1, attn_tp)
+    block = [3 * h * h // a, 3 * h // a, h * h // a, h, mlp * h, mlp, h * mlp, h, h, h, h, h]
+    embed = [pixels * h, h, positions * h]
+    merger = [h, h, (k2 * h) ** 2, k2 * h, text * k2 * h, text]
+    return [2 * n for n in block * depth + embed + ([h, h] if final_norm else []) + merger]
 
 
 def _vit_widths(v: dict[str, Any]) -> tuple[int, int]:
@@ -824,22 +845,28 @@ def vision_profile_shape(cfg: dict[str, Any]) -> dict[str, int] | None:
             "mlp": mlp, "pixel_values": _pixels_per_patch(v)}
 
 
-def mla_absorbed_bytes(cfg: dict[str, Any], par: Parallel, plan: QuantPlan, engine: str, stage: int = 0) -> int:
-    """MLA engines split kv_b_proj into absorbed w_kc / w_vc matrices after loading.
+def mla_absorbed_parts(cfg: dict[str, Any], par: Parallel, plan: QuantPlan, engine: str, stage: int = 0) -> list[int]:
+    """MLA engines split kv_b_proj into absorbed w_kc / w_vc matrices after loading: their tensors.
 
     SGLang makes contiguous copies (in bf16 when kv_b_proj was block-quantized, since it is
-    dequantized first); vLLM keeps views of the weight, which only cost memory when the weight had
-    to be dequantized. Per layer: heads on this rank × (nope + v head dims) × kv_lora_rank.
+    dequantized first) and keeps kv_b_proj too; vLLM keeps views of the weight, which only cost
+    memory when the weight had to be dequantized. Per layer: w_kc (heads on this rank × nope ×
+    kv_lora_rank) and w_vc (heads × v head dim × kv_lora_rank), bf16.
     """
-    if not cfg.get("kv_lora_rank"):
-        return 0
+    if not cfg.get("kv_lora_rank") or is_deepseek_v4(cfg):
+        return []
     quantized = plan.scheme_for("model.layers.1.self_attn.kv_b_proj", "linear").bits < 16
     if engine != "sglang" and not quantized:
-        return 0
-    heads = _cdiv(int(cfg["num_attention_heads"]), par.attention_tp)
-    per_layer = heads * (int(cfg.get("qk_nope_head_dim") or 128) + int(cfg.get("v_head_dim") or 128))
-    per_layer *= int(cfg["kv_lora_rank"]) * 2
-    return per_layer * len(stage_layers(int(cfg["num_hidden_layers"]), par.pp, stage))
+        return []
+    heads, kv_lora = _cdiv(int(cfg["num_attention_heads"]), par.attention_tp), int(cfg["kv_lora_rank"])
+    w_kc = heads * int(cfg.get("qk_nope_head_dim") or 128) * kv_lora * 2
+    w_vc = heads * int(cfg.get("v_head_dim") or 128) * kv_lora * 2
+    return [w_kc, w_vc] * len(stage_layers(int(cfg["num_hidden_layers"]), par.pp, stage))
+
+
+def mla_absorbed_bytes(cfg: dict[str, Any], par: Parallel, plan: QuantPlan, engine: str, stage: int = 0) -> int:
+    """Bytes of ``mla_absorbed_parts``."""
+    return sum(mla_absorbed_parts(cfg, par, plan, engine, stage))
 
 
 def estimate_weights(mc: ModelConfig, par: Parallel, quantization: str | None = None,
@@ -871,7 +898,7 @@ def estimate_weights(mc: ModelConfig, par: Parallel, quantization: str | None = 
         plan.notes.append("SGLang's MXFP4 Marlin path on Hopper keeps the loader's float32 expert scales next to "
                           "its own e8m0 copy (+0.125 B per expert weight; an 8×H200 DeepSeek-V4-Pro TP8 log "
                           "reports 125.65 GiB); other MoE backends and newer releases may free them")
-    vision = _vision_bytes(cfg)
+    vision = sum(vision_allocations(cfg, par)) if engine == "sglang" else _vision_bytes(cfg)
     if vision:
         worst["vision"] = vision
     notes = list(plan.notes)

@@ -1,0 +1,228 @@
+"""What SGLang's weight load takes from the device: its tensors as the caching allocator books them.
+
+SGLang's "Load weight end … mem usage=B GB" is free memory before minus after ``load_model``, read
+after ``empty_cache`` (sgl-project/sglang model_executor/model_runner.py), so B holds the allocator's
+segments: the parameters, the rope tables built at init, MLA's absorbed copies, and the room the
+allocator cannot hand back (kvscope.capacity.allocator). This module lists the tensors one rank
+allocates, in the order SGLang creates them and in the shapes it fuses them to (q/k/v into one
+qkv_proj, gate/up into gate_up_proj, experts stacked per projection, DeepSeek's q_a and kv_a into
+one fused_qkv_a_proj_with_mqa; each quantized weight as data plus scales), the load-time tensors
+it frees again (compressed-tensors WNA16 MoE allocates g_idx and sort indices per layer, then
+replaces them with empty ones), and what post-load processing adds; then replays them.
+
+Measured against SGLang's own lines: Qwen3-30B-A3B TP4 14.31 (B), Kimi-K2.5 INT4 TP8 72.33.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Any
+
+from kvscope.capacity.allocator import replay
+from kvscope.capacity.weights import (
+    Parallel,
+    QuantPlan,
+    Tensor,
+    is_deepseek_v4,
+    mla_absorbed_parts,
+    rank_tensors,
+    vision_allocations,
+)
+
+# (name pattern of a member, the fused module it joins): SGLang's merged linear layers
+FUSED = [
+    (re.compile(r"\.self_attn\.[qkv]_proj$"), "self_attn.qkv_proj"),
+    (re.compile(r"\.(mlp|shared_experts?)\.(gate|up)_proj$"), r"\1.gate_up_proj"),
+    (re.compile(r"\.experts\.0\.(gate|up)_proj$"), "experts.w13"),
+    (re.compile(r"\.self_attn\.(q_a_proj|kv_a_proj_with_mqa)$"), "self_attn.fused_qkv_a_proj_with_mqa"),
+]
+
+
+@dataclass
+class LoadMemory:
+    """B as SGLang would print it, and what it is made of (bytes)."""
+
+    reserved_bytes: int
+    tensor_bytes: int  # everything the list books and keeps, at its nominal size
+    rope_bytes: int  # the rope tables among them
+
+    @property
+    def allocator_slack_bytes(self) -> int:
+        """Reserved beyond the tensors: segment rounding, and holes the freed load-time tensors leave."""
+        return self.reserved_bytes - self.tensor_bytes
+
+
+def _fused_key(module: str) -> str:
+    """The merged module a member joins ('….self_attn.q_proj' → '….self_attn.qkv_proj'), else itself."""
+    for rx, name in FUSED:
+        m = rx.search(module)
+        if m:
+            return module[: m.start()] + "." + m.expand(name)
+    return module
+
+
+def _fuse(tensors: list[Tensor]) -> list[Tensor]:
+    """Members of a merged layer become one tensor (rows added up), where the first member was."""
+    out: dict[str, Tensor] = {}
+    for t in tensors:
+        key = _fused_key(t.module)
+        prev = out.get(key)
+        if prev is None:
+            out[key] = t
+        elif key != t.module and prev.in_f == t.in_f and prev.count == t.count:
+            out[key] = replace(prev, out_f=prev.out_f + t.out_f, bias=prev.bias + t.bias)
+        else:
+            out[f"{t.module}#{len(out)}"] = t
+    return list(out.values())
+
+
+def _parts(t: Tensor, plan: QuantPlan, dtype_bytes: int) -> list[int]:
+    """The allocations one (fused) tensor makes: each part of its scheme, stacked over local experts."""
+    if t.kind == "norm":
+        return [t.out_f * t.in_f * dtype_bytes * t.count]
+    scheme = plan.scheme_for(t.module, t.kind)
+    parts = [t.out_f * t.in_f * dtype_bytes] if scheme.bits >= 16 else scheme.linear_parts(t.out_f, t.in_f)
+    out = [p * t.count for p in parts if p]
+    if t.bias:
+        out.append(t.bias * dtype_bytes * t.count)
+    return out
+
+
+def _wna16_moe(plan: QuantPlan, t: Tensor) -> bool:
+    """compressed-tensors WNA16 experts (SGLang's Marlin MoE): int4/int8 with group scales."""
+    if t.kind != "expert" or plan.method != "compressed-tensors":
+        return False
+    scheme = plan.scheme_for(t.module, t.kind)
+    return scheme.bits < 8 and bool(scheme.group)
+
+
+def rope_events(cfg: dict[str, Any], version: tuple[int, ...] | None) -> list[tuple[str, str, int]]:
+    """The rope table(s) SGLang computes on the GPU at init, with the temporaries that computation
+    frees again (their holes shape where later weights land).
+
+    One fp32 cos/sin cache of positions × rotary dim (one instance shared by all layers). DeepSeek's
+    YaRN rope (MLA models) multiplies by mscale (one more temporary each) and, from 0.5.7, also keeps
+    cos and sin of the doubled frequencies: three tables (layers/rotary_embedding.py).
+    """
+    positions = int(cfg.get("max_position_embeddings") or 0)
+    mla = bool(cfg.get("kv_lora_rank"))
+    scaling = cfg.get("rope_scaling") or {}
+    if mla and isinstance(scaling, dict) and scaling.get("original_max_position_embeddings") and scaling.get("factor"):
+        positions = int(int(scaling["original_max_position_embeddings"]) * float(scaling["factor"]))
+    if mla:
+        rd = int(cfg.get("qk_rope_head_dim") or 64)
+    else:
+        heads = int(cfg.get("num_attention_heads") or 1)
+        head_dim = int(cfg.get("head_dim") or int(cfg.get("hidden_size") or 0) // heads)
+        rd = int(head_dim * float(cfg.get("partial_rotary_factor") or 1.0))
+    if not positions or not rd:
+        return []
+    n, half, full = positions * 4, positions * rd // 2 * 4, positions * rd * 4
+    ev: list[tuple[str, str, int]] = [("alloc", "inv", rd // 2 * 4), ("alloc", "t", n), ("alloc", "freqs", half)]
+    for name in ("cos", "sin"):
+        if mla:
+            ev += [("alloc", f"{name}_", half), ("alloc", name, half), ("free", f"{name}_", 0)]
+        else:
+            ev.append(("alloc", name, half))
+    ev.append(("alloc", "cache", full))
+    three = mla and version is not None and tuple(version) >= (0, 5, 7)
+    if three:
+        ev.append(("alloc", "emb", full))
+        for name in ("cos_total", "sin_total"):
+            ev += [("alloc", f"{name}_", full), ("alloc", name, full), ("free", f"{name}_", 0)]
+    ev += [("free", name, 0) for name in ("inv", "t", "freqs", "cos", "sin") + (("emb",) if three else ())]
+    return ev
+
+
+def _layer_of(module: str) -> str:
+    m = re.search(r"\.layers\.(\d+)\.", module)
+    return m.group(1) if m else module
+
+
+def _sglang_order(tensors: list[Tensor]) -> list[Tensor]:
+    """SGLang's MoE layer creates its router (gate) before the experts; everything else in order."""
+    out: list[Tensor] = []
+    held: list[Tensor] = []
+    for t in tensors:
+        if t.kind == "expert":
+            held.append(t)
+            continue
+        if held and t.kind == "router" and _layer_of(t.module) == _layer_of(held[0].module):
+            out.append(t)
+        else:
+            out += held
+            out.append(t)
+            held = []
+            continue
+        out += held
+        held = []
+    return out + held
+
+
+def sglang_load_events(cfg: dict[str, Any], par: Parallel, plan: QuantPlan, version: tuple[int, ...] | None,
+                       dtype_bytes: int = 2, stage: int = 0) -> list[tuple[str, int | str, int]]:
+    """Allocations and frees of one rank's load, in SGLang's order: the vision tower, then the language
+    model module by module (the rope tables with the first attention layer; a MoE layer's router,
+    then its experts' packed weights, then their scales), then what post-load processing frees
+    (WNA16 g_idx), passes through (Marlin repack copies) and adds (MLA's w_kc / w_vc)."""
+    events: list[tuple[str, int | str, int]] = []
+    n = 0
+
+    def book(nbytes: int) -> int:
+        nonlocal n
+        n += 1
+        events.append(("alloc", n, nbytes))
+        return n
+
+    for nbytes in vision_allocations(cfg, par):
+        book(nbytes)
+    transients: list[int] = []
+    repacked: list[int] = []
+    roped = False
+    tensors = _sglang_order(_fuse(rank_tensors(cfg, par, stage)))
+    i = 0
+    while i < len(tensors):
+        t = tensors[i]
+        if t.kind == "expert":  # all experts of the layer: every data part, then every scale part
+            group = [t]
+            while i + 1 < len(tensors) and tensors[i + 1].kind == "expert":
+                i += 1
+                group.append(tensors[i])
+            parts = [_parts(g, plan, dtype_bytes) for g in group]
+            for k in range(max(len(p) for p in parts)):
+                for g, p in zip(group, parts, strict=True):
+                    if k < len(p):
+                        book(p[k])
+                        if _wna16_moe(plan, g):
+                            repacked.append(p[k])
+            for g in group:
+                if _wna16_moe(plan, g):
+                    transients += [book(g.count * g.in_f * 4) for _ in range(2)]
+        else:
+            for nbytes in _parts(t, plan, dtype_bytes):
+                book(nbytes)
+        if not roped and t.component == "attention":
+            roped = True
+            for op, key, nbytes in rope_events(cfg, version):
+                events.append((op, f"rope.{key}", nbytes))
+        i += 1
+    events += [("free", key, 0) for key in transients]
+    for nbytes in repacked:  # Marlin repack: a same-size temporary, copied back into the weight's storage
+        key = book(nbytes)
+        events.append(("free", key, 0))
+    for nbytes in mla_absorbed_parts(cfg, par, plan, "sglang", stage):
+        book(nbytes)
+    return events
+
+
+def sglang_load_memory(cfg: dict[str, Any], par: Parallel, plan: QuantPlan, version: tuple[int, ...] | None,
+                       dtype_bytes: int = 2, stage: int = 0) -> LoadMemory | None:
+    """B for one rank; None for models whose load is not listed (DeepSeek-V4's own layers)."""
+    if is_deepseek_v4(cfg):
+        return None
+    events = sglang_load_events(cfg, par, plan, version, dtype_bytes, stage)
+    freed = {key for op, key, _ in events if op == "free"}
+    kept = [(key, nbytes) for op, key, nbytes in events if op == "alloc" and key not in freed]
+    rope = sum(nbytes for key, nbytes in kept if str(key).startswith("rope."))
+    return LoadMemory(replay(events), sum(nbytes for _, nbytes in kept), rope)
