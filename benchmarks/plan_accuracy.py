@@ -3,7 +3,8 @@
 For every real log in tests/fixtures/logs whose model, GPU and parallelism are known from its
 meta.json, run ``plan`` with only launch facts — never a number the log printed — and compare the
 predicted KV tokens per GPU with the logged ones. Prints one row per case, the mean absolute %
-error, and the cases that could not be planned with the reason.
+error, whether the logged value falls inside the range plan states (its unlogged inputs' spreads,
+kvscope.capacity.spread), and the cases that could not be planned with the reason.
 
     python benchmarks/plan_accuracy.py [--json] [--cases tests/fixtures/logs]
 
@@ -275,9 +276,10 @@ def _case(case_dir: Path) -> dict[str, Any]:
     caveats = _caveats(meta, settings, vhow, pred, logged is not None)
     got = pred["capacity"]["kv_tokens"]
     err = (got - truth) / truth * 100
+    low, high = pred["capacity"].get("kv_tokens_range") or (got, got)
     return {**row, "model": model, "gpu": pred["gpu"]["gpu"], "tp": tp, "dp": dp, "version": pred["engine_version"],
             "version_from": vhow, "settings": settings, "facts": facts.get("why"), "logged_args": logged, "logged": truth, "predicted": got,
-            "error_pct": err, "weights_gib": pred["weights"]["gib_per_rank"], "warnings": pred["warnings"],
+            "range": [low, high], "in_range": low <= truth <= high, "error_pct": err, "weights_gib": pred["weights"]["gib_per_rank"], "warnings": pred["warnings"],
             "caveats": caveats}
 
 
@@ -319,7 +321,8 @@ def run(cases: Path) -> dict[str, Any]:
     clean = [r for r in planned if not r["caveats"]]
     mae_clean = sum(abs(r["error_pct"]) for r in clean) / len(clean) if clean else None
     return {"mean_abs_error_pct": mae, "mean_abs_error_pct_fully_specified": mae_clean,
-            "fully_specified_cases": len(clean), "planned": planned, "skipped": [r for r in rows if "skip" in r]}
+            "fully_specified_cases": len(clean), "in_range": sum(r["in_range"] for r in planned),
+            "in_range_fully_specified": sum(r["in_range"] for r in clean), "planned": planned, "skipped": [r for r in rows if "skip" in r]}
 
 
 def main() -> None:
@@ -332,16 +335,20 @@ def main() -> None:
     if args.json:
         print(json.dumps(result, indent=2, default=str))
         return
-    print(f"{'case':58} {'version':>8} {'logged':>10} {'predicted':>10} {'error':>8}  what plan could not know")
+    print(f"{'case':58} {'version':>8} {'logged':>10} {'predicted':>10} {'error':>8} {'in range':>8}  "
+          "what plan could not know")
     for r in sorted(result["planned"], key=lambda r: -abs(r["error_pct"])):
         print(f"{r['case'][:58]:58} {r['version']:>8} {r['logged']:>10,} {r['predicted']:>10,} "
-              f"{r['error_pct']:>+7.1f}%  {'; '.join(r['caveats']) or '—'}")
+              f"{r['error_pct']:>+7.1f}% {'yes' if r['in_range'] else 'no':>8}  {'; '.join(r['caveats']) or '—'}")
     n = len(result["planned"])
     mae = result["mean_abs_error_pct"]
     print(f"\n{n} cases planned; mean absolute error {mae:.1f}%" if n else "\nno case could be planned")
     if result["fully_specified_cases"]:
         print(f"{result['fully_specified_cases']} fully specified cases (nothing in the last column); "
               f"mean absolute error {result['mean_abs_error_pct_fully_specified']:.1f}%")
+    if n:
+        print(f"logged value inside the plan's stated range: {result['in_range']} of {n} "
+              f"({result['in_range_fully_specified']} of {result['fully_specified_cases']} fully specified)")
     if args.skipped:
         print("\nnot planned:")
         for r in result["skipped"]:

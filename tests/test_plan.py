@@ -409,3 +409,36 @@ def test_deepseek_v4_plan_gives_weights_and_says_why_no_tokens():
     with pytest.raises(SystemExit) as exit_:
         main(["plan", "--model", "deepseek-ai/DeepSeek-V4-Flash", "--gpu", "H100", "--tp", "4", "--engine", "vllm"])
     assert exit_.value.code == 2
+
+
+def test_plan_states_a_range_and_the_logged_counts_fall_inside_it(accuracy):
+    """Each unlogged input carries the spread public logs showed for its kind (capacity.spread); the
+    stated range holds every fully specified case's logged count. The one outside (vllm/025) is the
+    log whose gpu_memory_utilization was not stated: a setting, not a spread."""
+    for key, r in accuracy.items():
+        low, high = r["range"]
+        assert low <= r["predicted"] <= high, key
+        assert r["in_range"] or r["caveats"], (key, r["range"], r["logged"])
+    kimi = accuracy["000s"]
+    assert (kimi["range"][1] - kimi["range"][0]) / 2 / kimi["predicted"] < 0.05  # not a blanket ±10 %
+
+
+def test_range_terms_follow_the_figures_provenance():
+    """A figure measured on this GPU kind spreads less than one borrowed from another; a weights figure
+    the operator gives does not spread at all."""
+    h200 = plan(PlanRequest(model="Qwen/Qwen3-8B", gpu="H200", engine="sglang", engine_version="0.5.9", tp=2))
+    l4 = plan(PlanRequest(model="Qwen/Qwen3-8B", gpu="L4", engine="sglang", engine_version="0.5.9", tp=2))
+    assert h200["capacity"]["range"]["terms_gib"]["CUDA context"] < l4["capacity"]["range"]["terms_gib"]["CUDA context"]
+    given = plan(PlanRequest(model="Qwen/Qwen3-8B", gpu="H200", engine="vllm", engine_version="0.11.0",
+                             settings={"weights_gib": 15.3}))
+    assert "weights" not in given["capacity"]["range"]["terms_gib"]
+    assert "likely" in main_output(["plan", "--model", "Qwen/Qwen3-8B", "--gpu", "L4", "--engine", "vllm"])
+
+
+def main_output(argv: list[str]) -> str:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "kvscope", *argv], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from kvscope.capacity.arch import Architecture, architecture_from_config, dtype_bytes
 from kvscope.capacity.load_memory import sglang_load_memory
 from kvscope.capacity.overheads import BudgetBasis, budget_basis
+from kvscope.capacity.spread import Spread, sglang_spread, vllm_spread
 from kvscope.capacity.weights import (
     GIB,
     ModelConfig,
@@ -375,6 +376,9 @@ def plan_sglang(ctx: Context) -> dict[str, Any]:
     load_extra = rope + slack + (draft if era.draft_in_static_budget else 0.0)
     F = ctx.basis.free_before_weights_gib
     base = _sg_scenario(ctx, k, F, w.gib, load_extra, attn_tp)
+    spread = sglang_spread(ctx.basis, k.mfs, w.as_dict(), replayed=slack > 0)
+    token_range = [_sg_scenario(ctx, k, F, w.gib, load_extra + d, attn_tp)["kv_tokens"]
+                   for d in (spread.gib, -spread.gib)]
     needed = None
     if k.mfs_choice is None:
         needed = sgd.auto_mem_fraction_static(k.version, sgd.MemoryInputs(
@@ -411,7 +415,8 @@ def plan_sglang(ctx: Context) -> dict[str, Any]:
                      "requests_at_context": base["requests_at_context"],
                      "max_running_requests": base["max_running_requests"], "max_concurrency": base["concurrency"],
                      "system_max_concurrency": None if base["concurrency"] is None
-                     else base["concurrency"] * base["dp_groups"]},
+                     else base["concurrency"] * base["dp_groups"],
+                     "kv_tokens_range": token_range, "range": spread.as_dict()},
         "table": rows, "warnings": warnings,
     }
 
@@ -536,18 +541,24 @@ def _vllm_modules():
     return v_eras, v_rules
 
 
-def vllm_non_torch_gib(version: tuple[int, int, int], engine: str, basis: BudgetBasis) -> tuple[float, str]:
-    """Non-torch memory vLLM charges to its budget, by where its snapshot sits (doc §1.2–1.3)."""
-    ctx, nccl, cublas = basis.cuda_context.gib, basis.profile_nccl.gib, basis.cublas.gib
+def vllm_non_torch_parts(version: tuple[int, int, int], engine: str) -> tuple[tuple[str, ...], str]:
+    """Which non-torch memory vLLM charges to its budget, by where its snapshot sits (doc §1.2–1.3)."""
     if engine == "V0":
         if version == (0, 6, 4):
-            return ctx + nccl + cublas, "V0 0.6.4: all non-torch memory (context, NCCL, cuBLAS)"
-        return nccl + cublas, "V0: NCCL and cuBLAS (baseline taken before NCCL)"
+            return ("context", "communicators", "cublas"), "V0 0.6.4: all non-torch memory (context, NCCL, cuBLAS)"
+        return ("communicators", "cublas"), "V0: NCCL and cuBLAS (baseline taken before NCCL)"
     if version <= (0, 9, 0):
-        return ctx + nccl + cublas, "V1 ≤0.9.0: all non-torch memory (context, NCCL, cuBLAS)"
+        return ("context", "communicators", "cublas"), "V1 ≤0.9.0: all non-torch memory (context, NCCL, cuBLAS)"
     if version < (0, 11, 0):
-        return nccl + cublas, "V1 0.9.1–0.10: NCCL and cuBLAS (snapshot before NCCL)"
-    return cublas, "V1 ≥0.11: cuBLAS only (NCCL is initialised before the snapshot)"
+        return ("communicators", "cublas"), "V1 0.9.1–0.10: NCCL and cuBLAS (snapshot before NCCL)"
+    return ("cublas",), "V1 ≥0.11: cuBLAS only (NCCL is initialised before the snapshot)"
+
+
+def vllm_non_torch_gib(version: tuple[int, int, int], engine: str, basis: BudgetBasis) -> tuple[float, str]:
+    """Non-torch memory vLLM charges to its budget (GiB) and why."""
+    parts, how = vllm_non_torch_parts(version, engine)
+    figures = {"context": basis.cuda_context.gib, "communicators": basis.profile_nccl.gib, "cublas": basis.cublas.gib}
+    return sum(figures[p] for p in parts), how
 
 
 def vllm_batch_defaults(version: tuple[int, int, int], engine: str, gpu_gib: float, gpu_label: str,
@@ -656,10 +667,11 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
 
     prefix = _truthy(s.get("enable_prefix_caching"))  # off by default for hybrid models (v0.18–v0.24)
 
-    def scenario(u: float, kv_bytes: int) -> dict[str, Any]:
+    def scenario(u: float, kv_bytes: int, k_shift: float = 0.0) -> dict[str, Any]:
         T = b.torch_total.gib
         budget = u * T
         K = kv_override / GIB if kv_override else budget - w.gib - draft_gib - rope - act - non_torch - graphs
+        K += k_shift
         page = v_rules.page_size(arch, kv_bytes, req.tp)
         row = page.bytes_per_token_per_layer
         extra = draft.target_layer_equivalent(row, kv_bytes, req.tp) if draft else 0
@@ -681,6 +693,10 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
                 "page": page, "reserve_left_gib": outside, "mamba": layout}
 
     base = scenario(util, kvb)
+    spread = Spread() if kv_override else vllm_spread(
+        b, util, w.as_dict(), act, vllm_non_torch_parts(version, engine)[0],
+        graphs if graphs and not s.get("cuda_graph_gib") else 0.0)
+    token_range = [scenario(util, kvb, -spread.gib)["tokens"], scenario(util, kvb, spread.gib)["tokens"]]
     warnings = list(w.notes) + b.notes + (draft.notes if draft else [])
     if base["mamba"] is not None:
         warnings.append(_mamba_note(base["mamba"], arch.linear_layers, max_len))
@@ -738,7 +754,8 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
                "formula": base["page"].formula + _draft_formula(draft, kvb, req.tp), "available_kv_gib": base["K"],
                "num_gpu_blocks": base["blocks"], "kv_tokens": base["tokens"], **_mamba_kv(base["mamba"], max_len),
                **({"speculative": draft.as_dict(kvb, req.tp)} if draft else {})},
-        "capacity": {"kv_tokens": base["tokens"], "context_tokens": max_len, "max_concurrency": base["concurrency"]},
+        "capacity": {"kv_tokens": base["tokens"], "context_tokens": max_len, "max_concurrency": base["concurrency"],
+                     "kv_tokens_range": token_range, "range": spread.as_dict()},
         "table": rows, "warnings": warnings,
     }
 
@@ -846,6 +863,16 @@ def summary_line(pred: dict[str, Any]) -> str:
     cap = pred["capacity"]
     conc = cap.get("max_concurrency")
     conc_s = "—" if conc is None else (f"{conc:.2f}" if isinstance(conc, float) else f"{conc:,}")
-    return (f"{pred['engine']} {pred['engine_version']}: {cap['kv_tokens']:,} KV tokens per GPU, "
+    return (f"{pred['engine']} {pred['engine_version']}: {cap['kv_tokens']:,} KV tokens per GPU{range_note(cap)}, "
             f"{conc_s} concurrent requests at {cap['context_tokens']:,} tokens")
 
+
+def range_note(cap: dict[str, Any]) -> str:
+    """' (likely 158,000–170,800: ±0.25 GiB, mostly the activation peak)' — empty when nothing is uncertain."""
+    lo, hi = cap.get("kv_tokens_range") or (None, None)
+    spread = cap.get("range") or {}
+    if lo is None or hi is None or lo == hi or not spread.get("gib"):
+        return ""
+    terms = spread.get("terms_gib") or {}
+    mostly = f", mostly the {next(iter(terms))}" if terms else ""
+    return f" (likely {lo:,}–{hi:,}: ±{spread['gib']:.2f} GiB of unlogged inputs{mostly})"

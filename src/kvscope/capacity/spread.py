@@ -1,0 +1,110 @@
+"""How far a plan's KV figure can be off: each unlogged input's spread, from the evidence behind it.
+
+A plan adds up figures of different standing (``overheads.Figure.how``: measured, reported,
+estimated, assumed, given). Each gets a half-width in GiB from what public logs showed about that
+kind of figure; independent errors add in quadrature (root sum of squares), and the KV memory's
+half-width becomes a token range. Settings are not in it: a plan answers for the settings it shows,
+and a different ``gpu_memory_utilization`` is a different question (whatif / the table).
+
+The evidence for each half-width:
+
+* torch total, reported: printouts of one GPU kind differ with the driver by 0.02–0.05 GiB
+  (RTX 3090 23.56 / 23.58; H100 SXM 79.19 / 79.22) → 0.03. Scaled from the H200 (assumed) → 0.15.
+* CUDA context: measured on the H200 0.516, its public SGLang logs 0.46–0.52 across releases → 0.05.
+  The SM-count formula (estimated) is within 0.07 GiB of seven SGLang logs and 0.12 of a 2024 vLLM
+  RTX 3090 log → 0.10.
+* Communicators: measured 0.05; a GPU kind's own report 0.10; borrowed from another kind or TP size
+  (assumed) 0.30 (an H100's TP8 report is 1.25 GiB where the H200 class gives 2.01).
+* cuBLAS: measured 0.01; assumed 0.05 (H200: 0.096 and 0.098 in two measurements).
+* Weights from config.json: 0.3 % (five vLLM "Model loading took" lines within 0.005 GiB; the SGLang
+  load replays within 0.04) plus 5 % of a vision tower sized from a built-in table.
+* SGLang's load replay (allocator slack): 0.05 GiB (the creation order is read from the code).
+* vLLM's activation peak (first principles): 7 % (Llama-3.1-8B 2.06 vs 2.07; Qwen3-235B 5.80 vs 5.62).
+* vLLM's CUDA graphs inside the budget, "typical" 0.5 GiB: 0.3 (public estimates 0.1–0.9).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvscope.capacity.overheads import BudgetBasis, Figure
+
+TORCH_TOTAL = {"measured": 0.0, "given": 0.0, "reported": 0.03, "estimated": 0.10, "assumed": 0.15}
+CONTEXT = {"measured": 0.05, "given": 0.0, "reported": 0.07, "estimated": 0.10, "assumed": 0.15}
+COMMS = {"measured": 0.05, "given": 0.0, "reported": 0.10, "estimated": 0.20, "assumed": 0.30}
+CUBLAS = {"measured": 0.01, "given": 0.0, "reported": 0.03, "estimated": 0.05, "assumed": 0.05}
+WEIGHTS_FRACTION = 0.003
+VISION_TABLE_FRACTION = 0.05
+ALLOCATOR_REPLAY_GIB = 0.05
+ACTIVATION_FRACTION = 0.07
+TYPICAL_GRAPHS_GIB = 0.3
+
+
+@dataclass
+class Spread:
+    """Half-widths (GiB) of the inputs a KV figure depends on, already scaled by how it enters."""
+
+    terms: dict[str, float] = field(default_factory=dict)
+
+    def add(self, name: str, gib: float) -> None:
+        if gib > 0:
+            self.terms[name] = self.terms.get(name, 0.0) + gib
+
+    @property
+    def gib(self) -> float:
+        return math.sqrt(sum(v * v for v in self.terms.values()))
+
+    def largest(self) -> str | None:
+        return max(self.terms, key=self.terms.__getitem__) if self.terms else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"gib": self.gib, "terms_gib": dict(sorted(self.terms.items(), key=lambda kv: -kv[1]))}
+
+
+def _fig(table: dict[str, float], figure: Figure) -> float:
+    return table.get(figure.how, max(table.values())) if figure.gib else 0.0
+
+
+def weights_spread(weights: dict[str, Any]) -> float:
+    """A weight estimate's half-width: a fraction of it, more for a vision tower from the table."""
+    if str(weights.get("method", "")).startswith("given"):
+        return 0.0
+    gib = float(weights.get("gib_per_rank") or 0.0)
+    vision = float((weights.get("by_component_gib") or {}).get("vision") or 0.0)
+    from_table = any("built-in table" in n for n in weights.get("notes") or [])
+    return gib * WEIGHTS_FRACTION + (vision * VISION_TABLE_FRACTION if from_table else 0.0)
+
+
+def sglang_spread(basis: BudgetBasis, mfs: float, weights: dict[str, Any], replayed: bool) -> Spread:
+    """KV = F × mfs − weights − load extras, F = torch total − context − communicators."""
+    s = Spread()
+    s.add("torch total", mfs * _fig(TORCH_TOTAL, basis.torch_total))
+    s.add("CUDA context", mfs * _fig(CONTEXT, basis.cuda_context))
+    s.add("communicators", mfs * _fig(COMMS, basis.nccl))
+    s.add("weights", weights_spread(weights))
+    if replayed:
+        s.add("allocator replay", ALLOCATOR_REPLAY_GIB)
+    return s
+
+
+def vllm_spread(basis: BudgetBasis, util: float, weights: dict[str, Any], activation_gib: float,
+                charged: tuple[str, ...], typical_graphs_gib: float) -> Spread:
+    """K = util × torch total − weights − activation − the non-torch terms the era charges − graphs.
+
+    ``charged``: which of "context", "communicators", "cublas" the release counts in its budget.
+    """
+    s = Spread()
+    s.add("torch total", util * _fig(TORCH_TOTAL, basis.torch_total))
+    s.add("weights", weights_spread(weights))
+    s.add("activation peak", activation_gib * ACTIVATION_FRACTION)
+    if "context" in charged:
+        s.add("CUDA context", _fig(CONTEXT, basis.cuda_context))
+    if "communicators" in charged:
+        s.add("communicators", _fig(COMMS, basis.profile_nccl))
+    if "cublas" in charged:
+        s.add("cuBLAS", _fig(CUBLAS, basis.cublas))
+    if typical_graphs_gib:
+        s.add("CUDA graphs (typical)", TYPICAL_GRAPHS_GIB)
+    return s
