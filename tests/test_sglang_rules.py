@@ -51,3 +51,64 @@ def test_request_table_48_rows():
 def test_version_clues_case_study():
     vr = infer_version_range({"using_kv_dtype_line": True, "draft_same_tokens": True}, "2026-02-28 12:26:11")
     assert [e.name for e in vr.eras] == ["E1"]
+
+
+# ------------------------------------------------------------------------------------------------
+# DeepSeek-V4 (engines.sglang.dsv4): bytes per full token by release, against logged values
+# ------------------------------------------------------------------------------------------------
+
+
+def _v4(model: str) -> dict:
+    from kvscope.capacity.weights import load_model_config
+
+    return load_model_config(model).cfg
+
+
+def test_dsv4_bytes_per_full_token_match_logged_lines():
+    """Three public 'DSV4 memory calculation: bytes_per_full_token=…' lines, to the printed decimals:
+    V4-Flash on 0.5.12 (every state per token, the MTP entry counted as a layer) 15,955.85; V4-Pro on
+    0.5.15–0.5.19 at swa ratio 0.15 13,735.04 with 1.01 GiB of ratio-128 states for 64 requests, and
+    its logged full_token=9,217,792 from 118.93 GB; V4-Flash with speculative decoding 9,259.90."""
+    from kvscope.engines.sglang import dsv4
+
+    flash, pro = _v4("deepseek-ai/DeepSeek-V4-Flash"), _v4("deepseek-ai/DeepSeek-V4-Pro")
+    assert round(dsv4.sizing(flash, (0, 5, 12), False, None).bytes_per_full_token, 2) == 15955.85
+    b = dsv4.sizing(pro, (0, 5, 16), False, 64, swa_ratio=0.15)
+    assert round(b.bytes_per_full_token, 2) == 13735.04 and round(b.fixed_bytes / 2**30, 2) == 1.01
+    tokens = dsv4.full_tokens(int(118.93 * 2**30), b)
+    assert abs(tokens - 9_217_792) <= 2 * dsv4.PAGE  # the printed GB hides the last page
+    assert round(dsv4.sizing(flash, (0, 5, 16), True, None).bytes_per_full_token, 2) == 9259.90
+
+
+def test_dsv4_later_eras_count_page_padding_and_the_b200_layout():
+    from kvscope.engines.sglang import dsv4
+
+    pro = _v4("deepseek-ai/DeepSeek-V4-Pro")
+    assert round(dsv4.sizing(pro, (0, 5, 13), False, None).bytes_per_full_token, 2) == 23691.44
+    assert round(dsv4.sizing(pro, (0, 5, 21), False, None).bytes_per_full_token, 2) == 10115.25
+    assert round(dsv4.sizing(pro, (0, 5, 23), False, None, sm_major=10).bytes_per_full_token, 2) == 9316.80
+    assert round(dsv4.sizing(pro, (0, 5, 23), True, None).fixed_bytes / 2**30, 2) == 7.83  # MTP: rings of 256
+
+
+def test_dsv4_plan_on_8xh200():
+    """With the 8×H200 TP8 basis and mem_fraction_static 0.95, the pools get what V4's rules leave;
+    at 0.88 (the InferenceX #2128 launch that failed) nothing is left."""
+    from kvscope.capacity.plan import PlanRequest, plan
+
+    def tokens(mfs: float, version: str = "0.5.19") -> dict:
+        return plan(PlanRequest(model="deepseek-ai/DeepSeek-V4-Pro", gpu="H200", engine="sglang",
+                                engine_version=version, tp=8, settings={"mem_fraction_static": mfs}))
+
+    p = tokens(0.95)
+    assert p["settings"]["page_size"]["value"] == 256 and p["kv"]["kv_tokens"] % 256 == 0
+    assert 120_000 < p["kv"]["kv_tokens"] < 200_000
+    assert any(r["item"].startswith("KV pools:") and "ratio-128 states" in r["item"] for r in p["ledger"])
+    assert tokens(0.88)["kv"]["kv_tokens"] == 0
+    from kvscope.errors import InputError
+
+    try:
+        tokens(0.95, "0.5.9")
+    except InputError as e:
+        assert "predates DeepSeek-V4" in str(e)
+    else:
+        raise AssertionError("0.5.9 has no DeepSeek-V4 support")

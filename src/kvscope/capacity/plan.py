@@ -36,6 +36,7 @@ from kvscope.capacity.weights import (
     vision_profile_shape,
 )
 from kvscope.engines.sglang import defaults as sgd
+from kvscope.engines.sglang import dsv4 as sg_dsv4
 from kvscope.engines.sglang import eras as sg_eras
 from kvscope.engines.sglang import rules as sg_rules
 from kvscope.errors import InputError
@@ -141,17 +142,17 @@ def resolve(req: PlanRequest) -> Context:
     settings = normalise_settings(req.settings)
     basis = budget_basis(req.gpu, req.tp * req.pp, settings)
     ctx = Context(req, mc, arch, basis, settings, _sm_major(basis.gpu))
-    if is_deepseek_v4(mc.cfg):
-        raise InputError(_dsv4_refusal(ctx))
+    if is_deepseek_v4(mc.cfg) and req.engine != "sglang":
+        raise InputError(_dsv4_refusal(ctx, "vLLM's DeepSeek-V4 block layout is not modelled by plan yet"))
     return ctx
 
 
-def _dsv4_refusal(ctx: Context) -> str:
+def _dsv4_refusal(ctx: Context, why: str) -> str:
     """What plan can say about a DeepSeek-V4 model without a token count (its KV pools are not modelled).
 
-    Why refuse: V4 keeps a 128-token sliding window, c4- and c128-compressed pools and indexer state
-    per request, sized by rules plan does not replay yet; a token figure from the MLA/GQA formulas would
-    be wrong by an order of magnitude. The weights and the budget basis are still worth saying.
+    Why refuse: V4's pools are sized by engine rules of their own (SGLang's are replayed from 0.5.12,
+    engines.sglang.dsv4; vLLM's are not); a token figure from the MLA/GQA formulas would be wrong by
+    an order of magnitude. The weights and the budget basis are still worth saying.
     """
     req = ctx.req
     par = sglang_parallel(req.tp, ep=req.ep, pp=req.pp) if req.engine == "sglang" else \
@@ -160,9 +161,8 @@ def _dsv4_refusal(ctx: Context) -> str:
     rope = rope_cache_bytes(ctx.mc.cfg, 4) / GIB
     free = ctx.basis.free_before_weights_gib
     fits = "leaving" if w.gib + rope < free else "more than the"
-    return (f"{ctx.mc.name}: DeepSeek-V4's KV cache (a 128-token sliding window, c4/c128-compressed pools and "
-            f"indexer state per request) is not modelled by plan yet, so it gives no token count. What it can "
-            f"say: weights ≈ {w.gib:.1f} GiB per GPU at TP{req.tp} ({w.quantization}) plus ≈ {rope:.1f} GiB of "
+    return (f"{ctx.mc.name}: DeepSeek-V4 keeps a 128-token sliding window, c4/c128-compressed pools and "
+            f"indexer state per request; {why}, so plan gives no token count. What it can say: weights ≈ {w.gib:.1f} GiB per GPU at TP{req.tp} ({w.quantization}) plus ≈ {rope:.1f} GiB of "
             f"rope tables, {fits} {free - w.gib - rope:.1f} GiB of the ≈ {free:.1f} GiB free before weights on "
             f"{ctx.basis.gpu}" + (f" ({w.notes[-1]})" if any("SGLang" in n for n in w.notes) else "")
             + ". Start the server and run `kvscope explain` on its log for the real pool sizes.")
@@ -277,6 +277,16 @@ def _sg_knobs(ctx: Context) -> SglangKnobs:
             origin["kv_cache_dtype"] = f"auto (DSA on SM{ctx.sm_major or '?'})"
     spec_params = None
     mrr = _int(s.get("max_running_requests"))
+    if is_deepseek_v4(ctx.mc.cfg):
+        if version < sg_dsv4.FIRST_RELEASE:
+            raise InputError(_dsv4_refusal(ctx, f"SGLang {sg_eras.fmt(version)} predates DeepSeek-V4 support "
+                                                f"(0.5.12; name a newer --engine-version)"))
+        page = sg_dsv4.PAGE
+        origin["page_size"] = "auto (DeepSeek-V4 forces 256)"
+        if not s.get("kv_cache_dtype"):
+            kv_dtype, origin["kv_cache_dtype"] = "fp8_e4m3", "auto (DeepSeek-V4: fp8_e4m3)"
+        if mrr is None:
+            mrr, origin["max_running_requests"] = sg_dsv4.DEFAULT_MAX_RUNNING_REQUESTS, "auto (DeepSeek-V4: 256)"
     if spec:
         spec_params = sgd.spec_params((ctx.mc.cfg.get("architectures") or [""])[0], _int(s.get("speculative_num_steps")),
                                       _int(s.get("speculative_eagle_topk")), _int(s.get("speculative_num_draft_tokens")))
@@ -336,6 +346,8 @@ def _sg_tokens(rest_bytes: int, cell: int, k: SglangKnobs, arch: Architecture) -
 def _sg_scenario(ctx: Context, k: SglangKnobs, basis_free: float, weights_gib: float, load_extra_gib: float,
                  attn_tp: int) -> dict[str, Any]:
     """Tokens, concurrency and reserve for one set of knobs (the table varies mfs and the KV dtype)."""
+    if is_deepseek_v4(ctx.mc.cfg):
+        return _sg_dsv4_scenario(ctx, k, basis_free * k.mfs - weights_gib - load_extra_gib, basis_free)
     era = sg_eras.era_for(k.version)
     cell, alloc_bpt = _sg_cell(ctx, k, era, attn_tp, k.kv_cache_dtype)
     rest_gib = basis_free * k.mfs - weights_gib - load_extra_gib
@@ -362,6 +374,29 @@ def _sg_scenario(ctx: Context, k: SglangKnobs, basis_free: float, weights_gib: f
             "max_running_requests": pool.max_running_requests, "requests_at_context": per_request,
             "concurrency": concurrency, "reserve_left_gib": reserve, "dp_groups": dp_groups,
             "system_kv_tokens": tokens * dp_groups}
+
+
+def _sg_dsv4_scenario(ctx: Context, k: SglangKnobs, rest_gib: float, basis_free: float) -> dict[str, Any]:
+    """DeepSeek-V4: the same budget, divided by V4's bytes per full token after its fixed states."""
+    dp_groups = ctx.req.dp if k.dp_attention else 1
+    requests = (k.max_running_requests or sg_dsv4.DEFAULT_MAX_RUNNING_REQUESTS) // dp_groups
+    ratio = _float(ctx.settings.get("swa_full_tokens_ratio")) or sg_dsv4.SWA_RATIO
+    sz = sg_dsv4.sizing(ctx.mc.cfg, k.version, bool(k.spec), requests, ctx.sm_major, ratio)
+    tokens = sg_dsv4.full_tokens(int(rest_gib * GIB), sz, k.max_total_tokens)
+    steps = [f"{sz.era}: ({rest_gib:.2f} GiB − {sz.fixed_bytes / GIB:.2f} GiB fixed) ÷ {sz.bytes_per_full_token:,.2f} B, "
+             f"floored to a {sg_dsv4.PAGE}-token page"]
+    kv_gib = (tokens * sz.bytes_per_full_token + sz.fixed_bytes) / GIB
+    reserve = basis_free * (1 - k.mfs) - max(0.0, kv_gib - max(0.0, rest_gib))
+    per_request = tokens // k.context_len if k.context_len else None
+    concurrency = None if per_request is None else min(per_request, requests)
+    return {"kv_tokens": tokens, "profiled_tokens": tokens, "rest_gib": rest_gib,
+            "bytes_per_token": round(sz.bytes_per_full_token), "cell_formula": sz.formula, "kv_pool_gib": kv_gib,
+            "alloc_bytes_per_token": round(sz.bytes_per_full_token), "steps": steps, "eagle_headroom_tokens": 0,
+            "request_pool_rows": requests, "request_pool_gib": 0.0, "request_pool_rule": "DeepSeek-V4: max_running_requests",
+            "max_running_requests": requests, "requests_at_context": per_request, "concurrency": concurrency,
+            "reserve_left_gib": reserve, "dp_groups": dp_groups, "system_kv_tokens": tokens * dp_groups,
+            "kv_pool_label": f"KV pools: {tokens:,} tokens × {sz.bytes_per_full_token:,.2f} B"
+                             + (f" + {sz.fixed_bytes / GIB:.2f} GiB of ratio-128 states" if sz.fixed_bytes else "")}
 
 
 def plan_sglang(ctx: Context) -> dict[str, Any]:
@@ -518,7 +553,8 @@ def _sg_ledger(ctx: Context, k: SglangKnobs, w: WeightEstimate, extras: tuple[fl
     rows += [
         (f"static budget F × mem_fraction_static {k.mfs}", F * k.mfs, k.origin.get("mem_fraction_static", "")),
         ("KV budget (rest)", base["rest_gib"], "derived"),
-        (f"KV pool {base['kv_tokens']:,} tokens × {base['bytes_per_token']:,} B", base["kv_pool_gib"], "derived"),
+        (base.get("kv_pool_label") or f"KV pool {base['kv_tokens']:,} tokens × {base['bytes_per_token']:,} B",
+         base["kv_pool_gib"], "derived"),
         (f"reserve F × (1 − {k.mfs})", F * (1 - k.mfs), "derived"),
         ("request pool (req_to_token)", -base["request_pool_gib"], "derived"),
         ("reserve left for graphs / activations / draft", base["reserve_left_gib"], "derived"),

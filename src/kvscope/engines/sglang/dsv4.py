@@ -1,0 +1,107 @@
+"""SGLang's KV sizing for DeepSeek-V4 (compressed sparse attention), by release, as data + formulas.
+
+V4 keeps no full-resolution latent. Per layer SGLang stores a sliding-window pool (every layer, a
+fraction ``swa_full_tokens_ratio`` = 0.1 of the full token count), the ratio-4 layers' compressed
+rows (one per 4 tokens) with their indexer rows, the ratio-128 layers' rows (one per 128), and fp32
+compress states for the windows still being compressed. The "full" pool is an index space: its
+size is the logged ``max_total_num_tokens`` (``DSV4PoolConfigurator``, model_executor/
+pool_configurator.py; pools in mem_cache/deepseek_v4_memory_pool.py). The budget is the usual
+``post-load free − pre-load free × (1 − mem_fraction_static)``; tokens = (budget − fixed bytes) /
+bytes per full token, floored to the forced 256-token page.
+
+Three eras (docs/research/deepseek-v4-kv.md, read from the 0.5.12–0.5.23 wheels): until 0.5.14 every
+state is priced per token (0.5.12 also counts the MTP entry of ``compress_ratios`` as a layer);
+0.5.15–0.5.19 price the ratio-128 states as a fixed cost of (max_running_requests + 1) ring rows;
+from 0.5.21 the page padding of each pool is counted, SWA states are priced per page, and on
+SM 10.x (B200/B300) 0.5.23 picks the narrower V4.1 row layout. Checked against three logged
+``bytes_per_full_token`` values (15,955.85; 13,735.04; 9,259.90) to the printed decimals.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+Version = tuple[int, int, int]
+
+FIRST_RELEASE: Version = (0, 5, 12)
+PAGE = 256  # forced page size
+SWA_RATIO = 0.1  # swa_full_tokens_ratio V4 sets when the operator left the default
+DEFAULT_MAX_RUNNING_REQUESTS = 256  # forced when not given: sizes the fixed c128 state
+KV_ROW, KV_ALIGN = 584, 576  # 448 fp8 nope + 64 × 2 B rope + 7 scale + 1 pad; pages padded to 576 B
+V41_ROW, V41_ALIGN = 528, 512  # the V4.1 layout 0.5.23 picks on SM 10.x
+C4_STATE = 2 * 2 * 512 * 4  # fp32, per ratio-4 layer and state row (kv + gate, double width)
+C4_INDEXER_STATE = 2 * 2 * 128 * 4
+C128_STATE = 2 * 512 * 4
+
+
+@dataclass(frozen=True)
+class Layers:
+    """Layers a rank counts: all, ratio-4 (compressed + indexer), ratio-128."""
+
+    all: int
+    ratio4: int
+    ratio128: int
+
+
+@dataclass(frozen=True)
+class Sizing:
+    bytes_per_full_token: float
+    fixed_bytes: int
+    era: str
+    formula: str
+
+
+def layers(cfg: dict[str, Any], version: Version) -> Layers:
+    """From ``compress_ratios`` (one entry per layer, plus a trailing 0 for the MTP layer)."""
+    ratios = [int(r) for r in cfg.get("compress_ratios") or [] if isinstance(r, (int, float))]
+    main = ratios[: int(cfg.get("num_hidden_layers") or len(ratios))]
+    counted = len(ratios) if version < (0, 5, 13) else len(main)  # 0.5.12 counts the MTP entry too
+    return Layers(counted, main.count(4), main.count(128))
+
+
+def _page_bytes(tokens_per_page: int, row: int, align: int) -> float:
+    """Bytes per token once a page of rows is padded to the alignment."""
+    return math.ceil(tokens_per_page * row / align) * align / tokens_per_page
+
+
+def sizing(cfg: dict[str, Any], version: Version, spec: bool, max_running_requests: int | None,
+           sm_major: int | None = None, swa_ratio: float = SWA_RATIO) -> Sizing:
+    """Bytes per full token and fixed bytes of one rank's V4 pools in this release."""
+    n = layers(cfg, version)
+    ring4, ring128 = (16, 256) if spec else (8, 128)
+    ib = int(cfg.get("index_head_dim") or 128)
+    ib += ib // 128 * 4  # fp8 indexer row + one fp32 scale per 128
+    r = swa_ratio
+    requests = max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS
+    fixed = -(-((requests + 1) * ring128 + ring128 + 1) // 128) * 128 * C128_STATE * n.ratio128
+    if version < (0, 5, 15):
+        bpft = (r * KV_ROW * n.all + KV_ROW * n.ratio4 / 4 + KV_ROW * n.ratio128 / 128 + ib * n.ratio4 / 4
+                + r * ring4 / 128 * (C4_STATE + C4_INDEXER_STATE) * n.ratio4 + r * ring128 / 128 * C128_STATE * n.ratio128)
+        era, fixed = "0.5.12–0.5.14 (every state per token)", 0
+    elif version < (0, 5, 21):
+        bpft = (r * KV_ROW * n.all + KV_ROW * n.ratio4 / 4 + KV_ROW * n.ratio128 / 128 + ib * n.ratio4 / 4
+                + r * ring4 / 128 * (C4_STATE + C4_INDEXER_STATE) * n.ratio4)
+        era = "0.5.15–0.5.20 (ratio-128 states fixed by max_running_requests)"
+    else:
+        row, align = (V41_ROW, V41_ALIGN) if sm_major == 10 and version >= (0, 5, 23) else (KV_ROW, KV_ALIGN)
+        per_swa_token = _page_bytes(PAGE, row, align) * n.all + ring4 / PAGE * (C4_STATE + C4_INDEXER_STATE) * n.ratio4
+        bpft = (r * per_swa_token + n.ratio4 * (_page_bytes(64, row, align) / 4 + ib / 4)
+                + n.ratio128 * _page_bytes(2, row, align) / 128)
+        era = "≥0.5.21 (page padding counted" + (", V4.1 row layout on SM 10.x)" if row == V41_ROW else ")")
+    if spec:
+        bpft *= (n.all + 1) / n.all
+    formula = (f"DeepSeek-V4 pools per full token: {r:g} × sliding window over {n.all} layers + {n.ratio4} ratio-4 "
+               f"layers (compressed + indexer) + {n.ratio128} ratio-128 layers + compress states = "
+               f"{bpft:,.2f} B" + (f"; fixed ratio-128 states {fixed / 2**30:.2f} GiB for {requests} requests"
+                                   if fixed else ""))
+    return Sizing(bpft, fixed, era, formula)
+
+
+def full_tokens(available_bytes: int, s: Sizing, max_total_tokens: int | None = None) -> int:
+    """The logged max_total_num_tokens: (budget − fixed) / bytes per full token, floored to a page."""
+    tokens = max(0, int((available_bytes - s.fixed_bytes) / s.bytes_per_full_token)) if available_bytes > 0 else 0
+    if max_total_tokens is not None:
+        tokens = min(tokens, max_total_tokens)
+    return tokens // PAGE * PAGE
