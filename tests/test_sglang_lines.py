@@ -166,3 +166,22 @@ def test_prefixed_and_decorated_real_log(tmp_path):
     s = analyze([str(log)]).startups[0]
     assert s.capacity.kv_tokens == 159277 and len(s.ranks) == 8
     assert sum(len(r.kv_pools) for r in s.ranks) == 9
+
+
+def test_dsv4_sizing_lines_become_a_pool_and_a_finding():
+    """DeepSeek-V4 prints no 'KV Cache is allocated' line: its pools come from 'DSV4 memory calculation'
+    (bytes per full token × tokens + fixed ratio-128 states) and 'DSV4 pool sizes'."""
+    from pathlib import Path
+
+    from kvscope.api import analyze
+
+    path = Path(__file__).parent / "fixtures" / "dsv4" / "sglang-0.5.15-v4pro-mi355x-sizing-lines.txt"
+    s = analyze([str(path)]).startups[0]
+    assert s.engine == "sglang" and s.capacity.kv_tokens == 9_217_792
+    x = s.capacity.extras
+    assert x["dsv4_bytes_per_full_token"] == 13735.04 and x["dsv4_c128_state_fixed_gib"] == 1.01
+    assert x["dsv4_swa_tokens"] == 1_382_656 and x["dsv4_c4_tokens"] == 2_304_448 and x["dsv4_c128_tokens"] == 72_014
+    pool = s.reference_rank.kv_pools[0]
+    assert pool.gib == pytest.approx(118.93, abs=0.01)  # tokens × bytes + fixed = the available bytes it printed
+    f = next(f for f in s.findings if f.code == "dsv4-pools")
+    assert "13,735.04 B" in f.title and "15% of the tokens" in f.detail

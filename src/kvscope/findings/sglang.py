@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from kvscope.capacity.weights import sglang_parallel, weights_delta_gib
-from kvscope.engines.sglang import rules
+from kvscope.engines.sglang import dsv4, rules
 from kvscope.engines.sglang.finish import attn_tp_size, model_name, tp_size
 from kvscope.engines.sglang.rules import GIB
 from kvscope.ledger.model import Finding, Startup, Suggestion
@@ -187,6 +187,35 @@ def _oom(s: Startup, f, mfs: float | None, pre: float | None) -> Finding:
                    "if it happened after the pool, lower --mem-fraction-static.")
 
 
+def _dsv4_pools(s: Startup) -> Finding | None:
+    """DeepSeek-V4: tokens are what the budget buys at its bytes per full token once the fixed
+    ratio-128 states for every request slot are paid; fewer slots buy tokens back."""
+    x = s.capacity.extras
+    bpft, fixed = x.get("dsv4_bytes_per_full_token"), x.get("dsv4_c128_state_fixed_gib")
+    tokens = s.capacity.kv_tokens or x.get("dsv4_full_tokens")
+    if not bpft or tokens is None:
+        return None
+    title = f"DeepSeek-V4 pools: {tokens:,} tokens × {bpft:,.2f} B" + (f" + {fixed:.2f} GiB of fixed states" if fixed else "")
+    swa, full = x.get("dsv4_swa_tokens"), x.get("dsv4_full_tokens")
+    share = f"{swa / full:.0%} of the tokens" if swa and full else "a fraction of the tokens (0.1 by default)"
+    detail = (f"V4 keeps no full-resolution latent: a token of context costs {bpft:,.2f} B across the sliding-window "
+              f"pool ({share}, every layer), the ratio-4 and ratio-128 compressed rows, the indexer rows and "
+              "the compress states")
+    slots = s.capacity.max_running_requests
+    if not fixed or not slots or slots < 8:
+        return Finding("dsv4-pools", "info", title, detail + ".")
+    spec = bool(s.setting("speculative_algorithm"))
+    fewer = max(1, slots // 4)
+    freed = fixed - dsv4.fixed_for(fixed, slots, fewer, spec)
+    gain = int(freed * GIB / bpft) // dsv4.PAGE * dsv4.PAGE
+    detail += (f". The ratio-128 compress states are a fixed {fixed:.2f} GiB for {slots} request slots, paid before "
+               f"any token: --max-running-requests {fewer} keeps {fixed - freed:.2f} GiB of them and gives the "
+               f"{freed:.2f} GiB to the pools, ≈ {gain:,} more tokens, if {fewer} concurrent requests are enough.")
+    return Finding("dsv4-pools", "info", title, detail,
+                   Suggestion("--max-running-requests", slots, fewer, tokens + gain,
+                              note=f"frees {freed:.2f} GiB of fixed compress states"))
+
+
 def findings(s: Startup) -> list:
     out: list = []
     ref = s.reference_rank
@@ -198,7 +227,7 @@ def findings(s: Startup) -> list:
         out.append(fail)
     if mfs is not None and pre and bpt:
         out.extend(f for f in (_reserve(s, mfs, pre, bpt), _headroom(s, mfs, pre, bpt)) if f)
-    out.extend(f for f in (_pool(s), _mla_replicated(s, bpt or 0, mfs, pre)) if f)
+    out.extend(f for f in (_pool(s), _mla_replicated(s, bpt or 0, mfs, pre), _dsv4_pools(s)) if f)
     for w in s.warnings:
         if w.get("code") == "max-total-tokens-above-profile" and None not in (w.get("requested"), w.get("profiled")):
             out.append(Finding("max-total-tokens-clamped", "warning",

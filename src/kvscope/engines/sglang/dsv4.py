@@ -66,6 +66,19 @@ def _page_bytes(tokens_per_page: int, row: int, align: int) -> float:
     return math.ceil(tokens_per_page * row / align) * align / tokens_per_page
 
 
+def state_rows(requests: int, spec: bool) -> int:
+    """Rows of ratio-128 compress state kept for ``requests`` slots (≥0.5.15): (R + 1) rings plus one
+    more ring and a spare row, rounded up to 128."""
+    ring128 = 256 if spec else 128
+    return -(-((requests + 1) * ring128 + ring128 + 1) // 128) * 128
+
+
+def fixed_for(fixed_bytes: float, requests: int, new_requests: int, spec: bool) -> float:
+    """The fixed ratio-128 states at ``new_requests`` slots, scaled from what ``requests`` slots took
+    (the same layers and row bytes: only the row count moves)."""
+    return fixed_bytes * state_rows(new_requests, spec) / state_rows(requests, spec)
+
+
 def sizing(cfg: dict[str, Any], version: Version, spec: bool, max_running_requests: int | None,
            sm_major: int | None = None, swa_ratio: float = SWA_RATIO) -> Sizing:
     """Bytes per full token and fixed bytes of one rank's V4 pools in this release."""
@@ -75,7 +88,7 @@ def sizing(cfg: dict[str, Any], version: Version, spec: bool, max_running_reques
     ib += ib // 128 * 4  # fp8 indexer row + one fp32 scale per 128
     r = swa_ratio
     requests = max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS
-    fixed = -(-((requests + 1) * ring128 + ring128 + 1) // 128) * 128 * C128_STATE * n.ratio128
+    fixed = state_rows(requests, spec) * C128_STATE * n.ratio128
     if version < (0, 5, 15):
         bpft = (r * KV_ROW * n.all + KV_ROW * n.ratio4 / 4 + KV_ROW * n.ratio128 / 128 + ib * n.ratio4 / 4
                 + r * ring4 / 128 * (C4_STATE + C4_INDEXER_STATE) * n.ratio4 + r * ring128 / 128 * C128_STATE * n.ratio128)

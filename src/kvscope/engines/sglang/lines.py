@@ -39,6 +39,10 @@ _KV_POOL = lazy_compile(
     rf"(?: #tokens: (\d+),)? (?:K size: {G} ?GB, V size: {G} ?GB|KV size: {G} ?GB)"
 )
 _SWA_POOL = lazy_compile(rf"SWAKVPool mem usage: {G} ?GB, swa size: (\d+), full size: (\d+)")
+# DeepSeek-V4 (≥0.5.12): the pools are sized by bytes per full token after fixed states (dsv4.py)
+_DSV4_CALC = lazy_compile(rf"DSV4 memory calculation: bytes_per_full_token={G}, available_bytes={G} ?GB"
+                          rf"(?:, c128_state_fixed={G} ?GB)?(?:, swa_fixed={G} ?GB)?.*?full_token=(\d+)")
+_DSV4_SIZES = lazy_compile(r"DSV4 pool sizes: (full=\d+.*)")
 _KV_AVAILABLE = lazy_compile(rf"The available memory for KV cache is {G} ?GB")
 _POOL_END = lazy_compile(rf"Memory pool end\. avail mem={G} ?GB")
 _GRAPH_BEGIN = lazy_compile(rf"Capture ((?:\w+ )*?)(?:cuda|CUDA|cpu|npu|xpu|musa|hpu) graph begin\..*?avail mem={G} ?GB")
@@ -81,6 +85,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"xception",
     b"sglang",
     b"Max running",
+    b"DSV4",
 )
 
 
@@ -134,6 +139,17 @@ def _pool(m: re.Match[str]) -> dict:
         "v_gib": _gib(m, 5),
         "gib": _gib(m, 6),
     }
+
+
+def _dsv4_calc(m: re.Match[str]) -> list[Parsed]:
+    """One DeepSeek-V4 sizing line → the pool it implies (tokens × bytes + fixed states) and the terms."""
+    bpft, tokens = to_float(m.group(1)), to_int(m.group(5))
+    fixed = (_gib(m, 3) or 0.0) + (_gib(m, 4) or 0.0)
+    gib = None if bpft is None or tokens is None else tokens * bpft / (1 << 30) + fixed
+    return [Parsed(ev.POOL, {"label": "DeepSeek-V4 pools", "tokens": tokens, "gib": gib}),
+            Parsed(ev.CAPACITY, {"kv_tokens": tokens, "dsv4_bytes_per_full_token": bpft, "dsv4_available_gib": _gib(m, 2),
+                                 "dsv4_c128_state_fixed_gib": _gib(m, 3), "dsv4_swa_fixed_gib": _gib(m, 4),
+                                 "dsv4_full_tokens": tokens})]
 
 
 def _ready(msg: str) -> dict:
@@ -218,6 +234,13 @@ class SGLangLines:
         m = _KV_DTYPE.search(msg)
         if m:
             return [Parsed(ev.SETTINGS, {"kv_cache_dtype_resolved": m.group(1)})]
+        m = _DSV4_CALC.search(msg)
+        if m:
+            return _dsv4_calc(m)
+        m = _DSV4_SIZES.search(msg)
+        if m:
+            sizes = {f"dsv4_{k}_tokens": to_int(v) for k, v in _READY_FIELDS.findall(m.group(1))}
+            return [Parsed(ev.CAPACITY, sizes)]
         m = _SWA_POOL.search(msg)
         if m:
             return [Parsed(ev.PHASE, {"phase": "swa_pool", "gib": _gib(m, 1), "swa_tokens": to_int(m.group(2)),
