@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -110,3 +111,10 @@ def test_unknown_model_leaves_the_tp_change_unpriced(cal):
 
     sc = predict(replace(cal, model="acme/not-a-model"), {"enable_dp_attention": True})
     assert sc.risk == "unknown" and any("not in the catalog" in n for n in sc.notes)
+
+
+def test_dsv4_log_gets_a_pointer_not_a_bare_refusal():
+    path = Path(__file__).parent / "fixtures" / "dsv4" / "sglang-0.5.15-v4pro-mi355x-sizing-lines.txt"
+    out = subprocess.run([sys.executable, "-m", "kvscope", "whatif", str(path), "--set", "mem_fraction_static=0.92"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "DeepSeek-V4" in out.stderr and "kvscope plan" in out.stderr

@@ -142,6 +142,11 @@ def command(logs, example, sets, assume, model, host_ram, context, fmt, output, 
     candidates = [s for s in analysis.startups if s.reconciliation is not None
                   or (s.engine == "vllm" and (s.capacity.num_gpu_blocks or s.capacity.kv_tokens))]
     if not candidates:
+        if any(s.capacity.extras.get("dsv4_bytes_per_full_token") for s in analysis.startups):
+            raise InputError("DeepSeek-V4 startups are not calibrated by whatif yet: V4's pools are sized by bytes per "
+                             "full token after fixed compress states (`kvscope explain` prices --max-running-requests "
+                             "from the log); for other settings use `kvscope plan --model deepseek-ai/DeepSeek-V4-… "
+                             "--engine sglang --engine-version X --set …`, which replays SGLang's V4 rules")
         raise InputError("no startup with a KV pool line to calibrate on" if analysis.startups else "no engine startup found")
     startup = candidates[-1]
     try:
