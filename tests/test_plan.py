@@ -447,3 +447,50 @@ def main_output(argv: list[str]) -> str:
     out = subprocess.run([sys.executable, "-m", "kvscope", *argv], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     return out.stdout
+
+
+def test_sglang_pipeline_stage_pools_its_own_layers():
+    """With --pp 2 each stage's KV pool holds half the layers (the busiest stage sets the count)."""
+    one, two = (plan(PlanRequest(model="Qwen/Qwen3-8B", gpu="H100", engine="sglang", engine_version="0.5.9", pp=pp))
+                for pp in (1, 2))
+    assert "36 layers" in one["kv"]["formula"] and "18 layers" in two["kv"]["formula"]
+    assert two["kv"]["kv_tokens"] > 2 * one["kv"]["kv_tokens"]  # half the bytes per token, more room per GPU
+
+
+@pytest.mark.parametrize("settings,message", [
+    ({"swa_full_tokens_ratio": "nan"}, "swa_full_tokens_ratio"),
+    ({"swa_full_tokens_ratio": 0}, "swa_full_tokens_ratio"),
+    ({"max_running_requests": -5}, "max_running_requests"),
+    ({"max_running_requests": 0}, "max_running_requests"),
+])
+def test_deepseek_v4_odd_settings_are_input_errors(settings, message):
+    with pytest.raises(InputError, match=message):
+        plan(PlanRequest(model="deepseek-ai/DeepSeek-V4-Pro", gpu="H200", engine="sglang", engine_version="0.5.19",
+                         tp=8, settings={"mem_fraction_static": 0.95, **settings}))
+
+
+def test_deepseek_v4_fixed_states_can_leave_no_room():
+    """With EAGLE the ratio-128 rings double: 7.83 GiB for 256 slots, more than the 5.6 GiB budget at 0.95.
+    The plan says it is the fixed states (not the weights), and the table shows fewer slots."""
+    p = plan(PlanRequest(model="deepseek-ai/DeepSeek-V4-Pro", gpu="H200", engine="sglang", engine_version="0.5.19",
+                         tp=8, settings={"mem_fraction_static": 0.95, "speculative_algorithm": "EAGLE"}))
+    assert p["kv"]["kv_tokens"] == 0
+    assert any("fixed ratio-128 compress states (7.83 GiB for 256" in w for w in p["warnings"])
+    fewer = next(r for r in p["table"] if r["flag"] == "--max-running-requests 64")
+    assert fewer["kv_tokens"] > 0
+    staged = plan(PlanRequest(model="deepseek-ai/DeepSeek-V4-Pro", gpu="H200", engine="sglang", engine_version="0.5.19",
+                              tp=8, pp=2, settings={"mem_fraction_static": 0.95}))
+    assert "over 31 layers" in staged["kv"]["formula"]  # the busiest stage's slice of the 61
+
+
+def test_mla_rope_keeps_three_tables_only_for_yarn():
+    """SGLang's DeepSeek YaRN rope keeps three fp32 tables from 0.5.7; an MLA model without YaRN one."""
+    from kvscope.capacity.weights import load_model_config
+    from kvscope.engines.sglang.load_memory import rope_table_bytes
+
+    kimi = load_model_config("moonshotai/Kimi-K2.5").cfg
+    assert rope_table_bytes(kimi, (0, 5, 9)) == 3 * 262144 * 64 * 4
+    glm = load_model_config("zai-org/GLM-5.2").cfg
+    assert rope_table_bytes(glm, (0, 5, 9)) == int(glm["max_position_embeddings"]) * 64 * 4
+    odd = dict(kimi, rope_scaling={"type": "yarn", "factor": "x", "original_max_position_embeddings": None})
+    assert rope_table_bytes(odd, (0, 5, 9)) > 0  # an unreadable factor: the plain table, no error

@@ -49,8 +49,8 @@ def test_kimi_k25_int4_tp8_load_replay_matches_the_logged_mem_usage():
     allocator holds 0.39 GiB more: segment rounding, and the holes the WNA16 MoE's freed g_idx tensors
     and the rope's temporaries leave between live weights. Together 72.29.
     """
-    from kvscope.capacity.load_memory import sglang_load_memory
     from kvscope.capacity.weights import sglang_parallel
+    from kvscope.engines.sglang.load_memory import sglang_load_memory
 
     meta = json.loads((case_dir("sglang", "000") / "meta.json").read_text())
     assert "72.33" in meta["notes"]
@@ -71,8 +71,8 @@ def test_sglang_load_replay_for_dense_and_moe_bf16():
     """sglang/031: Qwen3-30B-A3B bf16 TP4 logged mem usage 14.31 GiB (parameters 14.24 + rope 0.02 +
     0.05 of allocator rounding: its 1–10 MiB shards share 20 MiB segments). Llama-3.1-8B at TP1: every
     matrix is a multiple of 2 MiB, so params + rope alone (15.02, what public 0.5.x logs print)."""
-    from kvscope.capacity.load_memory import sglang_load_memory
     from kvscope.capacity.weights import sglang_parallel
+    from kvscope.engines.sglang.load_memory import sglang_load_memory
 
     logged = _logged_load("sglang", "031", r"mem usage=([\d.]+) GB")
     mc = load_model_config("Qwen/Qwen3-30B-A3B")

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from kvscope.capacity.arch import Architecture, architecture_from_config, dtype_bytes
-from kvscope.capacity.load_memory import sglang_load_memory
 from kvscope.capacity.overheads import BudgetBasis, budget_basis
 from kvscope.capacity.spread import Spread, sglang_spread, vllm_spread
 from kvscope.capacity.weights import (
@@ -33,12 +32,14 @@ from kvscope.capacity.weights import (
     load_model_config,
     quant_plan,
     sglang_parallel,
+    stage_layers,
     vision_profile_shape,
 )
 from kvscope.engines.sglang import defaults as sgd
 from kvscope.engines.sglang import dsv4 as sg_dsv4
 from kvscope.engines.sglang import eras as sg_eras
 from kvscope.engines.sglang import rules as sg_rules
+from kvscope.engines.sglang.load_memory import rope_table_bytes, sglang_load_memory
 from kvscope.errors import InputError
 
 if TYPE_CHECKING:
@@ -160,12 +161,15 @@ def _dsv4_refusal(ctx: Context, why: str) -> str:
     w = _weights(ctx, par)
     rope = rope_cache_bytes(ctx.mc.cfg, 4) / GIB
     free = ctx.basis.free_before_weights_gib
-    fits = "leaving" if w.gib + rope < free else "more than the"
+    left = free - w.gib - rope
+    room = (f"leaving {left:.1f} GiB of the ≈ {free:.1f} GiB free before weights on {ctx.basis.gpu}" if left > 0
+            else f"{-left:.1f} GiB more than the ≈ {free:.1f} GiB free before weights on {ctx.basis.gpu}: it does not fit")
+    kept = next((n for n in w.notes if "float32 expert scales" in n), None)
     return (f"{ctx.mc.name}: DeepSeek-V4 keeps a 128-token sliding window, c4/c128-compressed pools and "
-            f"indexer state per request; {why}, so plan gives no token count. What it can say: weights ≈ {w.gib:.1f} GiB per GPU at TP{req.tp} ({w.quantization}) plus ≈ {rope:.1f} GiB of "
-            f"rope tables, {fits} {free - w.gib - rope:.1f} GiB of the ≈ {free:.1f} GiB free before weights on "
-            f"{ctx.basis.gpu}" + (f" ({w.notes[-1]})" if any("SGLang" in n for n in w.notes) else "")
-            + ". Start the server and run `kvscope explain` on its log for the real pool sizes.")
+            f"indexer state per request; {why}, so plan gives no token count. What it can say: weights ≈ "
+            f"{w.gib:.1f} GiB per GPU at TP{req.tp} ({w.quantization}) plus ≈ {rope:.1f} GiB of rope tables, {room}"
+            + (f" ({kept})" if kept else "") + ". Start the server and run `kvscope explain` on its log for the "
+            "real pool sizes.")
 
 
 def _weights(ctx: Context, par: Parallel) -> WeightEstimate:
@@ -277,14 +281,18 @@ def _sg_knobs(ctx: Context) -> SglangKnobs:
             origin["kv_cache_dtype"] = f"auto (DSA on SM{ctx.sm_major or '?'})"
     spec_params = None
     mrr = _int(s.get("max_running_requests"))
+    if mrr is not None and mrr < 1:
+        raise InputError(f"max_running_requests must be at least 1, got {mrr}")
     if is_deepseek_v4(ctx.mc.cfg):
         if version < sg_dsv4.FIRST_RELEASE:
             raise InputError(_dsv4_refusal(ctx, f"SGLang {sg_eras.fmt(version)} predates DeepSeek-V4 support "
                                                 f"(0.5.12; name a newer --engine-version)"))
-        page = sg_dsv4.PAGE
-        origin["page_size"] = "auto (DeepSeek-V4 forces 256)"
-        if not s.get("kv_cache_dtype"):
-            kv_dtype, origin["kv_cache_dtype"] = "fp8_e4m3", "auto (DeepSeek-V4: fp8_e4m3)"
+        given_page, given_kv = s.get("page_size"), s.get("kv_cache_dtype")
+        page, kv_dtype = sg_dsv4.PAGE, "fp8_e4m3"
+        origin["page_size"] = "forced by DeepSeek-V4" + (f" (the given {given_page} is replaced)"
+                                                       if given_page and _int(given_page) != page else "")
+        origin["kv_cache_dtype"] = "DeepSeek-V4's fp8 pools" + (f" (a given {given_kv} is not modelled)"
+                                                              if given_kv and "fp8" not in str(given_kv) else "")
         if mrr is None:
             mrr, origin["max_running_requests"] = sg_dsv4.DEFAULT_MAX_RUNNING_REQUESTS, "auto (DeepSeek-V4: 256)"
     if spec:
@@ -309,6 +317,9 @@ def _sg_cell(ctx: Context, k: SglangKnobs, era: sg_eras.Era, attn_tp: int, kv_dt
     kvb = dtype_bytes(kv_dtype, arch.torch_dtype)
     swa = arch.sliding_layers and arch.model_type not in sgd.HYBRID_SWA_DISABLED_TYPES
     n_layers = (arch.full_attention_layers or 0) + arch.sliding_layers if swa else None
+    if n_layers is None and ctx.req.pp > 1 and not arch.full_attention_layers:
+        # each pipeline stage pools its own layers; the busiest stage sets the count
+        n_layers = max(len(stage_layers(arch.num_layers, ctx.req.pp, st)) for st in range(ctx.req.pp))
     real = sg_rules.cell_size(arch, kvb, attn_tp, era, layers=n_layers)
     profiled_arch = arch if sgd.dsa_indexer_in_profile(k.version) else replace(arch, index_head_dim=None)
     cell = sg_rules.cell_size(profiled_arch, kvb, attn_tp, era, layers=n_layers)
@@ -379,24 +390,36 @@ def _sg_scenario(ctx: Context, k: SglangKnobs, basis_free: float, weights_gib: f
 def _sg_dsv4_scenario(ctx: Context, k: SglangKnobs, rest_gib: float, basis_free: float) -> dict[str, Any]:
     """DeepSeek-V4: the same budget, divided by V4's bytes per full token after its fixed states."""
     dp_groups = ctx.req.dp if k.dp_attention else 1
-    requests = (k.max_running_requests or sg_dsv4.DEFAULT_MAX_RUNNING_REQUESTS) // dp_groups
-    ratio = _float(ctx.settings.get("swa_full_tokens_ratio")) or sg_dsv4.SWA_RATIO
-    sz = sg_dsv4.sizing(ctx.mc.cfg, k.version, bool(k.spec), requests, ctx.sm_major, ratio)
+    requests = max(1, (k.max_running_requests or sg_dsv4.DEFAULT_MAX_RUNNING_REQUESTS) // dp_groups)
+    given_ratio = ctx.settings.get("swa_full_tokens_ratio")
+    ratio = sg_dsv4.SWA_RATIO if given_ratio is None else _float(given_ratio)
+    try:
+        sz = sg_dsv4.sizing(ctx.mc.cfg, k.version, bool(k.spec), requests, ctx.sm_major, ratio, ctx.req.pp)
+    except ValueError as exc:
+        raise InputError(f"DeepSeek-V4 pools: {exc}") from None
     tokens = sg_dsv4.full_tokens(int(rest_gib * GIB), sz, k.max_total_tokens)
     steps = [f"{sz.era}: ({rest_gib:.2f} GiB − {sz.fixed_bytes / GIB:.2f} GiB fixed) ÷ {sz.bytes_per_full_token:,.2f} B, "
              f"floored to a {sg_dsv4.PAGE}-token page"]
-    kv_gib = (tokens * sz.bytes_per_full_token + sz.fixed_bytes) / GIB
-    reserve = basis_free * (1 - k.mfs) - max(0.0, kv_gib - max(0.0, rest_gib))
+    kv_gib = (tokens * sz.bytes_per_full_token + sz.fixed_bytes) / GIB if tokens else 0.0
+    req_pool_gib = sgd.request_pool_bytes(requests, k.context_len, 0, k.version) / GIB
+    reserve = basis_free * (1 - k.mfs) - req_pool_gib - max(0.0, kv_gib - max(0.0, rest_gib))
     per_request = tokens // k.context_len if k.context_len else None
     concurrency = None if per_request is None else min(per_request, requests)
+    no_room = None
+    if tokens == 0 and rest_gib > 0 and sz.fixed_bytes >= rest_gib * GIB:
+        no_room = (f"no KV room: the fixed ratio-128 compress states ({sz.fixed_bytes / GIB:.2f} GiB for {requests} "
+                   f"request slots) take the whole {rest_gib:.2f} GiB budget; SGLang would refuse to start — lower "
+                   "--max-running-requests or raise --mem-fraction-static")
     return {"kv_tokens": tokens, "profiled_tokens": tokens, "rest_gib": rest_gib,
             "bytes_per_token": round(sz.bytes_per_full_token), "cell_formula": sz.formula, "kv_pool_gib": kv_gib,
             "alloc_bytes_per_token": round(sz.bytes_per_full_token), "steps": steps, "eagle_headroom_tokens": 0,
-            "request_pool_rows": requests, "request_pool_gib": 0.0, "request_pool_rule": "DeepSeek-V4: max_running_requests",
-            "max_running_requests": requests, "requests_at_context": per_request, "concurrency": concurrency,
-            "reserve_left_gib": reserve, "dp_groups": dp_groups, "system_kv_tokens": tokens * dp_groups,
+            "request_pool_rows": requests, "request_pool_gib": req_pool_gib,
+            "request_pool_rule": "DeepSeek-V4: max_running_requests per rank", "max_running_requests": requests,
+            "requests_at_context": per_request, "concurrency": concurrency, "reserve_left_gib": reserve,
+            "dp_groups": dp_groups, "system_kv_tokens": tokens * dp_groups, "no_room": no_room,
             "kv_pool_label": f"KV pools: {tokens:,} tokens × {sz.bytes_per_full_token:,.2f} B"
-                             + (f" + {sz.fixed_bytes / GIB:.2f} GiB of ratio-128 states" if sz.fixed_bytes else "")}
+                             + (f" + {sz.fixed_bytes / GIB:.2f} GiB of ratio-128 states" if sz.fixed_bytes and tokens
+                                else "")}
 
 
 def plan_sglang(ctx: Context) -> dict[str, Any]:
@@ -433,7 +456,9 @@ def plan_sglang(ctx: Context) -> dict[str, Any]:
     if 0 < base["kv_tokens"] < k.context_len:
         warnings.append(f"one request of the full context ({k.context_len:,} tokens) does not fit in "
                         f"{base['kv_tokens']:,} KV tokens: SGLang caps requests at {base['kv_tokens'] - 1:,} tokens")
-    if base["kv_tokens"] <= 0:
+    if base.get("no_room"):
+        warnings.append(base["no_room"])
+    elif base["kv_tokens"] <= 0:
         warnings.append("no KV room: the weights do not fit under mem_fraction_static × free memory; the server "
                         "would stop with 'Not enough memory' / 'leave no GPU memory for the KV cache'")
     ledger = _sg_ledger(ctx, k, w, (rope, slack), draft if era.draft_in_static_budget else 0.0, base, needed)
@@ -497,7 +522,11 @@ def _sg_table(ctx: Context, k: SglangKnobs, F: float, w: float, extra: float, at
         mfs = round(k.mfs + delta, 3)
         if 0.3 < mfs < 0.99:
             variants.append((f"--mem-fraction-static {mfs}", replace(k, mfs=mfs)))
-    if dtype_bytes(k.kv_cache_dtype, ctx.arch.torch_dtype) > 1:
+    if is_deepseek_v4(ctx.mc.cfg):
+        slots = k.max_running_requests or sg_dsv4.DEFAULT_MAX_RUNNING_REQUESTS
+        if k.version >= (0, 5, 15) and slots >= 8:  # fixed ratio-128 states scale with the slots
+            variants.append((f"--max-running-requests {slots // 4}", replace(k, max_running_requests=slots // 4)))
+    elif dtype_bytes(k.kv_cache_dtype, ctx.arch.torch_dtype) > 1:
         variants.append((f"--kv-cache-dtype {fp8}", replace(k, kv_cache_dtype=fp8)))
     need = needed.reserved_gib if needed and needed.reserved_gib else None
     for flag, kk in variants:
@@ -519,17 +548,20 @@ def _risk(reserve_gib: float, needed_gib: float) -> str:
 def _sg_load_extras(ctx: Context, par: Parallel, version: tuple[int, ...]) -> tuple[float, float]:
     """(rope tables, allocator slack) in GiB: what SGLang's load takes beyond the weights.
 
-    Both come from replaying the load through the caching allocator (capacity.load_memory); the
+    Both come from replaying the load through the caching allocator (engines.sglang.load_memory); the
     slack is what its segments hold beyond the tensors. Without a config-shaped tensor list (a
     DeepSeek-V4 model, the operator's own weights figure) the rope is the plain table and no slack.
     """
     cfg = ctx.mc.cfg
+    if is_deepseek_v4(cfg):
+        return rope_cache_bytes(cfg, 4) / GIB, 0.0
     if ctx.settings.get("weights_gib") is None:
         plan = quant_plan(cfg, ctx.settings.get("quantization"))
-        lm = sglang_load_memory(cfg, par, plan, version)
+        loads = [sglang_load_memory(cfg, par, plan, version, stage=st) for st in range(par.pp)]
+        lm = max((x for x in loads if x is not None), key=lambda x: x.reserved_bytes, default=None)
         if lm is not None:
             return lm.rope_bytes / GIB, lm.allocator_slack_bytes / GIB
-    return rope_cache_bytes(cfg, 4) / GIB, 0.0
+    return rope_table_bytes(cfg, version) / GIB, 0.0
 
 
 def _sg_ledger(ctx: Context, k: SglangKnobs, w: WeightEstimate, extras: tuple[float, float], draft: float,
@@ -904,11 +936,12 @@ def summary_line(pred: dict[str, Any]) -> str:
 
 
 def range_note(cap: dict[str, Any]) -> str:
-    """' (likely 158,000–170,800: ±0.25 GiB, mostly the activation peak)' — empty when nothing is uncertain."""
+    """' (likely 158,000–170,800: ±0.25 GiB of estimated inputs, the largest the activation peak)' — empty
+    when nothing is uncertain."""
     lo, hi = cap.get("kv_tokens_range") or (None, None)
     spread = cap.get("range") or {}
     if lo is None or hi is None or lo == hi or not spread.get("gib"):
         return ""
     terms = spread.get("terms_gib") or {}
-    mostly = f", mostly the {next(iter(terms))}" if terms else ""
-    return f" (likely {lo:,}–{hi:,}: ±{spread['gib']:.2f} GiB of unlogged inputs{mostly})"
+    largest = f", the largest the {next(iter(terms))}" if terms else ""
+    return f" (likely {lo:,}–{hi:,}: ±{spread['gib']:.2f} GiB of estimated inputs{largest})"

@@ -553,8 +553,8 @@ def _dsv4_attention(cfg: dict[str, Any], prefix: str, i: int, tp: int, h: int) -
     heads, hd = int(cfg["num_attention_heads"]), int(cfg.get("head_dim") or 512)
     q_lora, hr = int(cfg.get("q_lora_rank") or h), _cdiv(heads, tp)
     groups, o_lora = int(cfg.get("o_groups") or 1), int(cfg.get("o_lora_rank") or hd)
-    ratios = cfg.get("compress_ratios") or []
-    ratio = int(ratios[i]) if i < len(ratios) and isinstance(ratios[i], int) else 0
+    ratios = compress_ratios(cfg)
+    ratio = ratios[i] if i < len(ratios) else 0
     out = [Tensor("attention", f"{prefix}.wq_a", "linear", q_lora, h),
            Tensor("attention", f"{prefix}.wkv", "linear", hd, h),
            Tensor("attention", f"{prefix}.wq_b", "linear", hr * hd, q_lora),
@@ -637,10 +637,18 @@ def _mlp(cfg: dict[str, Any], prefix: str, i: int, par: Parallel, h: int) -> lis
     return out
 
 
+def compress_ratios(cfg: dict[str, Any]) -> list[int]:
+    """DeepSeek-V4's compress ratio per layer (one more entry, 0, for the MTP layer); numbers only."""
+    raw = cfg.get("compress_ratios")
+    if not isinstance(raw, list):
+        return []
+    return [int(r) for r in raw if isinstance(r, (int, float)) and not isinstance(r, bool) and math.isfinite(r)]
+
+
 def is_deepseek_v4(cfg: dict[str, Any]) -> bool:
     """DeepSeek-V4's compressed sparse attention (a compress ratio per layer), whatever the model_type says."""
-    return isinstance(cfg.get("compress_ratios"), list) and bool(cfg.get("o_lora_rank") or cfg.get("o_groups")
-                                                                  or str(cfg.get("model_type")) in DSV4_TYPES)
+    return bool(compress_ratios(cfg)) and bool(cfg.get("o_lora_rank") or cfg.get("o_groups")
+                                               or str(cfg.get("model_type")) in DSV4_TYPES)
 
 
 DSV4_TYPES = ("deepseek_v4", "deepseek_ref")
@@ -726,12 +734,21 @@ class WeightEstimate:
                 "notes": self.notes}
 
 
-def _tensor_bytes(t: Tensor, plan: QuantPlan, dtype_bytes: int) -> int:
-    if t.kind in ("norm",):
-        return t.out_f * t.in_f * dtype_bytes * t.count
+def tensor_parts(t: Tensor, plan: QuantPlan, dtype_bytes: int) -> list[int]:
+    """The separate allocations one (stacked) weight makes: each part of its scheme × local copies, then
+    its bias. An engine that stacks experts holds each part as one tensor of all of them."""
+    if t.kind == "norm":
+        return [t.out_f * t.in_f * dtype_bytes * t.count]
     scheme = plan.scheme_for(t.module, t.kind)
-    one = t.out_f * t.in_f * dtype_bytes if scheme.bits >= 16 else scheme.linear_bytes(t.out_f, t.in_f)
-    return (one + t.bias * dtype_bytes) * t.count
+    parts = [t.out_f * t.in_f * dtype_bytes] if scheme.bits >= 16 else scheme.linear_parts(t.out_f, t.in_f)
+    out = [part * t.count for part in parts if part]
+    if t.bias:
+        out.append(t.bias * dtype_bytes * t.count)
+    return out
+
+
+def _tensor_bytes(t: Tensor, plan: QuantPlan, dtype_bytes: int) -> int:
+    return sum(tensor_parts(t, plan, dtype_bytes))
 
 
 def _sum(tensors: list[Tensor], plan: QuantPlan, dtype_bytes: int) -> dict[str, int]:
@@ -905,7 +922,10 @@ def estimate_weights(mc: ModelConfig, par: Parallel, quantization: str | None = 
     multimodal = any("ConditionalGeneration" in a or "VL" in a for a in (cfg.get("architectures") or []))
     if vision:
         how = "config" if isinstance(cfg.get("_vision_config"), dict) else "the release's config (built-in table)"
-        notes.append(f"vision tower {vision / GIB:.2f} GiB from {how}, replicated on every rank")
+        split = engine == "sglang" and par.attention_tp > 1 and (_vision_config(cfg) or {}).get("vt_hidden_size")
+        where = (f"its attention split over {par.attention_tp} ranks, the rest whole on each" if split
+                 else "replicated on every rank")
+        notes.append(f"vision tower {vision / GIB:.2f} GiB from {how}, {where}")
     elif multimodal or cfg.get("_vision_config") is not None:
         notes.append("multimodal model: the vision tower's size is unknown here and is not counted "
                      "(add it with --set extra_weights_gib=…)")

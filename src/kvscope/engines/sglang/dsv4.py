@@ -11,10 +11,11 @@ bytes per full token, floored to the forced 256-token page.
 
 Three eras (docs/research/deepseek-v4-kv.md, read from the 0.5.12–0.5.23 wheels): until 0.5.14 every
 state is priced per token (0.5.12 also counts the MTP entry of ``compress_ratios`` as a layer);
-0.5.15–0.5.19 price the ratio-128 states as a fixed cost of (max_running_requests + 1) ring rows;
-from 0.5.21 the page padding of each pool is counted, SWA states are priced per page, and on
-SM 10.x (B200/B300) 0.5.23 picks the narrower V4.1 row layout. Checked against three logged
-``bytes_per_full_token`` values (15,955.85; 13,735.04; 9,259.90) to the printed decimals.
+0.5.15–0.5.19 (and 0.5.20, read more briefly) price the ratio-128 states as a fixed cost of
+(max_running_requests + 1) ring rows; from 0.5.21 the page padding of each pool is counted, SWA
+states are priced per page, and on SM 10.x (B200/B300) 0.5.23 picks the narrower V4.1 row layout.
+Three logged ``bytes_per_full_token`` values (15,955.85; 13,735.04; 9,259.90) are reproduced to the
+printed decimals; they cover the first two eras, and no log checks the third yet.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Any
+
+from kvscope.capacity.weights import compress_ratios, stage_layers
 
 Version = tuple[int, int, int]
 
@@ -53,10 +56,16 @@ class Sizing:
     formula: str
 
 
-def layers(cfg: dict[str, Any], version: Version) -> Layers:
-    """From ``compress_ratios`` (one entry per layer, plus a trailing 0 for the MTP layer)."""
-    ratios = [int(r) for r in cfg.get("compress_ratios") or [] if isinstance(r, (int, float))]
-    main = ratios[: int(cfg.get("num_hidden_layers") or len(ratios))]
+def layers(cfg: dict[str, Any], version: Version, pp: int = 1) -> Layers:
+    """From ``compress_ratios`` (one entry per layer, plus a trailing 0 for the MTP layer); with
+    pipeline stages, the busiest stage's slice (each stage sizes the pools of its own layers)."""
+    ratios = compress_ratios(cfg)
+    num_layers = int(cfg.get("num_hidden_layers") or len(ratios))
+    if pp > 1:
+        stage = max((stage_layers(num_layers, pp, st) for st in range(pp)), key=len)
+        main = [ratios[i] for i in stage if i < len(ratios)]
+        return Layers(len(main), main.count(4), main.count(128))
+    main = ratios[:num_layers]
     counted = len(ratios) if version < (0, 5, 13) else len(main)  # 0.5.12 counts the MTP entry too
     return Layers(counted, main.count(4), main.count(128))
 
@@ -80,9 +89,18 @@ def fixed_for(fixed_bytes: float, requests: int, new_requests: int, spec: bool) 
 
 
 def sizing(cfg: dict[str, Any], version: Version, spec: bool, max_running_requests: int | None,
-           sm_major: int | None = None, swa_ratio: float = SWA_RATIO) -> Sizing:
-    """Bytes per full token and fixed bytes of one rank's V4 pools in this release."""
-    n = layers(cfg, version)
+           sm_major: int | None = None, swa_ratio: float = SWA_RATIO, pp: int = 1) -> Sizing:
+    """Bytes per full token and fixed bytes of one rank's V4 pools in this release.
+
+    ValueError: no layer to size (an empty ``compress_ratios``), a ratio outside (0, 1], no slots.
+    """
+    n = layers(cfg, version, pp)
+    if n.all < 1:
+        raise ValueError("the config's compress_ratios lists no layer")
+    if not (0 < swa_ratio <= 1):
+        raise ValueError(f"swa_full_tokens_ratio must be in (0, 1], got {swa_ratio}")
+    if max_running_requests is not None and max_running_requests < 1:
+        raise ValueError(f"max_running_requests must be at least 1, got {max_running_requests}")
     ring4, ring128 = (16, 256) if spec else (8, 128)
     ib = int(cfg.get("index_head_dim") or 128)
     ib += ib // 128 * 4  # fp8 indexer row + one fp32 scale per 128

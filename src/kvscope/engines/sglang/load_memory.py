@@ -27,6 +27,7 @@ from kvscope.capacity.weights import (
     is_deepseek_v4,
     mla_absorbed_parts,
     rank_tensors,
+    tensor_parts,
     vision_allocations,
 )
 
@@ -77,18 +78,6 @@ def _fuse(tensors: list[Tensor]) -> list[Tensor]:
     return list(out.values())
 
 
-def _parts(t: Tensor, plan: QuantPlan, dtype_bytes: int) -> list[int]:
-    """The allocations one (fused) tensor makes: each part of its scheme, stacked over local experts."""
-    if t.kind == "norm":
-        return [t.out_f * t.in_f * dtype_bytes * t.count]
-    scheme = plan.scheme_for(t.module, t.kind)
-    parts = [t.out_f * t.in_f * dtype_bytes] if scheme.bits >= 16 else scheme.linear_parts(t.out_f, t.in_f)
-    out = [p * t.count for p in parts if p]
-    if t.bias:
-        out.append(t.bias * dtype_bytes * t.count)
-    return out
-
-
 def _wna16_moe(plan: QuantPlan, t: Tensor) -> bool:
     """compressed-tensors WNA16 experts (SGLang's Marlin MoE): int4/int8 with group scales."""
     if t.kind != "expert" or plan.method != "compressed-tensors":
@@ -97,42 +86,68 @@ def _wna16_moe(plan: QuantPlan, t: Tensor) -> bool:
     return scheme.bits < 8 and bool(scheme.group)
 
 
+def _number(value: Any) -> float | None:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if out == out and abs(out) != float("inf") else None
+
+
+def _yarn(cfg: dict[str, Any]) -> tuple[int, float] | None:
+    """(original positions, factor) of a YaRN rope_scaling / rope_parameters block; None otherwise."""
+    for key in ("rope_scaling", "rope_parameters"):
+        block = cfg.get(key)
+        if isinstance(block, dict) and str(block.get("type") or block.get("rope_type") or "") in ("yarn", "deepseek_yarn"):
+            original, factor = _number(block.get("original_max_position_embeddings")), _number(block.get("factor"))
+            if original and factor and original > 0 and factor > 0:
+                return int(original), factor
+    return None
+
+
 def rope_events(cfg: dict[str, Any], version: tuple[int, ...] | None) -> list[tuple[str, str, int]]:
     """The rope table(s) SGLang computes on the GPU at init, with the temporaries that computation
     frees again (their holes shape where later weights land).
 
     One fp32 cos/sin cache of positions × rotary dim (one instance shared by all layers). DeepSeek's
-    YaRN rope (MLA models) multiplies by mscale (one more temporary each) and, from 0.5.7, also keeps
-    cos and sin of the doubled frequencies: three tables (layers/rotary_embedding.py).
+    YaRN rope (MLA models with a YaRN rope_scaling: positions = original × factor) multiplies by
+    mscale (one more temporary each) and, from 0.5.7, also keeps cos and sin of the doubled
+    frequencies: three tables (layers/rotary_embedding.py).
     """
-    positions = int(cfg.get("max_position_embeddings") or 0)
-    mla = bool(cfg.get("kv_lora_rank"))
-    scaling = cfg.get("rope_scaling") or {}
-    if mla and isinstance(scaling, dict) and scaling.get("original_max_position_embeddings") and scaling.get("factor"):
-        positions = int(int(scaling["original_max_position_embeddings"]) * float(scaling["factor"]))
-    if mla:
-        rd = int(cfg.get("qk_rope_head_dim") or 64)
+    positions = int(_number(cfg.get("max_position_embeddings")) or 0)
+    yarn = _yarn(cfg) if cfg.get("kv_lora_rank") else None
+    if yarn:
+        positions = int(yarn[0] * yarn[1])
+    if cfg.get("kv_lora_rank"):
+        rd = int(_number(cfg.get("qk_rope_head_dim")) or 64)
     else:
-        heads = int(cfg.get("num_attention_heads") or 1)
-        head_dim = int(cfg.get("head_dim") or int(cfg.get("hidden_size") or 0) // heads)
-        rd = int(head_dim * float(cfg.get("partial_rotary_factor") or 1.0))
-    if not positions or not rd:
+        heads = int(_number(cfg.get("num_attention_heads")) or 1) or 1
+        head_dim = int(_number(cfg.get("head_dim")) or int(_number(cfg.get("hidden_size")) or 0) // heads)
+        rd = int(head_dim * (_number(cfg.get("partial_rotary_factor")) or 1.0))
+    if positions <= 0 or rd <= 0:
         return []
     n, half, full = positions * 4, positions * rd // 2 * 4, positions * rd * 4
     ev: list[tuple[str, str, int]] = [("alloc", "inv", rd // 2 * 4), ("alloc", "t", n), ("alloc", "freqs", half)]
     for name in ("cos", "sin"):
-        if mla:
+        if yarn:
             ev += [("alloc", f"{name}_", half), ("alloc", name, half), ("free", f"{name}_", 0)]
         else:
             ev.append(("alloc", name, half))
     ev.append(("alloc", "cache", full))
-    three = mla and version is not None and tuple(version) >= (0, 5, 7)
+    three = bool(yarn) and version is not None and tuple(version) >= (0, 5, 7)
     if three:
         ev.append(("alloc", "emb", full))
         for name in ("cos_total", "sin_total"):
             ev += [("alloc", f"{name}_", full), ("alloc", name, full), ("free", f"{name}_", 0)]
     ev += [("free", name, 0) for name in ("inv", "t", "freqs", "cos", "sin") + (("emb",) if three else ())]
     return ev
+
+
+def rope_table_bytes(cfg: dict[str, Any], version: tuple[int, ...] | None) -> int:
+    """What the rope tables keep once built (the temporaries freed)."""
+    events = rope_events(cfg, version)
+    freed = {key for op, key, _ in events if op == "free"}
+    return sum(nbytes for op, key, nbytes in events if op == "alloc" and key not in freed)
 
 
 def _layer_of(module: str) -> str:
@@ -179,17 +194,22 @@ def sglang_load_events(cfg: dict[str, Any], par: Parallel, plan: QuantPlan, vers
         book(nbytes)
     transients: list[int] = []
     repacked: list[int] = []
-    roped = False
+    roped = attended = False
     tensors = _sglang_order(_fuse(rank_tensors(cfg, par, stage)))
     i = 0
     while i < len(tensors):
         t = tensors[i]
+        if attended and not roped and t.component not in ("attention", "norms"):
+            roped = True  # the attention module builds its rotary embedding after its own layers
+            for op, key, nbytes in rope_events(cfg, version):
+                events.append((op, f"rope.{key}", nbytes))
+        attended = attended or t.component == "attention"
         if t.kind == "expert":  # all experts of the layer: every data part, then every scale part
             group = [t]
             while i + 1 < len(tensors) and tensors[i + 1].kind == "expert":
                 i += 1
                 group.append(tensors[i])
-            parts = [_parts(g, plan, dtype_bytes) for g in group]
+            parts = [tensor_parts(g, plan, dtype_bytes) for g in group]
             for k in range(max(len(p) for p in parts)):
                 for g, p in zip(group, parts, strict=True):
                     if k < len(p):
@@ -200,12 +220,8 @@ def sglang_load_events(cfg: dict[str, Any], par: Parallel, plan: QuantPlan, vers
                 if _wna16_moe(plan, g):
                     transients += [book(g.count * g.in_f * 4) for _ in range(2)]
         else:
-            for nbytes in _parts(t, plan, dtype_bytes):
+            for nbytes in tensor_parts(t, plan, dtype_bytes):
                 book(nbytes)
-        if not roped and t.component == "attention":
-            roped = True
-            for op, key, nbytes in rope_events(cfg, version):
-                events.append((op, f"rope.{key}", nbytes))
         i += 1
     events += [("free", key, 0) for key in transients]
     for nbytes in repacked:  # Marlin repack: a same-size temporary, copied back into the weight's storage
