@@ -494,3 +494,10 @@ def test_mla_rope_keeps_three_tables_only_for_yarn():
     assert rope_table_bytes(glm, (0, 5, 9)) == int(glm["max_position_embeddings"]) * 64 * 4
     odd = dict(kimi, rope_scaling={"type": "yarn", "factor": "x", "original_max_position_embeddings": None})
     assert rope_table_bytes(odd, (0, 5, 9)) > 0  # an unreadable factor: the plain table, no error
+
+
+@pytest.mark.parametrize("engine,key,value", [("sglang", "mem_fraction_static", 2), ("vllm", "gpu_memory_utilization", "nan"),
+                                              ("vllm", "gpu_memory_utilization", -0.5)])
+def test_a_share_of_the_gpu_must_be_a_share(engine, key, value):
+    with pytest.raises(InputError, match="between 0 and 1"):
+        plan(PlanRequest(model="Qwen/Qwen3-8B", gpu="H100", engine=engine, settings={key: value}))

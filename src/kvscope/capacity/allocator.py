@@ -5,13 +5,16 @@ after ``empty_cache()``, so it counts the allocator's segments, not the tensors.
 to fixed sizes (c10/cuda/CUDACachingAllocator.cpp, default settings): a request of ≤ 1 MiB is
 served from a 2 MiB segment shared with other small ones, one of 1–10 MiB from a 20 MiB segment
 shared likewise, and a larger one gets a segment of its own rounded up to 2 MiB. Blocks are found
-best-fit (smallest free block that holds the request, lowest address first) and split when enough
+best-fit (smallest free block that holds the request; ties go to the older segment here, to the lower
+address in PyTorch, which orders the same way for a load that only grows) and split when enough
 is left (≥ 512 B in the small pool, > 1 MiB in the large one); a free merges with free neighbours,
 and ``empty_cache`` returns only segments with nothing allocated in them. So a model whose matrices
 are not multiples of 2 MiB, or that frees load-time tensors between live ones, reserves more than
 its parameters: 0.06 GiB for Qwen3-30B-A3B at TP4, 0.4 GiB for Kimi-K2.5 INT4 at TP8.
 
-Checked against the real allocator (torch 2.11, H200) on the same sequences: tests/test_allocator.py.
+Checked against the real allocator (torch 2.11, H200) to the byte on eleven recorded sequences:
+tests/test_allocator.py. That checks the allocator; the order and shapes of an engine's load are
+the engine module's claim (engines/sglang/load_memory.py), checked against its logged totals.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from kvscope.capacity.weights import (
     is_deepseek_v4,
     load_model_config,
     quant_plan,
+    rope_dims,
     sglang_parallel,
     stage_layers,
     vision_profile_shape,
@@ -126,6 +127,14 @@ def _float(v: Any) -> float | None:
         raise InputError(f"expected a number, got {v!r}") from None
 
 
+def _fraction(settings: dict[str, Any], key: str) -> float | None:
+    """A share of the GPU (mem_fraction_static, gpu_memory_utilization): in (0, 1], else an input error."""
+    value = _float(settings.get(key))
+    if value is not None and not (0 < value <= 1):
+        raise InputError(f"{key} is a share of the GPU, between 0 and 1; got {settings.get(key)!r}")
+    return value
+
+
 def resolve(req: PlanRequest) -> Context:
     """Model config, architecture and GPU basis; InputError when any is unknown."""
     if req.engine not in ("sglang", "vllm"):
@@ -193,18 +202,12 @@ def rope_cache_bytes(cfg: dict[str, Any], element_bytes: int) -> int:
     SGLang keeps it in fp32 on CUDA, vLLM in the model dtype (vLLM's "Model loading took" for
     Llama-3.1-8B is exactly weights + 131072 × 128 × 2 B).
     """
-    positions = int(cfg.get("max_position_embeddings") or 0)
+    dims = rope_dims(cfg)
     if is_deepseek_v4(cfg):
         # two complex64 tables of rotary_dim / 2 (attention's and the compressor's rope; SGLang's
         # precompute_freqs_cis is an lru_cache of two): positions × rotary_dim × 8 B, whatever the engine
-        return positions * int(cfg.get("qk_rope_head_dim") or 64) * 8
-    if cfg.get("kv_lora_rank"):
-        dim = int(cfg.get("qk_rope_head_dim") or 64)
-    else:
-        heads = int(cfg.get("num_attention_heads") or 1)
-        head_dim = int(cfg.get("head_dim") or int(cfg.get("hidden_size") or 0) // heads)
-        dim = int(head_dim * float(cfg.get("partial_rotary_factor") or 1.0))
-    return positions * dim * element_bytes
+        return dims.positions * dims.rotary_dim * 8
+    return dims.positions * dims.rotary_dim * element_bytes
 
 
 # ------------------------------------------------------------------------------------------------
@@ -253,7 +256,7 @@ def _sg_knobs(ctx: Context) -> SglangKnobs:
     max_bs = _int(s.get("cuda_graph_max_bs")) or bs0
     origin["chunked_prefill_size"] = "given" if s.get("chunked_prefill_size") else "auto (GPU-size bucket)"
     origin["cuda_graph_max_bs"] = "given" if s.get("cuda_graph_max_bs") else "auto (GPU-size bucket)"
-    mfs_given = _float(s.get("mem_fraction_static"))
+    mfs_given = _fraction(s, "mem_fraction_static")
     choice = None
     if mfs_given is None:
         piece = None
@@ -707,7 +710,7 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
     version, vhow = _vllm_version(ctx)
     engine = str(s.get("engine") or ("V1" if version >= (0, 8, 0) else "V0")).upper()
     era = v_eras.era_for(version, engine)
-    util = _float(s.get("gpu_memory_utilization")) or era.default_util
+    util = _fraction(s, "gpu_memory_utilization") or era.default_util
     max_len = _int(s.get("max_model_len")) or req.context or arch.max_position_embeddings or 4096
     tokens_b, seqs = vllm_batch_defaults(version, engine, b.smi_total_gib, b.gpu, max_len, _truthy(s.get("offline")))
     tokens_b = _int(s.get("max_num_batched_tokens")) or tokens_b
@@ -763,7 +766,7 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
     base = scenario(util, kvb)
     spread = Spread() if kv_override else vllm_spread(
         b, util, w.as_dict(), act, vllm_non_torch_parts(version, engine)[0],
-        graphs if graphs and not s.get("cuda_graph_gib") else 0.0)
+        bool(graphs) and not s.get("cuda_graph_gib"))
     token_range = [scenario(util, kvb, -spread.gib)["tokens"], scenario(util, kvb, spread.gib)["tokens"]]
     warnings = list(w.notes) + b.notes + (draft.notes if draft else [])
     if base["mamba"] is not None:

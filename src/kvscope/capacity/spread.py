@@ -59,9 +59,6 @@ class Spread:
     def gib(self) -> float:
         return math.sqrt(sum(v * v for v in self.terms.values()))
 
-    def largest(self) -> str | None:
-        return max(self.terms, key=self.terms.__getitem__) if self.terms else None
-
     def as_dict(self) -> dict[str, Any]:
         return {"gib": self.gib, "terms_gib": dict(sorted(self.terms.items(), key=lambda kv: -kv[1]))}
 
@@ -83,7 +80,7 @@ def weights_spread(weights: dict[str, Any]) -> float:
 def sglang_spread(basis: BudgetBasis, mfs: float, weights: dict[str, Any], replayed: bool) -> Spread:
     """KV = F × mfs − weights − load extras, F = torch total − context − communicators."""
     s = Spread()
-    kept = (weights.get("by_component_gib") or {}).get("fp32 expert scales SGLang keeps (Hopper MXFP4 Marlin)")
+    kept = (weights.get("by_component_gib") or {}).get("fp32 expert scales SGLang keeps (Hopper MXFP4 Marlin, engine copy)")
     if kept:  # fitted to one log (DeepSeek-V4-Pro TP8 on H200): the plan lands 0.8 GiB under it
         s.add("DeepSeek-V4 expert scales (one log)", KEPT_SCALES_GIB)
     s.add("torch total", mfs * _fig(TORCH_TOTAL, basis.torch_total))
@@ -96,7 +93,7 @@ def sglang_spread(basis: BudgetBasis, mfs: float, weights: dict[str, Any], repla
 
 
 def vllm_spread(basis: BudgetBasis, util: float, weights: dict[str, Any], activation_gib: float,
-                charged: tuple[str, ...], typical_graphs_gib: float) -> Spread:
+                charged: tuple[str, ...], typical_graphs: bool) -> Spread:
     """K = util × torch total − weights − activation − the non-torch terms the era charges − graphs.
 
     ``charged``: which of "context", "communicators", "cublas" the release counts in its budget.
@@ -111,6 +108,6 @@ def vllm_spread(basis: BudgetBasis, util: float, weights: dict[str, Any], activa
         s.add("communicators", _fig(COMMS, basis.profile_nccl))
     if "cublas" in charged:
         s.add("cuBLAS", _fig(CUBLAS, basis.cublas))
-    if typical_graphs_gib:
+    if typical_graphs:  # the plan charged its typical figure, not one the operator gave
         s.add("CUDA graphs (typical)", TYPICAL_GRAPHS_GIB)
     return s

@@ -347,6 +347,10 @@ def _quant_plan(cfg: dict[str, Any], override: str | None) -> QuantPlan:
         else:
             scheme = Scheme("fp8 per-tensor", bits=8, per_tensor=True, scale_bytes=4)
         plan.groups.append((["Linear"], scheme))
+        if "lm_head" not in plan.ignore and not is_deepseek_v4(cfg):
+            # both engines keep the output head (ParallelLMHead) unquantized; DeepSeek-V4 ships its head in
+            # fp8 and a PP2×TP4 vLLM worker ledger (19.47 GiB with non-torch) only fits it that way
+            plan.ignore.append("lm_head")
     elif method in ("gptq", "gptq-marlin", "awq", "awq-marlin", "auto-round", "autoround", "intel/auto-round"):
         bits = int(q.get("bits") or q.get("w_bit") or 4)
         group = q.get("group_size") or q.get("q_group_size") or 128
@@ -437,7 +441,7 @@ class Tensor:
 
     component: str  # embeddings | attention | mlp | experts | shared_experts | router | lm_head | norms | ...
     module: str  # representative module name, for quantization ignore/target matching
-    kind: str  # linear | expert | embedding | norm | router
+    kind: str  # linear | expert | embedding | norm | router | bf16 (a linear every checkpoint keeps in bf16)
     out_f: int
     in_f: int
     count: int = 1  # identical copies on this rank (e.g. local experts)
@@ -635,6 +639,53 @@ def _mlp(cfg: dict[str, Any], prefix: str, i: int, par: Parallel, h: int) -> lis
         if cfg.get("shared_expert_intermediate_size"):
             out.append(Tensor("router", f"{prefix}.shared_expert_gate", "router", 1, h))
     return out
+
+
+def _number(value: Any) -> float | None:
+    """A finite number from a config value, else None (configs are written by people)."""
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
+
+
+@dataclass(frozen=True)
+class RopeDims:
+    """What sizes a rope table: positions, rotary dimension, and whether it is DeepSeek's YaRN rope."""
+
+    positions: int
+    rotary_dim: int
+    yarn: bool
+
+
+def rope_dims(cfg: dict[str, Any]) -> RopeDims:
+    """Positions and rotary dimension of the cos/sin table an engine builds, from the config.
+
+    MLA models rotate qk_rope_head_dim; a YaRN rope_scaling (or transformers' rope_parameters) sizes the
+    table as original positions × factor; others rotate head_dim × partial_rotary_factor over
+    max_position_embeddings. Unreadable fields fall back rather than fail.
+    """
+    positions = int(_number(cfg.get("max_position_embeddings")) or 0)
+    mla = bool(cfg.get("kv_lora_rank"))
+    yarn = False
+    if mla:
+        for key in ("rope_scaling", "rope_parameters"):
+            block = cfg.get(key)
+            if isinstance(block, dict) and str(block.get("type") or block.get("rope_type") or "") in ("yarn",
+                                                                                                   "deepseek_yarn"):
+                original, factor = _number(block.get("original_max_position_embeddings")), _number(block.get("factor"))
+                if original and factor and original > 0 and factor > 0:
+                    positions, yarn = int(original * factor), True
+                    break
+        rd = int(_number(cfg.get("qk_rope_head_dim")) or 64)
+    elif is_deepseek_v4(cfg):  # one shared 512-wide head, of which qk_rope_head_dim rotate
+        rd = int(_number(cfg.get("qk_rope_head_dim")) or 64)
+    else:
+        heads = int(_number(cfg.get("num_attention_heads")) or 1) or 1
+        head_dim = int(_number(cfg.get("head_dim")) or int(_number(cfg.get("hidden_size")) or 0) // heads)
+        rd = int(head_dim * (_number(cfg.get("partial_rotary_factor")) or 1.0))
+    return RopeDims(max(0, positions), max(0, rd), yarn)
 
 
 def compress_ratios(cfg: dict[str, Any]) -> list[int]:
@@ -911,7 +962,7 @@ def estimate_weights(mc: ModelConfig, par: Parallel, quantization: str | None = 
     worst = stages[worst_stage]
     kept = sglang_kept_expert_scales(cfg, par, plan, engine, sm_major, worst_stage)
     if kept:
-        worst["fp32 expert scales SGLang keeps (Hopper MXFP4 Marlin)"] = kept
+        worst["fp32 expert scales SGLang keeps (Hopper MXFP4 Marlin, engine copy)"] = kept
         plan.notes.append("SGLang's MXFP4 Marlin path on Hopper keeps the loader's float32 expert scales next to "
                           "its own e8m0 copy (+0.125 B per expert weight; an 8×H200 DeepSeek-V4-Pro TP8 log "
                           "reports 125.65 GiB); other MoE backends and newer releases may free them")
@@ -931,7 +982,7 @@ def estimate_weights(mc: ModelConfig, par: Parallel, quantization: str | None = 
                      "(add it with --set extra_weights_gib=…)")
     per_rank = sum(worst.values())
     est = WeightEstimate(per_rank, worst, plan.label, "estimated from config.json", notes=notes)
-    unsplit = sum(_sum(rank_tensors(cfg, Parallel()), plan, dtype_bytes).values()) + vision
+    unsplit = sum(_sum(rank_tensors(cfg, Parallel()), plan, dtype_bytes).values()) + _vision_bytes(cfg)
     est.checkpoint_bytes = unsplit
     index_total = checkpoint_total_bytes(mc.local_dir) if mc.local_dir else None
     if index_total:

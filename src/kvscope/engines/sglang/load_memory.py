@@ -27,6 +27,7 @@ from kvscope.capacity.weights import (
     is_deepseek_v4,
     mla_absorbed_parts,
     rank_tensors,
+    rope_dims,
     tensor_parts,
     vision_allocations,
 )
@@ -86,25 +87,6 @@ def _wna16_moe(plan: QuantPlan, t: Tensor) -> bool:
     return scheme.bits < 8 and bool(scheme.group)
 
 
-def _number(value: Any) -> float | None:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if out == out and abs(out) != float("inf") else None
-
-
-def _yarn(cfg: dict[str, Any]) -> tuple[int, float] | None:
-    """(original positions, factor) of a YaRN rope_scaling / rope_parameters block; None otherwise."""
-    for key in ("rope_scaling", "rope_parameters"):
-        block = cfg.get(key)
-        if isinstance(block, dict) and str(block.get("type") or block.get("rope_type") or "") in ("yarn", "deepseek_yarn"):
-            original, factor = _number(block.get("original_max_position_embeddings")), _number(block.get("factor"))
-            if original and factor and original > 0 and factor > 0:
-                return int(original), factor
-    return None
-
-
 def rope_events(cfg: dict[str, Any], version: tuple[int, ...] | None) -> list[tuple[str, str, int]]:
     """The rope table(s) SGLang computes on the GPU at init, with the temporaries that computation
     frees again (their holes shape where later weights land).
@@ -114,16 +96,8 @@ def rope_events(cfg: dict[str, Any], version: tuple[int, ...] | None) -> list[tu
     mscale (one more temporary each) and, from 0.5.7, also keeps cos and sin of the doubled
     frequencies: three tables (layers/rotary_embedding.py).
     """
-    positions = int(_number(cfg.get("max_position_embeddings")) or 0)
-    yarn = _yarn(cfg) if cfg.get("kv_lora_rank") else None
-    if yarn:
-        positions = int(yarn[0] * yarn[1])
-    if cfg.get("kv_lora_rank"):
-        rd = int(_number(cfg.get("qk_rope_head_dim")) or 64)
-    else:
-        heads = int(_number(cfg.get("num_attention_heads")) or 1) or 1
-        head_dim = int(_number(cfg.get("head_dim")) or int(_number(cfg.get("hidden_size")) or 0) // heads)
-        rd = int(head_dim * (_number(cfg.get("partial_rotary_factor")) or 1.0))
+    dims = rope_dims(cfg)
+    positions, rd, yarn = dims.positions, dims.rotary_dim, dims.yarn
     if positions <= 0 or rd <= 0:
         return []
     n, half, full = positions * 4, positions * rd // 2 * 4, positions * rd * 4
