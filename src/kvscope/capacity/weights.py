@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from kvscope.capacity.catalog import catalog_entry, read_local_config
+from kvscope.ledger.model import finite_number
 
 GIB = 1 << 30
 VOCAB_PAD = 64  # engines pad the vocabulary to a multiple of 64 before splitting it over TP
@@ -641,15 +642,6 @@ def _mlp(cfg: dict[str, Any], prefix: str, i: int, par: Parallel, h: int) -> lis
     return out
 
 
-def _number(value: Any) -> float | None:
-    """A finite number from a config value, else None (configs are written by people)."""
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) else None
-
-
 @dataclass(frozen=True)
 class RopeDims:
     """What sizes a rope table: positions, rotary dimension, and whether it is DeepSeek's YaRN rope."""
@@ -666,7 +658,7 @@ def rope_dims(cfg: dict[str, Any]) -> RopeDims:
     table as original positions × factor; others rotate head_dim × partial_rotary_factor over
     max_position_embeddings. Unreadable fields fall back rather than fail.
     """
-    positions = int(_number(cfg.get("max_position_embeddings")) or 0)
+    positions = int(finite_number(cfg.get("max_position_embeddings")) or 0)
     mla = bool(cfg.get("kv_lora_rank"))
     yarn = False
     if mla:
@@ -674,17 +666,17 @@ def rope_dims(cfg: dict[str, Any]) -> RopeDims:
             block = cfg.get(key)
             if isinstance(block, dict) and str(block.get("type") or block.get("rope_type") or "") in ("yarn",
                                                                                                    "deepseek_yarn"):
-                original, factor = _number(block.get("original_max_position_embeddings")), _number(block.get("factor"))
+                original, factor = finite_number(block.get("original_max_position_embeddings")), finite_number(block.get("factor"))
                 if original and factor and original > 0 and factor > 0:
                     positions, yarn = int(original * factor), True
                     break
-        rd = int(_number(cfg.get("qk_rope_head_dim")) or 64)
+        rd = int(finite_number(cfg.get("qk_rope_head_dim")) or 64)
     elif is_deepseek_v4(cfg):  # one shared 512-wide head, of which qk_rope_head_dim rotate
-        rd = int(_number(cfg.get("qk_rope_head_dim")) or 64)
+        rd = int(finite_number(cfg.get("qk_rope_head_dim")) or 64)
     else:
-        heads = int(_number(cfg.get("num_attention_heads")) or 1) or 1
-        head_dim = int(_number(cfg.get("head_dim")) or int(_number(cfg.get("hidden_size")) or 0) // heads)
-        rd = int(head_dim * (_number(cfg.get("partial_rotary_factor")) or 1.0))
+        heads = int(finite_number(cfg.get("num_attention_heads")) or 1) or 1
+        head_dim = int(finite_number(cfg.get("head_dim")) or int(finite_number(cfg.get("hidden_size")) or 0) // heads)
+        rd = int(head_dim * (finite_number(cfg.get("partial_rotary_factor")) or 1.0))
     return RopeDims(max(0, positions), max(0, rd), yarn)
 
 

@@ -35,7 +35,7 @@ from jinja2 import Environment, Template, select_autoescape
 from markupsafe import Markup
 
 from kvscope import __version__
-from kvscope.ledger.model import CAPACITY_FIELDS, GIB, KvPool, Rank, SourceRef, Startup
+from kvscope.ledger.model import CAPACITY_FIELDS, GIB, KvPool, Rank, SourceRef, Startup, finite_number
 from kvscope.render.json_out import _clean  # no NaN/inf: JSON.parse in the page would reject them
 
 CHARTJS_FILE = "chart.umd.min.js"
@@ -87,11 +87,7 @@ def fmt_int(x: Any) -> str:
 
 def _num(x: Any) -> float | None:
     """A finite float, or None: settings arrive as logged (strings, ints) or assumed."""
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
+    return finite_number(x)
 
 
 def device_total(s: Startup, r: Rank) -> float | None:
