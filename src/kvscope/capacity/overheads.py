@@ -43,7 +43,9 @@ H200_SMI_MIB = 143771
 H200_RESERVED_MIB = 616
 CUDA_CONTEXT_GIB = 0.516
 NCCL_TP2_GIB = 0.910
-CUBLAS_GIB = 0.096
+CUBLAS_GIB = 0.096  # first bf16 matmul on an H200 (torch 2.11, CUDA 13): 66 MiB cuBLAS's own + 32 MiB
+# workspace torch allocates; an engine's profile sees the 32 in its torch peak, the 66 as non-torch, and
+# charges both, so the plan keeps them as one figure
 # An engine's NCCL memory at TP4 on an NVSwitch GPU (NVLink 4/5: H100/H200 SXM, B200…): vLLM's own
 # debug line on an H200 at TP4 (PR #21429, Qwen3-235B-A22B-FP8) reports 2.04 GiB of non-torch
 # memory taken from before NCCL's start to after the profile run; less cuBLAS's workspace that is
