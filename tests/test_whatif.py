@@ -113,8 +113,40 @@ def test_unknown_model_leaves_the_tp_change_unpriced(cal):
     assert sc.risk == "unknown" and any("not in the catalog" in n for n in sc.notes)
 
 
-def test_dsv4_log_gets_a_pointer_not_a_bare_refusal():
+def test_dsv4_whatif_calibrates_on_the_sizing_line():
+    """DeepSeek-V4: tokens = floor₂₅₆((budget − fixed states) / bytes per full token). +0.01
+    mem_fraction_static adds F × 0.01 to the budget; 64 request slots keep 8,576 of 33,152 state rows."""
+    from kvscope.api import analyze
+    from kvscope.capacity import predict_dsv4 as p4
+
+    path = Path(__file__).parent / "fixtures" / "dsv4" / "constructed-sglang-v4pro-8xh200-startup.log"
+    cal = p4.calibrate(analyze([str(path)]).startups[0])
+    assert cal.tokens == 81_664 and cal.slots == 256 and cal.mfs == 0.95 and cal.pre_load_free_gib == 137.27
+    base = p4.predict(cal, {})
+    assert base.kv_tokens_low == base.kv_tokens_high == 81_664
+    up = p4.predict(cal, {"mem_fraction_static": 0.96})
+    expected = int((0.8365 + 1.3727) * 2**30 / 10993.84) // 256 * 256
+    assert abs(up.kv_tokens_low - expected) <= 512
+    slots = p4.predict(cal, {"max_running_requests": 64})
+    freed = 3.92 * (1 - 8576 / 33152)
+    assert slots.kv_tokens_low == pytest.approx(81_664 + freed * 2**30 / 10993.84, abs=600)
+    assert p4.predict(cal, {"mem_fraction_static": 0.93}).risk == "high"  # the fixed states no longer fit
+    with pytest.raises(PredictionError):
+        p4.predict(cal, {"kv_cache_dtype": "bf16"})
+    with pytest.raises(PredictionError):
+        p4.predict(cal, {"max_running_requests": 0})
+
+
+def test_dsv4_whatif_on_real_lines_says_what_the_log_lacks():
+    """The four real lines (no ready line): slots and the pre-load basis are unknown, and whatif says so."""
     path = Path(__file__).parent / "fixtures" / "dsv4" / "sglang-0.5.15-v4pro-mi355x-sizing-lines.txt"
-    out = subprocess.run([sys.executable, "-m", "kvscope", "whatif", str(path), "--set", "mem_fraction_static=0.92"],
+    out = subprocess.run([sys.executable, "-m", "kvscope", "whatif", str(path), "--set", "max_running_requests=32"],
                          capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2 and "DeepSeek-V4" in out.stderr and "kvscope plan" in out.stderr
+    assert out.returncode == 2 and "max_running_requests" in out.stderr
+    capped = subprocess.run([sys.executable, "-m", "kvscope", "whatif", str(path), "--set", "max_total_tokens=1000000",
+                             "--format", "json"], capture_output=True, text=True, timeout=120)
+    assert capped.returncode == 0, capped.stderr
+    import json
+
+    req = json.loads(capped.stdout)["prediction"]["requested"]
+    assert req["kv_tokens_low"] == req["kv_tokens_high"] == 999_936  # capped, floored to the 256-token page

@@ -26,6 +26,10 @@ def build_prediction(startup, changes: dict[str, Any], context: int | None, host
     """Calibrate on the startup and predict: the requested change, the standard knobs, the fraction curve."""
     if startup.engine == "vllm":
         return _build_vllm(startup, changes, host_ram_gb)
+    from kvscope.capacity import predict_dsv4
+
+    if predict_dsv4.is_dsv4(startup):
+        return _build_dsv4(startup, changes, context)
     changes = normalise_changes(changes)
     cal = calibrate(startup)
     baseline = predict(cal, {}, context, host_ram_gb, label="as logged")
@@ -39,6 +43,24 @@ def build_prediction(startup, changes: dict[str, Any], context: int | None, host
         "requested": requested.as_dict() if requested else None,
         "table": [sc.as_dict() for sc in table],
         "mfs_curve": mfs_curve(cal),
+    }
+
+
+def _build_dsv4(startup, changes: dict[str, Any], context: int | None) -> dict[str, Any]:
+    """DeepSeek-V4 on SGLang: calibrated on its sizing line (capacity.predict_dsv4)."""
+    from kvscope.capacity import predict_dsv4 as p4
+
+    changes = {k.replace("-", "_"): v for k, v in changes.items()}
+    cal = p4.calibrate(startup)
+    requested = p4.predict(cal, changes, context) if changes else None
+    return {
+        "engine": "sglang",
+        "calibration": cal.as_dict(),
+        "tokens_per_0_01_mfs": p4.tokens_per_step(cal),
+        "baseline": p4.predict(cal, {}, context, label="as logged").as_dict(),
+        "requested": requested.as_dict() if requested else None,
+        "table": [p4.predict(cal, ch, context).as_dict() for ch in p4.standard_scenarios(cal)],
+        "mfs_curve": [],
     }
 
 
@@ -140,13 +162,9 @@ def command(logs, example, sets, assume, model, host_ram, context, fmt, output, 
     changes = parse_assignments(sets, "--set")
     analysis = analyze(paths, assumptions, model)
     candidates = [s for s in analysis.startups if s.reconciliation is not None
-                  or (s.engine == "vllm" and (s.capacity.num_gpu_blocks or s.capacity.kv_tokens))]
+                  or (s.engine == "vllm" and (s.capacity.num_gpu_blocks or s.capacity.kv_tokens))
+                  or (s.engine == "sglang" and s.capacity.extras.get("dsv4_bytes_per_full_token"))]
     if not candidates:
-        if any(s.capacity.extras.get("dsv4_bytes_per_full_token") for s in analysis.startups):
-            raise InputError("DeepSeek-V4 startups are not calibrated by whatif yet: V4's pools are sized by bytes per "
-                             "full token after fixed compress states (`kvscope explain` prices --max-running-requests "
-                             "from the log); for other settings use `kvscope plan --model deepseek-ai/DeepSeek-V4-… "
-                             "--engine sglang --engine-version X --set …`, which replays SGLang's V4 rules")
         raise InputError("no startup with a KV pool line to calibrate on" if analysis.startups else "no engine startup found")
     startup = candidates[-1]
     try:
