@@ -185,3 +185,18 @@ def test_dsv4_sizing_lines_become_a_pool_and_a_finding():
     assert pool.gib == pytest.approx(118.93, abs=0.01)  # tokens × bytes + fixed = the available bytes it printed
     f = next(f for f in s.findings if f.code == "dsv4-pools")
     assert "13,735.04 B" in f.title and "15% of the tokens" in f.detail
+
+
+def test_dsv4_sizing_per_rank_and_dp_groups():
+    """Each DP rank prints its own V4 sizing line: the reference rank's become the capacity (not the last
+    one printed), and the flag the finding suggests is global (256 slots per DP rank × 8 = 2048)."""
+    from pathlib import Path
+
+    from kvscope.api import analyze
+
+    path = Path(__file__).parent / "fixtures" / "dsv4" / "constructed-sglang-v4pro-dp8-ranks.log"
+    s = analyze([str(path)]).startups[0]
+    assert s.capacity.kv_tokens == 142_080 and s.capacity.extras["dsv4_full_tokens"] == 142_080
+    f = next(f for f in s.findings if f.code == "dsv4-pools")
+    assert f.suggestion.from_value == 2048 and f.suggestion.to_value == 512
+    assert "per DP rank (2048 in all)" in f.detail

@@ -16,6 +16,7 @@ driver/context overheads on GPUs nobody measured.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -114,17 +115,25 @@ def _truthy(v: Any) -> bool:
 
 
 def _int(v: Any) -> int | None:
+    """A count from --set: a whole number ≥ 0 (sizes and lengths are never negative)."""
     try:
-        return None if v is None else int(v)
-    except (TypeError, ValueError):
-        raise InputError(f"expected an integer, got {v!r}") from None
+        out = None if v is None else int(v)
+    except (TypeError, ValueError, OverflowError):
+        raise InputError(f"expected a whole number, got {v!r}") from None
+    if out is not None and out < 0:
+        raise InputError(f"expected a whole number ≥ 0, got {v!r}")
+    return out
 
 
 def _float(v: Any) -> float | None:
+    """A figure from --set: finite (nan and inf would turn into nonsense token counts)."""
     try:
-        return None if v is None else float(v)
-    except (TypeError, ValueError):
+        out = None if v is None else float(v)
+    except (TypeError, ValueError, OverflowError):
         raise InputError(f"expected a number, got {v!r}") from None
+    if out is not None and not math.isfinite(out):
+        raise InputError(f"expected a finite number, got {v!r}")
+    return out
 
 
 def _fraction(settings: dict[str, Any], key: str) -> float | None:
@@ -320,8 +329,9 @@ def _sg_cell(ctx: Context, k: SglangKnobs, era: sg_eras.Era, attn_tp: int, kv_dt
     kvb = dtype_bytes(kv_dtype, arch.torch_dtype)
     swa = arch.sliding_layers and arch.model_type not in sgd.HYBRID_SWA_DISABLED_TYPES
     n_layers = (arch.full_attention_layers or 0) + arch.sliding_layers if swa else None
-    if n_layers is None and ctx.req.pp > 1 and not arch.full_attention_layers:
-        # each pipeline stage pools its own layers; the busiest stage sets the count
+    if ctx.req.pp > 1 and (swa or not arch.full_attention_layers):
+        # each pipeline stage pools its own layers; the busiest stage sets the count (a sliding-window
+        # model's stage keeps the model's full/sliding mix, which the split below applies)
         n_layers = max(len(stage_layers(arch.num_layers, ctx.req.pp, st)) for st in range(ctx.req.pp))
     real = sg_rules.cell_size(arch, kvb, attn_tp, era, layers=n_layers)
     profiled_arch = arch if sgd.dsa_indexer_in_profile(k.version) else replace(arch, index_head_dim=None)

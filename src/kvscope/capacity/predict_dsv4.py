@@ -31,12 +31,13 @@ class DsV4Calibration:
     fixed_gib: float
     mfs: float | None
     pre_load_free_gib: float | None
-    slots: int | None
+    slots: int | None  # per rank, as the ready line prints them (per DP group under DP attention)
     spec: bool
     context_len: int | None
     free_at_ready_gib: float | None
     model: str | None
     swa_ratio: float | None
+    dp_groups: int = 1  # --max-running-requests counts every DP group's slots
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -73,10 +74,13 @@ def calibrate(s: Startup) -> DsV4Calibration:
     swa, full = x.get("dsv4_swa_tokens"), x.get("dsv4_full_tokens")
     if isinstance(swa, int) and isinstance(full, int) and full:
         ratio = swa / full
+    from kvscope.engines.sglang.finish import attn_tp_size, tp_size
+
     return DsV4Calibration(tokens, bpft, low, high, fixed, s.setting_number("mem_fraction_static"), pre,
                            s.capacity.max_running_requests, bool(s.setting("speculative_algorithm")),
                            s.capacity.context_len, ref.avail_at_ready_gib if ref else None,
-                           s.setting("model_path") or s.assumptions.get("model"), ratio, notes)
+                           s.setting("model_path") or s.assumptions.get("model"), ratio,
+                           max(1, tp_size(s) // attn_tp_size(s)), notes)
 
 
 def _positive_int(changes: dict[str, Any], key: str) -> int | None:
@@ -109,9 +113,10 @@ def predict(cal: DsV4Calibration, changes: dict[str, Any], context: int | None =
     if slots is not None and cal.fixed_gib:
         if not cal.slots:
             raise PredictionError("the log does not show max_running_requests, which the fixed states are sized by")
-        fixed_after = dsv4.fixed_for(cal.fixed_gib, cal.slots, slots, cal.spec)
+        per_rank = max(1, slots // cal.dp_groups)
+        fixed_after = dsv4.fixed_for(cal.fixed_gib, cal.slots, per_rank, cal.spec)
         notes.append(f"fixed ratio-128 compress states {cal.fixed_gib:.2f} → {fixed_after:.2f} GiB "
-                     f"({cal.slots} → {slots} request slots)")
+                     f"({cal.slots} → {per_rank} request slots per rank)")
     elif slots is not None:
         notes.append("this release prices the ratio-128 states per token: the slots do not move the pools")
     delta_gib += cal.fixed_gib - fixed_after
@@ -163,7 +168,7 @@ def standard_scenarios(cal: DsV4Calibration) -> list[dict[str, Any]]:
         out += [{"mem_fraction_static": round(cal.mfs + d, 3)} for d in (-0.02, 0.01, 0.02)
                 if 0.3 < cal.mfs + d < 0.99]
     if cal.fixed_gib and cal.slots and cal.slots >= 8:
-        out.append({"max_running_requests": cal.slots // 4})
+        out.append({"max_running_requests": cal.slots // 4 * cal.dp_groups})
     return out
 
 

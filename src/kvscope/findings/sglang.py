@@ -201,19 +201,27 @@ def _dsv4_pools(s: Startup) -> Finding | None:
     detail = (f"V4 keeps no full-resolution latent: a token of context costs {bpft:,.2f} B across the sliding-window "
               f"pool ({share}, every layer), the ratio-4 and ratio-128 compressed rows, the indexer rows and "
               "the compress states")
-    slots = s.capacity.max_running_requests
-    if not fixed or not slots or slots < 8:
+    slots = s.capacity.max_running_requests  # per rank (per DP group under DP attention)
+    if not fixed or not slots or slots < 8 or bpft < 100:
         return Finding("dsv4-pools", "info", title, detail + ".")
+    groups = max(1, tp_size(s) // attn_tp_size(s))  # the flag counts every DP group's slots
     spec = bool(s.setting("speculative_algorithm"))
     fewer = max(1, slots // 4)
     freed = fixed - dsv4.fixed_for(fixed, slots, fewer, spec)
     gain = int(freed * GIB / bpft) // dsv4.PAGE * dsv4.PAGE
-    detail += (f". The ratio-128 compress states are a fixed {fixed:.2f} GiB for {slots} request slots, paid before "
-               f"any token: --max-running-requests {fewer} keeps {fixed - freed:.2f} GiB of them and gives the "
-               f"{freed:.2f} GiB to the pools, ≈ {gain:,} more tokens, if {fewer} concurrent requests are enough.")
+    cap = s.setting_number("max_total_tokens")
+    per = f" per DP rank ({slots * groups} in all)" if groups > 1 else ""
+    detail += (f". The ratio-128 compress states are a fixed {fixed:.2f} GiB for {slots} request slots{per}, paid "
+               f"before any token")
+    if cap is not None and tokens + gain > cap:
+        return Finding("dsv4-pools", "info", title, detail + f"; fewer slots would not add tokens here: "
+                       f"--max-total-tokens {int(cap):,} caps the pool.")
+    detail += (f": --max-running-requests {fewer * groups} keeps {fixed - freed:.2f} GiB of them and gives the "
+               f"{freed:.2f} GiB to the pools, ≈ {gain:,} more tokens per GPU, if {fewer * groups} concurrent "
+               "requests are enough.")
     return Finding("dsv4-pools", "info", title, detail,
-                   Suggestion("--max-running-requests", slots, fewer, tokens + gain,
-                              note=f"frees {freed:.2f} GiB of fixed compress states"))
+                   Suggestion("--max-running-requests", slots * groups, fewer * groups, tokens + gain,
+                              note=f"frees {freed:.2f} GiB of fixed compress states per GPU"))
 
 
 def findings(s: Startup) -> list:

@@ -8,6 +8,7 @@ from kvscope.capacity.arch import dtype_bytes
 from kvscope.capacity.catalog import load_architecture
 from kvscope.engines.sglang import rules
 from kvscope.engines.sglang.eras import era_for, infer_version_range, parse_version
+from kvscope.engines.sglang.lines import DSV4_POOL
 from kvscope.engines.sglang.rules import GIB, Interval
 from kvscope.ledger.model import LedgerRow, LedgerRows, Rank, Reconciliation, Startup
 
@@ -112,6 +113,7 @@ def finish(s: Startup) -> None:
     ref = s.reference_rank
     target = ref.pool("target") if ref else None
     cap = s.capacity
+    _dsv4_from_reference(s)
     if cap.kv_tokens is None:
         cap.kv_tokens = cap.max_total_num_tokens or (target.tokens if target else None)
     if s.model is None and isinstance(s.setting("model"), str):
@@ -120,6 +122,21 @@ def finish(s: Startup) -> None:
     _derive_from_reserve(s, cell)
     for r in s.ranks:
         r.ledger = ledger_rows(s, r)
+
+
+def _dsv4_from_reference(s: Startup) -> None:
+    """DeepSeek-V4's sizing lines are per rank: the reference rank's become the startup's capacity
+    (a rank printing them twice keeps its last pool)."""
+    for r in s.ranks:
+        v4 = [p for p in r.kv_pools if p.name == DSV4_POOL]
+        for extra in v4[:-1]:
+            r.kv_pools.remove(extra)
+    ref = s.reference_rank
+    if ref is None or not ref.extras.get("dsv4_bytes_per_full_token"):
+        return
+    s.capacity.extras.update({k: v for k, v in ref.extras.items() if k.startswith("dsv4_")})
+    if s.capacity.kv_tokens is None:
+        s.capacity.kv_tokens = s.capacity.max_total_num_tokens or ref.extras.get("dsv4_full_tokens")
 
 
 def model_name(s: Startup) -> str | None:

@@ -40,8 +40,9 @@ _KV_POOL = lazy_compile(
 )
 _SWA_POOL = lazy_compile(rf"SWAKVPool mem usage: {G} ?GB, swa size: (\d+), full size: (\d+)")
 # DeepSeek-V4 (≥0.5.12): the pools are sized by bytes per full token after fixed states (dsv4.py)
-_DSV4_CALC = lazy_compile(rf"DSV4 memory calculation: bytes_per_full_token={G}, available_bytes={G} ?GB"
-                          rf"(?:, c128_state_fixed={G} ?GB)?(?:, swa_fixed={G} ?GB)?.*?full_token=(\d+)")
+_DSV4_CALC = lazy_compile(r"DSV4 memory calculation:.*?bytes_per_full_token=.*?full_token=\d")
+_DSV4_FIELD = lazy_compile(rf"(\w+)={G}")
+DSV4_POOL = "DeepSeek-V4 pools"
 _DSV4_SIZES = lazy_compile(r"DSV4 pool sizes: (full=\d+.*)")
 _KV_AVAILABLE = lazy_compile(rf"The available memory for KV cache is {G} ?GB")
 _POOL_END = lazy_compile(rf"Memory pool end\. avail mem={G} ?GB")
@@ -141,15 +142,19 @@ def _pool(m: re.Match[str]) -> dict:
     }
 
 
-def _dsv4_calc(m: re.Match[str]) -> list[Parsed]:
-    """One DeepSeek-V4 sizing line → the pool it implies (tokens × bytes + fixed states) and the terms."""
-    bpft, tokens = to_float(m.group(1)), to_int(m.group(5))
-    fixed = (_gib(m, 3) or 0.0) + (_gib(m, 4) or 0.0)
+def _dsv4_calc(msg: str) -> list[Parsed]:
+    """One DeepSeek-V4 sizing line → the pool it implies (tokens × bytes + fixed states) and its terms,
+    for the rank that printed it (fields read by name: their order and presence vary by release)."""
+    fields = dict(_DSV4_FIELD.findall(msg))
+    bpft, tokens = to_float(fields.get("bytes_per_full_token")), to_int(fields.get("full_token"))
+    c128, swa = to_float(fields.get("c128_state_fixed")), to_float(fields.get("swa_fixed"))
+    if bpft is not None and bpft <= 0:
+        bpft = None
+    fixed = (c128 or 0.0) + (swa or 0.0)
     gib = None if bpft is None or tokens is None else tokens * bpft / (1 << 30) + fixed
-    return [Parsed(ev.POOL, {"label": "DeepSeek-V4 pools", "tokens": tokens, "gib": gib}),
-            Parsed(ev.CAPACITY, {"kv_tokens": tokens, "dsv4_bytes_per_full_token": bpft, "dsv4_available_gib": _gib(m, 2),
-                                 "dsv4_c128_state_fixed_gib": _gib(m, 3), "dsv4_swa_fixed_gib": _gib(m, 4),
-                                 "dsv4_full_tokens": tokens})]
+    return [Parsed(ev.POOL, {"label": DSV4_POOL, "tokens": tokens, "gib": gib}),
+            Parsed(ev.RANK, {"dsv4_bytes_per_full_token": bpft, "dsv4_available_gib": to_float(fields.get("available_bytes")),
+                             "dsv4_c128_state_fixed_gib": c128, "dsv4_swa_fixed_gib": swa, "dsv4_full_tokens": tokens})]
 
 
 def _ready(msg: str) -> dict:
@@ -234,13 +239,12 @@ class SGLangLines:
         m = _KV_DTYPE.search(msg)
         if m:
             return [Parsed(ev.SETTINGS, {"kv_cache_dtype_resolved": m.group(1)})]
-        m = _DSV4_CALC.search(msg)
-        if m:
-            return _dsv4_calc(m)
+        if _DSV4_CALC.search(msg):
+            return _dsv4_calc(msg)
         m = _DSV4_SIZES.search(msg)
         if m:
             sizes = {f"dsv4_{k}_tokens": to_int(v) for k, v in _READY_FIELDS.findall(m.group(1))}
-            return [Parsed(ev.CAPACITY, sizes)]
+            return [Parsed(ev.RANK, sizes)]
         m = _SWA_POOL.search(msg)
         if m:
             return [Parsed(ev.PHASE, {"phase": "swa_pool", "gib": _gib(m, 1), "swa_tokens": to_int(m.group(2)),
