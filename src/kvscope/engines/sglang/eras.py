@@ -123,6 +123,8 @@ def infer_version_range(features: dict[str, Any], log_date: str | None) -> Versi
         ("pool_without_tokens", (0, 4, 3), (0, 4, 3), "pool line without #tokens (0.4.3)"),
         ("draft_same_tokens", (0, 5, 7), None, "draft pool has exactly the target's #tokens (≥0.5.7)"),
         ("draft_more_tokens", None, (0, 5, 6), "draft pool has more tokens than the target (≤0.5.6)"),
+        ("dsv4_sizing", (0, 5, 12), None, "'DSV4 memory calculation' (DeepSeek-V4, ≥0.5.12)"),
+        ("dsv4_fixed_states", (0, 5, 15), None, "V4 sizing with c128_state_fixed (≥0.5.15)"),
     ]
     for key, low, high, clue in rules:
         if features.get(key):

@@ -28,6 +28,8 @@ def _features(s: Startup) -> dict[str, Any]:
         "server_args_dict": "server_args={" in joined,
         "server_args_repr": "server_args=ServerArgs(" in joined,
         "ready_without_gpu_mem": "max_total_num_tokens=" in joined and "available_gpu_mem" not in joined,
+        "dsv4_sizing": "DSV4 memory calculation" in joined,
+        "dsv4_fixed_states": "DSV4 memory calculation" in joined and "c128_state_fixed=" in joined,
     }
     for r in s.ranks:  # any rank that logged both pools (excerpts often show the draft on one rank only)
         target, draft = r.pool("target"), r.pool("draft")
