@@ -46,38 +46,39 @@ def build_prediction(startup, changes: dict[str, Any], context: int | None, host
     }
 
 
+def _assemble(engine: str, cal, predict_one, scenarios: list[dict[str, Any]], changes: dict[str, Any],
+              step: tuple[str, int], curve: tuple[str, list]) -> dict[str, Any]:
+    """The prediction object every engine's whatif returns: calibration, as logged, requested, table, curve."""
+    requested = predict_one(changes, None) if changes else None
+    return {
+        "engine": engine,
+        "calibration": cal.as_dict(),
+        step[0]: step[1],
+        "baseline": predict_one({}, "as logged").as_dict(),
+        "requested": requested.as_dict() if requested else None,
+        "table": [predict_one(ch, None).as_dict() for ch in scenarios],
+        curve[0]: curve[1],
+    }
+
+
 def _build_dsv4(startup, changes: dict[str, Any], context: int | None) -> dict[str, Any]:
     """DeepSeek-V4 on SGLang: calibrated on its sizing line (capacity.predict_dsv4)."""
     from kvscope.capacity import predict_dsv4 as p4
 
     changes = {k.replace("-", "_"): v for k, v in changes.items()}
     cal = p4.calibrate(startup)
-    requested = p4.predict(cal, changes, context) if changes else None
-    return {
-        "engine": "sglang",
-        "calibration": cal.as_dict(),
-        "tokens_per_0_01_mfs": p4.tokens_per_step(cal),
-        "baseline": p4.predict(cal, {}, context, label="as logged").as_dict(),
-        "requested": requested.as_dict() if requested else None,
-        "table": [p4.predict(cal, ch, context).as_dict() for ch in p4.standard_scenarios(cal)],
-        "mfs_curve": [],
-    }
+    return _assemble("sglang", cal, lambda ch, label: p4.predict(cal, ch, context, label=label),
+                     p4.standard_scenarios(cal), changes, ("tokens_per_0_01_mfs", p4.tokens_per_step(cal)),
+                     ("mfs_curve", []))
 
 
 def _build_vllm(startup, changes: dict[str, Any], host_ram_gb: float | None) -> dict[str, Any]:
     from kvscope.capacity import predict_vllm as pv
 
     cal = pv.calibrate(startup)
-    requested = pv.predict(cal, changes, host_ram_gb) if changes else None
-    return {
-        "engine": "vllm",
-        "calibration": cal.as_dict(),
-        "tokens_per_0_01_util": pv.tokens_per_step(cal),
-        "baseline": pv.predict(cal, {}, host_ram_gb, label="as logged").as_dict(),
-        "requested": requested.as_dict() if requested else None,
-        "table": [pv.predict(cal, ch, host_ram_gb).as_dict() for ch in pv.standard_scenarios(cal)],
-        "util_curve": pv.util_curve(cal),
-    }
+    return _assemble("vllm", cal, lambda ch, label: pv.predict(cal, ch, host_ram_gb, label=label),
+                     pv.standard_scenarios(cal), changes, ("tokens_per_0_01_util", pv.tokens_per_step(cal)),
+                     ("util_curve", pv.util_curve(cal)))
 
 
 def _row(sc: dict[str, Any]) -> list[str]:
