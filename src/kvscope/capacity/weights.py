@@ -685,7 +685,8 @@ def compress_ratios(cfg: dict[str, Any]) -> list[int]:
     raw = cfg.get("compress_ratios")
     if not isinstance(raw, list):
         return []
-    return [int(r) for r in raw if isinstance(r, (int, float)) and not isinstance(r, bool) and math.isfinite(r)]
+    # an unreadable entry counts as ratio 0 (no compressor) and keeps its place, so later layers keep theirs
+    return [int(r) if isinstance(r, (int, float)) and not isinstance(r, bool) and math.isfinite(r) else 0 for r in raw]
 
 
 def is_deepseek_v4(cfg: dict[str, Any]) -> bool:
