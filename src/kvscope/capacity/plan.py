@@ -562,8 +562,8 @@ def _sg_load_extras(ctx: Context, par: Parallel, version: tuple[int, ...]) -> tu
     """(rope tables, allocator slack) in GiB: what SGLang's load takes beyond the weights.
 
     Both come from replaying the load through the caching allocator (engines.sglang.load_memory); the
-    slack is what its segments hold beyond the tensors. Without a config-shaped tensor list (a
-    DeepSeek-V4 model, the operator's own weights figure) the rope is the plain table and no slack.
+    slack is what its segments hold beyond the tensors. Without a replay (a DeepSeek-V4 model, whose
+    load is not listed; the operator's own weights figure) the rope tables alone, and no slack.
     """
     cfg = ctx.mc.cfg
     if is_deepseek_v4(cfg):

@@ -74,12 +74,12 @@ def calibrate(s: Startup) -> DsV4Calibration:
     swa, full = x.get("dsv4_swa_tokens"), x.get("dsv4_full_tokens")
     if isinstance(swa, int) and isinstance(full, int) and full:
         ratio = swa / full
-    from kvscope.engines.sglang.finish import attn_tp_size, tp_size
+    from kvscope.engines.sglang.finish import attn_tp_size, model_name, tp_size
 
     return DsV4Calibration(tokens, bpft, low, high, fixed, s.setting_number("mem_fraction_static"), pre,
                            s.capacity.max_running_requests, bool(s.setting("speculative_algorithm")),
                            s.capacity.context_len, ref.avail_at_ready_gib if ref else None,
-                           s.setting("model_path") or s.assumptions.get("model"), ratio,
+                           model_name(s), ratio,
                            max(1, tp_size(s) // attn_tp_size(s)), notes)
 
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvscope.capacity.overheads import BudgetBasis, Figure
+from kvscope.capacity.weights import KEPT_SCALES_COMPONENT
 
 TORCH_TOTAL = {"measured": 0.0, "given": 0.0, "reported": 0.03, "estimated": 0.10, "assumed": 0.15}
 CONTEXT = {"measured": 0.05, "given": 0.0, "reported": 0.07, "estimated": 0.10, "assumed": 0.15}
@@ -80,7 +81,7 @@ def weights_spread(weights: dict[str, Any]) -> float:
 def sglang_spread(basis: BudgetBasis, mfs: float, weights: dict[str, Any], replayed: bool) -> Spread:
     """KV = F × mfs − weights − load extras, F = torch total − context − communicators."""
     s = Spread()
-    kept = (weights.get("by_component_gib") or {}).get("fp32 expert scales SGLang keeps (Hopper MXFP4 Marlin, engine copy)")
+    kept = (weights.get("by_component_gib") or {}).get(KEPT_SCALES_COMPONENT)
     if kept:  # fitted to one log (DeepSeek-V4-Pro TP8 on H200): the plan lands 0.8 GiB under it
         s.add("DeepSeek-V4 expert scales (one log)", KEPT_SCALES_GIB)
     s.add("torch total", mfs * _fig(TORCH_TOTAL, basis.torch_total))

@@ -838,10 +838,14 @@ def _vision_bytes(cfg: dict[str, Any], attn_tp: int = 1) -> int:
     return sum(_vision_parts(cfg, attn_tp))
 
 
+def vision_attn_tp(cfg: dict[str, Any], par: Parallel, engine: str) -> int:
+    """The ranks a vision tower's attention is split over: SGLang's MoonViT over attention-TP, else 1."""
+    return par.attention_tp if engine == "sglang" and (_vision_config(cfg) or {}).get("vt_hidden_size") else 1
+
+
 def vision_allocations(cfg: dict[str, Any], par: Parallel) -> list[int]:
     """The vision tower's tensors on one SGLang rank, in bf16 (what the allocator books)."""
-    return _vision_parts(cfg, par.attention_tp if _vision_config(cfg) and _vision_config(cfg).get("vt_hidden_size")
-                         else 1)
+    return _vision_parts(cfg, vision_attn_tp(cfg, par, "sglang"))
 
 
 def _vision_parts(cfg: dict[str, Any], attn_tp: int = 1) -> list[int]:
@@ -955,19 +959,19 @@ def estimate_weights(mc: ModelConfig, par: Parallel, quantization: str | None = 
     worst = stages[worst_stage]
     kept = sglang_kept_expert_scales(cfg, par, plan, engine, sm_major, worst_stage)
     if kept:
-        worst["fp32 expert scales SGLang keeps (Hopper MXFP4 Marlin, engine copy)"] = kept
+        worst[KEPT_SCALES_COMPONENT] = kept
         plan.notes.append("SGLang's MXFP4 Marlin path on Hopper keeps the loader's float32 expert scales next to "
                           "its own e8m0 copy (+0.125 B per expert weight; an 8×H200 DeepSeek-V4-Pro TP8 log "
                           "reports 125.65 GiB); other MoE backends and newer releases may free them")
-    vision = sum(vision_allocations(cfg, par)) if engine == "sglang" else _vision_bytes(cfg)
+    vision_tp = vision_attn_tp(cfg, par, engine)
+    vision = _vision_bytes(cfg, vision_tp)
     if vision:
         worst["vision"] = vision
     notes = list(plan.notes)
     multimodal = any("ConditionalGeneration" in a or "VL" in a for a in (cfg.get("architectures") or []))
     if vision:
         how = "config" if isinstance(cfg.get("_vision_config"), dict) else "the release's config (built-in table)"
-        split = engine == "sglang" and par.attention_tp > 1 and (_vision_config(cfg) or {}).get("vt_hidden_size")
-        where = (f"its attention split over {par.attention_tp} ranks, the rest whole on each" if split
+        where = (f"its attention split over {vision_tp} ranks, the rest whole on each" if vision_tp > 1
                  else "replicated on every rank")
         notes.append(f"vision tower {vision / GIB:.2f} GiB from {how}, {where}")
     elif multimodal or cfg.get("_vision_config") is not None:
@@ -988,6 +992,9 @@ def estimate_weights(mc: ModelConfig, par: Parallel, quantization: str | None = 
         est.notes.append(f"checkpoint total {index_total / GIB:.2f} GiB vs config estimate "
                          f"{(unsplit + nextn) / GIB:.2f} GiB (scale {scale:.4f})")
     return est
+
+
+KEPT_SCALES_COMPONENT = "fp32 expert scales SGLang keeps (Hopper MXFP4 Marlin, engine copy)"
 
 
 def sglang_kept_expert_scales(cfg: dict[str, Any], par: Parallel, plan: QuantPlan, engine: str,

@@ -41,7 +41,6 @@ _KV_POOL = lazy_compile(
 _SWA_POOL = lazy_compile(rf"SWAKVPool mem usage: {G} ?GB, swa size: (\d+), full size: (\d+)")
 # DeepSeek-V4 (≥0.5.12): the pools are sized by bytes per full token after fixed states (dsv4.py)
 _DSV4_CALC = lazy_compile(r"DSV4 memory calculation:.*?bytes_per_full_token=.*?full_token=\d")
-_DSV4_FIELD = lazy_compile(rf"(\w+)={G}")
 DSV4_POOL = "DeepSeek-V4 pools"
 _DSV4_SIZES = lazy_compile(r"DSV4 pool sizes: (full=\d+.*)")
 _KV_AVAILABLE = lazy_compile(rf"The available memory for KV cache is {G} ?GB")
@@ -145,7 +144,7 @@ def _pool(m: re.Match[str]) -> dict:
 def _dsv4_calc(msg: str) -> list[Parsed]:
     """One DeepSeek-V4 sizing line → the pool it implies (tokens × bytes + fixed states) and its terms,
     for the rank that printed it (fields read by name: their order and presence vary by release)."""
-    fields = dict(_DSV4_FIELD.findall(msg))
+    fields = dict(_READY_FIELDS.findall(msg))  # name=number, any order
     bpft, tokens = to_float(fields.get("bytes_per_full_token")), to_int(fields.get("full_token"))
     c128, swa = to_float(fields.get("c128_state_fixed")), to_float(fields.get("swa_fixed"))
     if bpft is not None and bpft <= 0:

@@ -117,11 +117,15 @@ def rope_events(cfg: dict[str, Any], version: tuple[int, ...] | None) -> list[tu
     return ev
 
 
+def _kept(events: list[tuple[str, Any, int]]) -> list[tuple[Any, int]]:
+    """(key, bytes) of every allocation the sequence never frees."""
+    freed = {key for op, key, _ in events if op == "free"}
+    return [(key, nbytes) for op, key, nbytes in events if op == "alloc" and key not in freed]
+
+
 def rope_table_bytes(cfg: dict[str, Any], version: tuple[int, ...] | None) -> int:
     """What the rope tables keep once built (the temporaries freed)."""
-    events = rope_events(cfg, version)
-    freed = {key for op, key, _ in events if op == "free"}
-    return sum(nbytes for op, key, nbytes in events if op == "alloc" and key not in freed)
+    return sum(nbytes for _, nbytes in _kept(rope_events(cfg, version)))
 
 
 def _layer_of(module: str) -> str:
@@ -132,27 +136,23 @@ def _layer_of(module: str) -> str:
 def _sglang_order(tensors: list[Tensor]) -> list[Tensor]:
     """SGLang's MoE layer creates its router (gate) before the experts; everything else in order."""
     out: list[Tensor] = []
-    held: list[Tensor] = []
+    held: list[Tensor] = []  # a layer's experts, until its router shows where they go
     for t in tensors:
         if t.kind == "expert":
             held.append(t)
-            continue
-        if held and t.kind == "router" and _layer_of(t.module) == _layer_of(held[0].module):
-            out.append(t)
-        else:
-            out += held
-            out.append(t)
+        elif held and t.kind == "router" and _layer_of(t.module) == _layer_of(held[0].module):
+            out += [t, *held]
             held = []
-            continue
-        out += held
-        held = []
+        else:
+            out += [*held, t]
+            held = []
     return out + held
 
 
 def sglang_load_events(cfg: dict[str, Any], par: Parallel, plan: QuantPlan, version: tuple[int, ...] | None,
                        dtype_bytes: int = 2, stage: int = 0) -> list[tuple[str, int | str, int]]:
     """Allocations and frees of one rank's load, in SGLang's order: the vision tower, then the language
-    model module by module (the rope tables with the first attention layer; a MoE layer's router,
+    model module by module (the rope tables after the first attention's layers; a MoE layer's router,
     then its experts' packed weights, then their scales), then what post-load processing frees
     (WNA16 g_idx), passes through (Marlin repack copies) and adds (MLA's w_kc / w_vc)."""
     events: list[tuple[str, int | str, int]] = []
@@ -212,7 +212,6 @@ def sglang_load_memory(cfg: dict[str, Any], par: Parallel, plan: QuantPlan, vers
     if is_deepseek_v4(cfg):
         return None
     events = sglang_load_events(cfg, par, plan, version, dtype_bytes, stage)
-    freed = {key for op, key, _ in events if op == "free"}
-    kept = [(key, nbytes) for op, key, nbytes in events if op == "alloc" and key not in freed]
+    kept = _kept(events)
     rope = sum(nbytes for key, nbytes in kept if str(key).startswith("rope."))
     return LoadMemory(replay(events), sum(nbytes for _, nbytes in kept), rope)
