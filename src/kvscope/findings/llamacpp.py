@@ -26,8 +26,31 @@ def _int(s: Startup, key: str) -> int | None:
         return None
 
 
+def _cache_gib(cache: dict[str, Any]) -> float:
+    return cache.get("gib") or cache.get("buffers_gib") or 0.0
+
+
 def _target_cache(s: Startup) -> dict[str, Any] | None:
-    return next((c for c in s.capacity.extras.get("kv_caches", []) if c.get("name") == "target"), None)
+    """The main (full-context) cache, when it holds any bytes.
+
+    DeepSeek-V4 builds print an empty non-SWA cache (0 layers, 0.00 MiB) beside the SWA cache that
+    holds every layer; an empty cache has no cost per token to speak of.
+    """
+    return next((c for c in s.capacity.extras.get("kv_caches", []) if c.get("name") == "target" and _cache_gib(c) > 0),
+                None)
+
+
+def _costed_cache(s: Startup) -> tuple[dict[str, Any], int | None] | None:
+    """The cache whose cost per cell is worth stating, with its cell count: the main cache, else the
+    largest non-empty one (its own cells, never the context length it does not grow with)."""
+    target = _target_cache(s)
+    if target is not None:
+        return target, s.capacity.kv_tokens
+    others = [c for c in s.capacity.extras.get("kv_caches", []) if _cache_gib(c) > 0]
+    if not others:
+        return None
+    cache = max(others, key=_cache_gib)
+    return cache, cache.get("tokens") or cache.get("cells") or _int(s, f"kv_cells_{cache.get('name')}")
 
 
 def _gpus(s: Startup) -> list:
@@ -36,21 +59,31 @@ def _gpus(s: Startup) -> list:
 
 def _kv_cost(s: Startup) -> Finding | None:
     """What the KV cache costs per cell and per 1,024 tokens of -c, and what q8_0 would save."""
-    cache = _target_cache(s)
-    tokens = s.capacity.kv_tokens
-    if cache is None or cache.get("gib") is None:
+    costed = _costed_cache(s)
+    if costed is None:
         return None
-    mib = cache["gib"] * 1024
+    cache, tokens = costed
+    mib = _cache_gib(cache) * 1024
     k_type, v_type = cache.get("k_type") or cache.get("dtype"), cache.get("v_type") or cache.get("dtype")
-    types = f"MLA latent c^KV {k_type}" if cache.get("layout") == "mla" else f"{k_type}/{v_type}"
+    if cache.get("layout") == "mla":
+        types = f"MLA latent c^KV {k_type}"
+    else:
+        types = "/".join(t for t in (k_type, v_type) if t) or "cache types not in the log"
+    if cache.get("name") != "target":
+        types += f", {cache.get('name')} cache; the main cache is empty"
     devices = cache.get("devices") or []
     where = (", ".join(devices) if len(devices) <= 4 else f"{len(devices)} devices") or "the device"
     if not tokens:
+        what = "n_ctx" if cache.get("name") == "target" else f"the {cache.get('name')} cache's cell count"
         return Finding("llamacpp-kv-cost", "info", f"KV cache: {mib:,.2f} MiB ({types}) on {where}",
-                       "The log does not print n_ctx, so the cost per token is unknown; llama.cpp allocates the whole "
+                       f"The log does not print {what}, so the cost per token is unknown; llama.cpp allocates the whole "
                        "cache (-c cells) at start, whatever the requests use.")
     per_cell = mib * rules.MIB / tokens
     title = f"KV cache: {tokens:,} cells × {per_cell:,.0f} B = {mib:,.2f} MiB ({types}) on {where}"
+    if cache.get("name") != "target":
+        return Finding("llamacpp-kv-cost", "info", title,
+                       f"The {cache.get('name')} cache keeps {tokens:,} cells whatever -c is (the window each sequence "
+                       "needs, padded): it does not grow with the context.")
     detail = (f"llama.cpp allocates the whole cache at start: -c {tokens:,} cells, whatever the requests use. "
               f"Each 1,024 tokens of -c cost {per_cell * 1024 / rules.MIB:,.1f} MiB.")
     suggestion = None

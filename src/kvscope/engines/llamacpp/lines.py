@@ -65,17 +65,22 @@ _OLD_SCRATCH = lazy_compile(rf"VRAM scratch buffer:\s*{G}\s*(?:MB|MiB)")
 _OLD_TOTAL_VRAM = lazy_compile(rf"total VRAM used:\s*{G}\s*(?:MB|MiB)")
 
 # --- context parameters -------------------------------------------------------------------------------
-_CTX_PREFIX = r"(?:llama_new_context_with_model|llama_init_from_model|llama_context|llama_new_context)"
+_CTX_PREFIX = (r"(?:llama_new_context_with_model|llama_init_from_model|llama_context|llama_new_context|"
+               r"llama_model_load_internal)")  # the last: 2023's pre-GGUF loader printed n_ctx with the hparams
 _PARAM = lazy_compile(
     _CTX_PREFIX + r":\s+(n_ctx|n_ctx_seq|n_ctx_per_seq|n_seq_max|n_batch|n_ubatch|flash_attn|kv_unified|"
     r"causal_attn|mla_attn|type_k|type_v|n_rs_seq)\s*=\s*(\S+)"
 )
 _CTX_TRAIN = lazy_compile(r"n_ctx_(?:per_)?seq \((\d+)\) ([<>]) n_ctx_train \((\d+)\)")
 _META = lazy_compile(
-    r"(?:print_info|llm_load_print_meta):\s+(n_ctx_train|n_layer|n_embd|n_head|n_head_kv|n_embd_head_k|"
+    r"(?:print_info|llm_load_print_meta|llama_model_load_internal):\s+(n_ctx_train|n_layer|n_embd|n_head|n_head_kv|n_embd_head_k|"
     r"n_embd_head_v|n_embd_k_gqa|n_embd_v_gqa|n_swa|n_lora_kv|n_expert|model type|model params|file type|"
     r"model ftype|general\.name|arch)\s*=\s*(.+?)\s*$"
 )
+# 2024–25 cache constructor: "kv_size = 32768, offload = 1, type_k = 'q8_0', type_v = 'q8_0', n_layer = 64"
+_KV_INIT = lazy_compile(r"\bkv_size = (\d+), offload = \d+, type_k = '([\w.]+)', type_v = '([\w.]+)'(?:, n_layer = (\d+))?")
+# common_init_from_params: "setting (dry_)penalty_last_n to ctx_size = 4096" — llama_n_ctx of the context
+_CTX_SIZE = lazy_compile(r"penalty_last_n to ctx_size = (\d+)")
 _LAYER_GQA = lazy_compile(r"layer\s+(\d+):\s*n_embd_k_gqa\s*=\s*(\d+),\s*n_embd_v_gqa\s*=\s*(\d+)")
 _BENCH = lazy_compile(r"\bn_kv_max\s*=\s*(\d+)|^(?:generate|main): n_ctx\s*=\s*(\d+)")
 _KV_PAIRS = lazy_compile(r"(\w+)\s*=\s*([\w.]+)")
@@ -438,6 +443,16 @@ def _params(msg: str, st: dict[str, Any]) -> list[Parsed]:
     m = _CTX_TRAIN.search(msg)
     if m:
         return [Parsed(ev.SETTINGS, {"n_ctx_seq": to_int(m.group(1)), "n_ctx_train": to_int(m.group(3))})]
+    m = _KV_INIT.search(msg)
+    if m:
+        if st["draft"]:  # the draft model's own context: not the target's -c
+            return [Parsed(ev.SETTINGS, {"draft_kv_size": to_int(m.group(1))})]
+        st["ctx_seen"] = True
+        return [Parsed(ev.SETTINGS, {"kv_size": to_int(m.group(1)), "type_k": m.group(2), "type_v": m.group(3),
+                                     "kv_n_layer": to_int(m.group(4))})]
+    m = _CTX_SIZE.search(msg)
+    if m and not st["draft"]:
+        return [Parsed(ev.SETTINGS, {"ctx_size": to_int(m.group(1))})]
     m = _META.search(msg)
     if m:
         key = m.group(1).replace(" ", "_").replace("general.name", "general_name").replace("model_ftype", "file_type")
@@ -583,7 +598,8 @@ _HANDLERS = (
     (("buffer size",), _buffers),
     (("cells", "self size", "KV self indexer"), _summaries),
     (("n_ctx", "n_seq_max", "n_batch", "n_ubatch", "flash_attn", "kv_unified", "causal_attn", "mla_attn", "type_k",
-      "type_v", "n_rs_seq", "print_info", "llm_load_print_meta", "n_embd_k_gqa", "n_kv_max"), _params),
+      "type_v", "n_rs_seq", "print_info", "llm_load_print_meta", "llama_model_load_internal", "n_embd_k_gqa",
+      "n_kv_max", "kv_size", "ctx_size"), _params),
     (("n_slots", "n_ctx_slot", "max context", "new slot", "slot context", "pipeline parallelism", "offloaded",
       "size per device"), _server),
     (("using device", " devices", "Device ", "memory_breakdown", "llama_params_fit"), _devices),
