@@ -26,6 +26,12 @@ def _int(s: Startup, key: str) -> int | None:
         return None
 
 
+def _setting_str(s: Startup, key: str, cache: dict[str, Any]) -> str | None:
+    """The context's type_k/type_v (kv_size line or context parameters): they describe the main cache only."""
+    value = s.setting(key)
+    return str(value) if value and cache.get("name") == "target" else None
+
+
 def _cache_gib(cache: dict[str, Any]) -> float:
     return cache.get("gib") or cache.get("buffers_gib") or 0.0
 
@@ -64,7 +70,8 @@ def _kv_cost(s: Startup) -> Finding | None:
         return None
     cache, tokens = costed
     mib = _cache_gib(cache) * 1024
-    k_type, v_type = cache.get("k_type") or cache.get("dtype"), cache.get("v_type") or cache.get("dtype")
+    k_type = cache.get("k_type") or cache.get("dtype") or _setting_str(s, "type_k", cache)
+    v_type = cache.get("v_type") or cache.get("dtype") or _setting_str(s, "type_v", cache)
     if cache.get("layout") == "mla":
         types = f"MLA latent c^KV {k_type}"
     else:
@@ -90,10 +97,13 @@ def _kv_cost(s: Startup) -> Finding | None:
     size_k, size_v = rules.type_size(k_type), rules.type_size(v_type)
     q8 = rules.type_size("q8_0")
     if size_k and size_v and q8 and (size_k > q8 or size_v > q8) and cache.get("layout") is None:
-        after_mib = mib * (q8 * 2) / (size_k + size_v)
-        detail += (f" With --cache-type-k q8_0 --cache-type-v q8_0 the same -c takes ≈ {after_mib:,.1f} MiB "
+        # only the types wider than q8_0 change: a q4_0 K stays q4_0
+        new_k, new_v = ("q8_0" if size > q8 else name for size, name in ((size_k, k_type), (size_v, v_type)))
+        after_mib = mib * (min(size_k, q8) + min(size_v, q8)) / (size_k + size_v)
+        flags = " ".join(f"--cache-type-{kv} q8_0" for kv, size in (("k", size_k), ("v", size_v)) if size > q8)
+        detail += (f" With {flags} the same -c takes ≈ {after_mib:,.1f} MiB "
                    f"(q8_0 stores 32 elements in 34 bytes), or the same memory holds ≈ {int(tokens * mib / after_mib):,} cells.")
-        suggestion = Suggestion("--cache-type-k/--cache-type-v", f"{k_type}/{v_type}", "q8_0/q8_0",
+        suggestion = Suggestion("--cache-type-k/--cache-type-v", f"{k_type}/{v_type}", f"{new_k}/{new_v}",
                                 kv_tokens_after=int(tokens * mib / after_mib),
                                 note="a quantized V cache needs flash attention (-fa)")
     return Finding("llamacpp-kv-cost", "info", title, detail, suggestion)
@@ -125,16 +135,25 @@ def _slots(s: Startup) -> Finding | None:
 
 
 def _train_context(s: Startup) -> Finding | None:
+    """Per-request context below the training context; with private slots (-np N, not unified) the
+    training context for every slot needs -c N × n_ctx_train, not n_ctx_train."""
     train, per_seq = _int(s, "n_ctx_train"), s.capacity.context_len
-    cache = _target_cache(s)
     if not train or not per_seq or per_seq >= train:
         return None
+    n_ctx = s.capacity.kv_tokens or _int(s, "n_ctx")
+    slots = _int(s, "n_slots") or _int(s, "n_seq_max") or 1
+    shared = slots < 2 or s.setting("kv_unified") is True
+    want = train if shared else train * slots
     detail = f"The model was trained for {train:,} tokens; this start allows {per_seq:,} per request."
-    if cache and cache.get("gib") and s.capacity.kv_tokens:
-        extra_mib = cache["gib"] * 1024 * (train - per_seq) / s.capacity.kv_tokens
-        detail += f" The full context would cost ≈ {extra_mib:,.0f} MiB more KV cache (at the current cache types)."
+    if not shared:
+        detail += (f" Each of the {slots} slots owns 1/{slots} of -c, so the training context in every slot needs "
+                   f"-c {want:,}.")
+    cache = _target_cache(s)
+    if cache and n_ctx and want > n_ctx:
+        extra_mib = _cache_gib(cache) * 1024 * (want - n_ctx) / n_ctx
+        detail += f" That would cost ≈ {extra_mib:,.0f} MiB more KV cache (at the current cache types)."
     return Finding("llamacpp-context-below-training", "info", f"Context {per_seq:,} < training context {train:,}", detail,
-                   Suggestion("-c", per_seq, train, kv_tokens_after=train))
+                   Suggestion("-c", n_ctx or per_seq, want, kv_tokens_after=want))
 
 
 def _offload(s: Startup) -> Finding | None:

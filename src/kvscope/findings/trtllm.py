@@ -31,6 +31,15 @@ def _budget(s: Startup) -> Finding | None:
                   "still free after the engine and its buffers, or from max_tokens_in_paged_kv_cache when that is "
                   "smaller. The log does not show the free memory it measured.")
         return Finding("trtllm-kv-budget", "info", title, detail)
+    capped = _capped_by_max_tokens(s, tokens)
+    if capped:
+        detail = (f"max_tokens_in_paged_kv_cache = {tokens:,} capped the pool: the smaller of the two limits wins, and "
+                  f"kv_cache_free_gpu_mem_fraction = {frac:g} ({how}) of the {avail:.2f} GiB free would have allowed "
+                  f"{frac * avail:.2f} GiB. {avail - target.gib:.2f} GiB stays free.")
+        more = int(tokens * frac * avail / target.gib) if target.gib > 0 else None
+        sug = Suggestion("max_tokens_in_paged_kv_cache", tokens, more, kv_tokens_after=more,
+                         note="or leave it unset to let the fraction decide") if more and more > tokens else None
+        return Finding("trtllm-kv-budget", "info", title, detail, sug)
     detail = (f"kv_cache_free_gpu_mem_fraction = {frac:g} ({how}) of the {avail:.2f} GiB free after the engine, "
               f"execution context and runtime buffers = {frac * avail:.2f} GiB for KV; "
               f"{avail - target.gib:.2f} GiB stays free for everything else.")
@@ -40,6 +49,11 @@ def _budget(s: Startup) -> Finding | None:
     sug = Suggestion("kv_cache_free_gpu_mem_fraction", frac, RAISED_FRACTION, kv_tokens_after=after,
                      note="more tokens, less headroom; lower it instead to leave memory to other processes") if after else None
     return Finding("trtllm-kv-budget", "info", title, detail, sug)
+
+
+def _capped_by_max_tokens(s: Startup, tokens: int) -> bool:
+    """The log says max_tokens was set, and the pool has exactly that many tokens."""
+    return bool(s.settings.get("max_tokens_set")) and s.setting_number("max_tokens_in_paged_kv_cache") == tokens
 
 
 def _greedy(s: Startup) -> Finding | None:
@@ -82,11 +96,13 @@ def _concurrency(s: Startup) -> Finding | None:
     full = tokens / seq
     if full >= batch:
         return None
+    raise_what = ("Raise max_tokens_in_paged_kv_cache (it capped the pool)" if _capped_by_max_tokens(s, tokens)
+                  else "Raise kv_cache_free_gpu_mem_fraction")
     return Finding("trtllm-kv-below-batch", "warning",
                    f"The KV cache holds {full:,.2f} full-length sequences; max_batch_size is {int(batch)}",
                    f"{tokens:,} tokens / max_seq_len {int(seq):,} = {full:,.2f}: at full length the scheduler can run only "
-                   f"that many of the {int(batch)} requests the engine was built for (shorter requests fit more). Raise "
-                   "kv_cache_free_gpu_mem_fraction, or rebuild with a smaller max_seq_len / max_batch_size.")
+                   f"that many of the {int(batch)} requests the engine was built for (shorter requests fit more). "
+                   f"{raise_what}, or rebuild with a smaller max_seq_len / max_batch_size.")
 
 
 def _window(s: Startup) -> Finding | None:
@@ -133,17 +149,40 @@ def _failure(s: Startup) -> Finding | None:
     f = s.failure
     if f is None:
         return None
+    if f.kind == "max-len-too-large":
+        return _too_small(s, f.data)
     frac, _ = effective_fraction(s)
     lower = round(max(0.1, (frac or DEFAULT_FRACTION) - 0.1), 2)
     component = f.data.get("component")
     requested = f.data.get("requested_bytes")
     what = f"the {component}" if component else (f"{requested / (1 << 30):.2f} GiB" if requested else "an allocation")
+    if s.capacity.kv_tokens is None and not any(r.kv_pools for r in s.ranks) and "tllmBuffers" in f.message:
+        return Finding("trtllm-oom", "error", f"Startup failed: out of GPU memory ({f.kind}) before the KV cache was sized",
+                       "TensorRT-LLM ran out of GPU memory allocating its runtime buffers, before it sized the KV cache, "
+                       "so kv_cache_free_gpu_mem_fraction is not the cause: the engine and the buffers its build limits "
+                       "need (max_batch_size, max_num_tokens, max_beam_width) do not fit in what is free. Rebuild with "
+                       "smaller limits or more TP, or free the GPU of other processes.")
     detail = (f"TensorRT-LLM ran out of GPU memory creating {what}. The KV cache takes kv_cache_free_gpu_mem_fraction "
               "of the memory free at that point, so anything allocated after it (CUDA graphs, sampler, decoder, "
               "another process) must fit in the rest: lower the fraction or cap max_tokens_in_paged_kv_cache; if the "
               "engine itself does not fit, rebuild with a smaller max_batch_size / max_num_tokens or more TP.")
     return Finding("trtllm-oom", "error", f"Startup failed: out of GPU memory ({f.kind})", detail,
                    Suggestion("kv_cache_free_gpu_mem_fraction", frac or DEFAULT_FRACTION, lower))
+
+
+def _too_small(s: Startup, data: dict) -> Finding:
+    """Triton refused a pool smaller than one sequence of beam × tokensPerBlock × maxBlocksPerSeq."""
+    have, need = data.get("kv_tokens"), data.get("needed_tokens")
+    title = "Startup failed: the KV cache cannot hold one maximum-length sequence"
+    if have and need:
+        title += f" ({have:,} < {need:,} tokens)"
+    frac, _ = effective_fraction(s)
+    detail = ("TensorRT-LLM needs room for at least one sequence of max_seq_len (× beam width) in the paged KV cache. "
+              "Give the pool more memory (kv_cache_free_gpu_mem_fraction, or a larger max_tokens_in_paged_kv_cache if "
+              "it is set), or rebuild the engine for a shorter max_seq_len / max_attention_window.")
+    sug = Suggestion("max_tokens_in_paged_kv_cache", have, need, kv_tokens_after=need) if have and need else \
+        Suggestion("kv_cache_free_gpu_mem_fraction", frac or DEFAULT_FRACTION, RAISED_FRACTION)
+    return Finding("trtllm-kv-below-one-sequence", "error", title, detail, sug)
 
 
 def findings(s: Startup) -> list[Finding]:

@@ -184,7 +184,9 @@ def _target(caches: list[dict[str, Any]]) -> dict[str, Any] | None:
 def _capacity(s: Startup, caches: list[dict[str, Any]]) -> None:
     """kv_tokens = the cells of the main cache (n_ctx); context_len = what one sequence may use."""
     cap = s.capacity
-    n_ctx = _int(s, "n_ctx")
+    # n_ctx as the context prints it; else the cache constructor's kv_size (2024–25), else the sampler's
+    # "penalty_last_n to ctx_size" (llama_n_ctx of the same context)
+    n_ctx = _int(s, "n_ctx") or _int(s, "kv_size") or _int(s, "ctx_size")
     target = _target(caches)
     cells = target.get("tokens") if target else None
     cap.kv_tokens = cells or n_ctx or cap.kv_tokens
@@ -250,6 +252,8 @@ _ERAS = (  # (marker in the log text, era label), newest first
     ("llama_context:", "2025 (llama_context)"),
     ("llama_init_from_model:", "early 2025 (llama_init_from_model)"),
     ("KV buffer size", "2024 (llama_new_context_with_model, ggml-backend buffers)"),
+    ("output buffer size", "2024 (llama_new_context_with_model, ggml-backend buffers)"),  # from Mar 2024
+    (" compute buffer size", "2024 (llama_new_context_with_model, ggml-backend buffers)"),
     ("KV self size", "Dec 2023 - Jan 2024 (KV self size, pre ggml-backend)"),
     ("kv self size", "2023 (kv self size in MB)"),
     ("llama_new_context_with_model:", "2023-2024 (llama_new_context_with_model)"),

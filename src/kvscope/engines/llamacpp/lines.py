@@ -100,6 +100,13 @@ _BREAKDOWN = lazy_compile(
 _FIT_CTX = lazy_compile(r"context size reduced from (\d+) to (\d+)")
 _FIT_PROJECTED = lazy_compile(r"projected to use (\d+) MiB of device memory vs\. (\d+) MiB of free device memory")
 
+# --- ollama's own GGML engine (2025+): logfmt records, one per device buffer ---------------------------
+# time=… level=INFO source=backend.go:321 msg="kv cache" device=CUDA0 size="936.0 MiB"
+_OLLAMA_BUF = lazy_compile(
+    rf'msg="(kv cache|compute graph|model weights)"(?:\s+device=(\S+))?\s+size="{G}\s*(B|KiB|MiB|GiB)"'
+)
+_UNIT_MIB = {"B": 1 / (1 << 20), "KiB": 1 / 1024, "MiB": 1.0, "GiB": 1024.0}
+
 # --- process boundaries and identity --------------------------------------------------------------------
 _BUILD = lazy_compile(r"^(?:main: )?build(?: =|:)\s*(\d+) \((\w+)\)")
 _BUILD_INFO = lazy_compile(r"build info\b.*?\bbuild\"?[=:]\s*\"?(\d+).*?\bcommit\"?[=:]\s*\"?(\w+)")
@@ -133,6 +140,8 @@ ANCHORS: tuple[bytes, ...] = (
     b"cells,",
     b"KV cache",
     b"n_ctx",
+    b"ctx_size",
+    b"kv_size",
     b"n_seq_max",
     b"n_kv_max",
     b"n_slots",
@@ -171,6 +180,9 @@ ANCHORS: tuple[bytes, ...] = (
     b"unable to",
     b"error loading model",
     b"Free memory",
+    b'msg="kv cache"',
+    b'msg="compute graph"',
+    b'msg="model weights"',
 )
 
 _HOST_NAMES = ("CPU", "CPU_Mapped", "CPU_REPACK", "CPU_AARCH64", "Host", "AMX")
@@ -304,10 +316,22 @@ def _kind(st: dict[str, Any], default: str = "target") -> str:
     return "draft" if st["draft"] and st["kind"] in (None, "draft") else (st["kind"] or default)
 
 
+_BACKEND_OF_BUFFER = lazy_compile(r"^(CUDA|ROCm|SYCL|Vulkan|MUSA|Metal)")
+
+
+def _note_backend(st: dict[str, Any], buffer: str) -> None:
+    """A buffer's name tells the backend when no "found N … devices" line did (an excerpt, or ollama)."""
+    if st["backend"] is None:
+        m = _BACKEND_OF_BUFFER.match(buffer.strip())
+        if m:
+            st["backend"] = "CUDA" if m.group(1) == "MUSA" else m.group(1)
+
+
 def _buffer(st: dict[str, Any], kind: str, buffer: str, mib: str | None) -> Parsed:
     """One non-KV buffer on its device. Keys are unique per line (``_buf|kind|buffer|n``) because a
     device may print the same buffer name twice (one line per model context); finish sums them."""
     st["seq"] = st.get("seq", 0) + 1
+    _note_backend(st, buffer)
     return Parsed(ev.RANK, {f"{BUF_PREFIX}{kind}|{buffer}|{st['seq']}": to_float(mib)}, rank=device_label(buffer))
 
 
@@ -315,6 +339,7 @@ def _buffers(msg: str, st: dict[str, Any]) -> list[Parsed]:
     m = _KV_BUFFER.search(msg)
     if m:
         st["ctx_seen"] = True
+        _note_backend(st, m.group(1))
         rank = device_label(m.group(1))
         return [Parsed(ev.POOL, {"name": _buffer_cache(st, rank), "gib": _mib(m.group(2)), "what": _kind(st)}, rank=rank)]
     m = _RS_BUFFER.search(msg)
@@ -511,7 +536,9 @@ def _devices(msg: str, st: dict[str, Any]) -> list[Parsed]:
     m = _USING_DEVICE.search(msg)
     if m:
         rank = device_label(m.group(1))
-        return [Parsed(ev.RANK, {"pre_load_free_gib": _mib(m.group(3)), "gpu_name": m.group(2)}, rank=rank)]
+        # a draft model loads after the target: its free figure already has the target's weights and cache out
+        key = "draft_pre_load_free_gib" if st["draft"] else "pre_load_free_gib"
+        return [Parsed(ev.RANK, {key: _mib(m.group(3)), "gpu_name": m.group(2)}, rank=rank)]
     m = _FOUND.search(msg)
     if m:
         st["backend"] = "CUDA" if m.group(2) == "MUSA" else m.group(2)
@@ -534,6 +561,20 @@ def _devices(msg: str, st: dict[str, Any]) -> list[Parsed]:
     if m:
         return [Parsed(ev.SETTINGS, {"fit_projected_mib": to_int(m.group(1)), "fit_free_mib": to_int(m.group(2))})]
     return []
+
+
+def _ollama(msg: str, st: dict[str, Any]) -> list[Parsed]:
+    """ollama's Go engine logs each device buffer as a logfmt record; the same buffers llama.cpp prints."""
+    m = _OLLAMA_BUF.search(msg)
+    if not m:
+        return []
+    what, device = m.group(1), m.group(2) or "CPU"
+    mib = (to_float(m.group(3)) or 0.0) * _UNIT_MIB[m.group(4)]
+    st["ctx_seen"] = True
+    if what == "kv cache":
+        rank = device_label(device)
+        return [Parsed(ev.POOL, {"name": _buffer_cache(st, rank), "gib": mib / 1024, "what": _kind(st)}, rank=rank)]
+    return [_buffer(st, "compute" if what == "compute graph" else "model", device, repr(mib))]
 
 
 def _split_device(msg: str, split: str, st: dict[str, Any]) -> list[Parsed]:
@@ -596,6 +637,7 @@ def failure_events(msg: str, backend: str = "CUDA") -> list[Parsed]:
 
 _HANDLERS = (
     (("buffer size",), _buffers),
+    (('msg="kv cache"', 'msg="compute graph"', 'msg="model weights"'), _ollama),
     (("cells", "self size", "KV self indexer"), _summaries),
     (("n_ctx", "n_seq_max", "n_batch", "n_ubatch", "flash_attn", "kv_unified", "causal_attn", "mla_attn", "type_k",
       "type_v", "n_rs_seq", "print_info", "llm_load_print_meta", "llama_model_load_internal", "n_embd_k_gqa",

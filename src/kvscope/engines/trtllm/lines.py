@@ -34,7 +34,7 @@ _TS = lazy_compile(r"\[(\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d)\]")
 # --- KV cache --------------------------------------------------------------------------------------------
 _ALLOCATED = lazy_compile(rf"Allocated {G} ?(GiB|GB|MiB) for max tokens(?: in paged KV cache)? \((\d+)\)")
 _ALLOCATE_BYTES = lazy_compile(r"Allocate (\d+) bytes for k/v cache")
-_USING_TOKENS = lazy_compile(r"Using (\d+) tokens in paged KV cache")
+_USING_TOKENS = lazy_compile(r"Using (\d+) (?:total )?tokens in paged KV cache(?:, and (\d+) blocks per sequence)?")
 _MAX_TOKENS = lazy_compile(r"Max tokens in paged KV cache: (\d+)")
 _MEM_USAGE = lazy_compile(rf"Memory usage when calculating max tokens in paged kv cache: total: {G} ?GiB, available: {G} ?GiB")
 _PRIMARY = lazy_compile(r"Number of blocks in KV cache primary pool: (\d+)")
@@ -57,7 +57,9 @@ _ESTIMATED = lazy_compile(rf"Estimated max memory in KV cache\s*:\s*{G} ?GiB")
 _BOTH_SET = lazy_compile(
     rf"Both (?:free_gpu_memory_fraction|freeGpuMemoryFraction)(?: \(aka kv_cache_free_gpu_mem_fraction\))? and "
     rf"(?:max_tokens|maxTokens)(?: \(aka max_tokens_in_paged_kv_cache\))? are set \(to {G} and (\d+)"
+    rf"(?: with free memory {G} of total memory {G})?"  # 1.x PyTorch backend: the GiB it sized against
 )
+_MAX_TOKENS_SET = lazy_compile(r"max_tokens is set by kv_cache_config\.max_tokens: (\d+)")
 _FRACTION_DEFAULT = lazy_compile(r"kv_cache_free_gpu_mem_fraction is not specified, will use default value of ([\d.]+)")
 _FRACTION_PARAM = lazy_compile(rf"(?:kv_cache_free_gpu_mem_fraction|free_gpu_memory_fraction)\s*[=:]\s*{G}")
 _MAX_TOKENS_DEFAULT = lazy_compile(r"max_tokens_in_paged_kv_cache is not specified")
@@ -104,6 +106,10 @@ _TOTAL_GIB = lazy_compile(rf"Total GPU memory \(GiB\): {G}")
 _FREE_BEFORE = lazy_compile(rf"Free GPU memory before component creation attempt \(GiB\): {G}")
 _COMPONENTS_HEADER = lazy_compile(r"Previously created components and free GPU memory before/after creation")
 _COMPONENT_ROW = lazy_compile(rf"^\s*([A-Za-z_][\w ()_,.\-]*?): {G} / {G}\s*$")
+# Triton: "maxTokensInPagedKvCache (29184) must be large enough to process at least 1 sequence to completion
+# (i.e. must be larger than beam_width (1) * tokensPerBlock (128) * maxBlocksPerSeq (272))"
+_TOO_SMALL = lazy_compile(r"maxTokensInPagedKvCache \((\d+)\) must be large enough to process at least 1 sequence"
+                          r"(?:.*?beam_width \((\d+)\) \* tokensPerBlock \((\d+)\) \* maxBlocksPerSeq \((\d+)\))?")
 _LOAD_FAILED = lazy_compile(r"failed to load 'tensorrt_llm'|unexpected error when creating modelInstanceState")
 
 ANCHORS: tuple[bytes, ...] = (
@@ -129,6 +135,8 @@ ANCHORS: tuple[bytes, ...] = (
     b"GPU memory (GiB)",
     b"Previously created components",
     b"odel: ",
+    b"maxTokensInPagedKvCache",
+    b"modelInstanceState",
 )
 
 
@@ -192,7 +200,14 @@ def _kv(text: str, st: dict[str, Any]) -> list[Parsed]:
         return [Parsed(ev.POOL, {"name": POOL_NAME, "gib": int(m.group(1)) / (1 << 30), "tokens": None,
                                  "what": "bytes"}),
                 Parsed(ev.CAPACITY, {"kv_allocated_bytes": to_int(m.group(1))})]
-    m = _USING_TOKENS.search(text) or _MAX_TOKENS.search(text)
+    m = _USING_TOKENS.search(text)
+    if m:
+        tokens = to_int(m.group(1))
+        data = {"kv_tokens": tokens, "max_tokens_in_paged_kv_cache": tokens}
+        if m.group(2):
+            data["max_blocks_per_seq"] = to_int(m.group(2))
+        return [Parsed(ev.CAPACITY, data)]
+    m = _MAX_TOKENS.search(text)
     if m:
         tokens = to_int(m.group(1))
         return [Parsed(ev.CAPACITY, {"kv_tokens": tokens, "max_tokens_in_paged_kv_cache": tokens})]
@@ -258,8 +273,14 @@ def _profile(text: str, st: dict[str, Any]) -> list[Parsed]:
 def _settings(text: str, st: dict[str, Any]) -> list[Parsed]:
     m = _BOTH_SET.search(text)
     if m:
-        return [Parsed(ev.SETTINGS, {"kv_cache_free_gpu_mem_fraction": round(to_float(m.group(1)) or 0, 6),
-                                     "max_tokens_in_paged_kv_cache": to_int(m.group(2))})]
+        out = [Parsed(ev.SETTINGS, {"kv_cache_free_gpu_mem_fraction": round(to_float(m.group(1)) or 0, 6),
+                                    "max_tokens_in_paged_kv_cache": to_int(m.group(2)), "max_tokens_set": True})]
+        if m.group(3):
+            out.append(Parsed(ev.RANK, {"kv_sizing_free_gib": _gib(m.group(3)), "total_gib": _gib(m.group(4))}))
+        return out
+    m = _MAX_TOKENS_SET.search(text)
+    if m:
+        return [Parsed(ev.SETTINGS, {"max_tokens_in_paged_kv_cache": to_int(m.group(1)), "max_tokens_set": True})]
     m = _FRACTION_DEFAULT.search(text)
     if m:
         return [Parsed(ev.SETTINGS, {"kv_cache_free_gpu_mem_fraction": to_float(m.group(1)),
@@ -379,6 +400,12 @@ def _failures(text: str, st: dict[str, Any]) -> list[Parsed]:
         return [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": text.strip()[:500]})]
     if _TRT_OOM.search(text) and _is_trtllm(text):
         return [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": text.strip()[:500]})]
+    m = _TOO_SMALL.search(text)
+    if m:
+        data: dict[str, Any] = {"kind": "max-len-too-large", "message": text.strip()[:500], "kv_tokens": to_int(m.group(1))}
+        if m.group(2):
+            data["needed_tokens"] = to_int(m.group(2)) * to_int(m.group(3)) * to_int(m.group(4))  # type: ignore[operator]
+        return [Parsed(ev.FAILURE, data)]
     if _LOAD_FAILED.search(text):
         return [Parsed(ev.FAILURE, {"kind": "exception", "message": text.strip()[:500], "weak": True})]
     return []
@@ -426,6 +453,7 @@ def _mark_content(handler):
 
 _KEYWORDS = ("TensorRT-LLM", "not specified", "TRT-LLM", "[TRT]", "TRTGptModel", "KV cache", "kv cache", "k/v cache", "MemUsageChange",
              "engine size", "tokens per block", "insufficient GPU memory", "OutOfMemory", "out of memory",
-             "could not be allocated", "tensorrt_llm", "max_seq_len=", "gpu_mem_fraction", "memory_fraction")
+             "could not be allocated", "tensorrt_llm", "max_seq_len=", "gpu_mem_fraction", "memory_fraction",
+             "maxTokensInPagedKvCache", "modelInstanceState")
 _GATE = lazy_compile("|".join(re.escape(k) for k in _KEYWORDS))
 _HANDLERS = (_mark_content(_kv), _profile, _engine, _settings, _warnings, _identity, _failures, _component_report)

@@ -1,0 +1,102 @@
+"""llama.cpp / ollama / TensorRT-LLM behaviour on held-out public logs (tests/fixtures/harvested).
+
+Each test pins a gap these logs exposed: a crash on an empty cache, context sizes printed only by
+the cache constructor or the sampler, ollama's logfmt engine, a draft model's free memory, the
+backend a failure happened on, and TensorRT-LLM wordings."""
+
+from __future__ import annotations
+
+from kvscope.api import analyze
+from tests.conftest import FIXTURES
+
+HARVESTED = FIXTURES / "harvested"
+
+
+def _one(engine: str, prefix: str):
+    case = sorted((HARVESTED / engine).glob(f"{prefix}*"))[0]
+    analysis = analyze([str(case / "log.txt")])
+    assert len(analysis.startups) == 1
+    return analysis.startups[0]
+
+
+def _codes(s) -> dict:
+    return {f.code: f for f in s.findings}  # analyze() has run the findings
+
+
+def test_empty_main_cache_costs_the_swa_cache_instead():
+    """DeepSeek-V4 builds print a 0-layer, 0.00 MiB non-SWA cache: no division by zero, and the
+    cost finding speaks of the SWA cache's own cells, not -c."""
+    s = _one("llamacpp", "104")
+    kv = _codes(s)["llamacpp-kv-cost"]
+    assert "4,352 cells" in kv.title and "swa cache" in kv.title
+    assert "-c 4,352" not in kv.detail
+    assert s.capacity.kv_tokens == 64000
+    _one("llamacpp", "111")  # the other empty-cache log: no crash
+
+
+def test_kv_size_line_gives_the_context_and_cache_types():
+    s = _one("llamacpp", "101")
+    assert s.capacity.kv_tokens == 32768
+    assert s.setting("type_k") == "q8_0"
+    cuda1 = next(r for r in s.ranks if r.rank == "CUDA1")
+    # the draft model's "using device CUDA1 … 9866 MiB free" is after the target's weights: not its baseline
+    assert cuda1.pre_load_free_gib is None
+    assert abs(cuda1.extras["draft_pre_load_free_gib"] - 9866 / 1024) < 1e-9
+
+
+def test_sampler_ctx_size_line_gives_n_ctx():
+    s = _one("llamacpp", "107")
+    assert s.capacity.context_len == 4096 or s.capacity.kv_tokens == 4096
+
+
+def test_2023_load_internal_hparams():
+    s = _one("llamacpp", "109")
+    assert s.capacity.kv_tokens == 512
+    assert s.setting("n_layer") == 60
+
+
+def test_ollama_logfmt_buffers():
+    s = _one("llamacpp", "110")
+    cuda0 = next(r for r in s.ranks if r.rank == "CUDA0")
+    assert abs(cuda0.pool("target").gib - 936.0 / 1024) < 1e-12
+    assert abs(cuda0.extras["compute_gib"] - 98.0 / 1024) < 1e-12
+
+
+def test_failure_names_the_rocm_device():
+    s = _one("llamacpp", "113")
+    assert s.failure is not None and s.failure.data["device"] == "ROCm0"
+
+
+def test_private_slots_need_n_times_the_training_context():
+    """-np 8 with 2,048 per slot: the training context in every slot needs -c 8 × n_ctx_train, and
+    the cheaper cache-type change keeps the q4_0 K as it is."""
+    s = _one("llamacpp", "108")
+    codes = _codes(s)
+    train = codes["llamacpp-context-below-training"]
+    assert train.suggestion.to_value == 163840 * 8 and train.suggestion.from_value == 16384
+    kv = codes["llamacpp-kv-cost"]
+    assert kv.suggestion.to_value == "q4_0/q8_0"
+
+
+def test_trtllm_total_tokens_and_one_sequence_failure():
+    s = _one("trtllm", "104")
+    assert s.capacity.kv_tokens == 29184
+    assert s.capacity.extras["max_blocks_per_seq"] == 272
+    assert s.failure.kind == "max-len-too-large"
+    f = _codes(s)["trtllm-kv-below-one-sequence"]
+    assert "29,184 < 34,816" in f.title
+
+
+def test_trtllm_runtime_buffer_oom_does_not_blame_the_fraction():
+    s = _one("trtllm", "105")
+    f = _codes(s)["trtllm-oom"]
+    assert "before the KV cache was sized" in f.title and f.suggestion is None
+
+
+def test_trtllm_max_tokens_cap_with_free_and_total():
+    s = _one("trtllm", "107")
+    ref = s.reference_rank
+    assert abs(ref.extras["kv_sizing_free_gib"] - 1.687347412109375) < 1e-12
+    budget = _codes(s)["trtllm-kv-budget"]
+    assert "capped the pool" in budget.detail
+    assert budget.suggestion.flag == "max_tokens_in_paged_kv_cache"
