@@ -299,3 +299,23 @@ def test_deepseek_v4_attention_layout():
     flash = load_model_config("deepseek-ai/DeepSeek-V4-Flash").cfg  # its first two layers: ratio 0
     first = [t for t in rank_tensors(flash, Parallel(tp=8)) if ".layers.0.attn." in t.module]
     assert first and not any("compressor" in t.module or "indexer" in t.module for t in first)
+
+
+def test_catalog_name_never_maps_to_a_different_model():
+    """Only format/tuning words may follow a catalog name: a distilled 7B is not DeepSeek-R1 (a held-out
+    public log planned R1's 629 GiB of weights onto one RTX 3090)."""
+    from kvscope.capacity.catalog import catalog_entry
+
+    assert catalog_entry("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B") is None
+    assert catalog_entry("Kimi-K2.5-INT4")["hf_id"] == "moonshotai/Kimi-K2.5"
+    assert catalog_entry("meta-llama/Llama-3.1-8B-Instruct-FP8")["hf_id"] == "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def test_quantization_named_but_not_in_the_catalog_entry_is_assumed_and_said():
+    from kvscope.capacity.weights import load_model_config, quant_plan
+
+    mc = load_model_config("Qwen3-32B-AWQ")
+    plan = quant_plan(mc.cfg)
+    assert plan.method == "awq"
+    assert any("assumed from the model name" in n for n in plan.notes)
+    assert quant_plan(load_model_config("Qwen/Qwen3-32B").cfg).method == "none"

@@ -31,6 +31,14 @@ def _norm(name: str) -> str:
     return re.sub(r"[^a-z0-9.]+", "", name.lower())
 
 
+# Words a repository name adds to the model it packages: quantization, format, tuning, packaging.
+_CHECKPOINT_WORD = re.compile(
+    r"(?:awq|gptq|gguf|exl2|exl3|bnb|nf4|marlin|int[48]|w\d+a\d+(?:fp8)?|fp8|fp4|nvfp4|mxfp4|fp16|bf16|\d+bits?|"
+    r"q\d(?:_k)?(?:_[sml])?|q\d_\d|dynamic|static|block|channel|quantized|autoround|instruct|chat|it|hf|"
+    r"\d{4}|v\d+(?:\.\d+)?|mlx|onnx|dense|kv|e4m3|e5m2|sym|asym|g\d+|tp\d+)"
+)
+
+
 def catalog_entry(name: str) -> dict[str, Any] | None:
     """Find a catalog model by id or by a path's last component; quantization suffixes tolerated."""
     if not name:
@@ -46,12 +54,50 @@ def catalog_entry(name: str) -> dict[str, Any] | None:
     key = _norm(tail)
     if key in tails:
         return tails[key]
-    # "Kimi-K2.5-INT4", "Qwen3-32B-AWQ": the longest catalog name that prefixes the tail
-    best = None
-    for cand, m in tails.items():
-        if key.startswith(cand) and (best is None or len(cand) > len(best[0])):
-            best = (cand, m)
-    return best[1] if best else None
+    # "Kimi-K2.5-INT4", "Qwen3-32B-AWQ": a catalog name followed only by words that name a checkpoint's
+    # format or tuning, never a different model ("DeepSeek-R1-Distill-Qwen-7B" is not DeepSeek-R1)
+    parts = [p for p in re.split(r"[-_ ]+", tail.lower()) if p]
+    for cut in range(len(parts) - 1, 0, -1):
+        if all(_CHECKPOINT_WORD.fullmatch(p) for p in parts[cut:]):
+            m = tails.get(_norm("".join(parts[:cut])))
+            if m is not None:
+                return m
+        else:
+            break
+    return None
+
+
+# What a quantization word in a repository name usually means, for a catalog entry that is the
+# unquantized model: the common layout of such checkpoints (4-bit AWQ/GPTQ in groups of 128, FP8 in
+# 128×128 blocks as Qwen/DeepSeek ship it). Only a fallback: a config.json says exactly.
+_NAME_QUANT = (
+    (re.compile(r"awq"), {"quant_method": "awq", "bits": 4, "group_size": 128}),
+    (re.compile(r"gptq|int4|w4a16|4bits?|autoround"), {"quant_method": "gptq", "bits": 4, "group_size": 128}),
+    (re.compile(r"int8|w8a16|8bits?"), {"quant_method": "gptq", "bits": 8, "group_size": 128}),
+    (re.compile(r"nvfp4"), {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16}),
+    (re.compile(r"mxfp4"), {"quant_method": "mxfp4"}),
+    (re.compile(r"fp8|w8a8"), {"quant_method": "fp8", "weight_block_size": [128, 128]}),
+    (re.compile(r"bnb|nf4"), {"quant_method": "bitsandbytes"}),
+)
+
+
+def name_quantization(name: str, entry: dict[str, Any]) -> dict[str, Any] | None:
+    """The quantization a model name adds to an unquantized catalog entry ("Qwen3-32B-AWQ"), or None."""
+    if (entry.get("config") or {}).get("quantization_config"):
+        return None
+    base = _norm(entry["hf_id"].split("/")[-1])
+    parts = [p for p in re.split(r"[-_ ]+", name.strip().rstrip("/").split("/")[-1].lower()) if p]
+    for cut in range(len(parts), 0, -1):
+        if _norm("".join(parts[:cut])) == base:
+            extra = parts[cut:]
+            break
+    else:
+        return None
+    for word in extra:
+        for pattern, config in _NAME_QUANT:
+            if pattern.fullmatch(word):
+                return {**config, "assumed_from_name": name}
+    return None
 
 
 def read_local_config(model: str) -> tuple[dict[str, Any], Path] | None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kvscope.capacity.catalog import catalog_entry, read_local_config
+from kvscope.capacity.catalog import catalog_entry, name_quantization, read_local_config
 from kvscope.ledger.model import finite_number
 
 GIB = 1 << 30
@@ -103,6 +103,9 @@ def load_model_config(model: str) -> ModelConfig | None:
     entry = catalog_entry(model)
     if entry:
         cfg = _normalise_catalog_config(entry)
+        implied = name_quantization(model, entry)
+        if implied and not cfg.get("quantization_config"):
+            cfg["quantization_config"] = implied
         return ModelConfig(_flatten_text_config(cfg), f"built-in catalog ({entry['hf_id']})", None, entry["hf_id"])
     return None
 
@@ -335,6 +338,10 @@ def _quant_plan(cfg: dict[str, Any], override: str | None) -> QuantPlan:
         return QuantPlan("none")
     ignore, truncated = _ignore_list(q)
     plan = QuantPlan(method, ignore=ignore, ignore_is_sample=truncated)
+    if q.get("assumed_from_name") and not override:
+        plan.notes.append(f"{method} assumed from the model name {q['assumed_from_name']!r} (the catalog has the "
+                          "unquantized model; its usual layout counted): give the checkpoint's config.json for its "
+                          "exact layout")
     if truncated:
         plan.notes.append("ignore list is a truncated sample: per-layer entries widened to all layers")
     if method == "fp8" or method == "fbgemm-fp8":
