@@ -325,16 +325,31 @@ def run(cases: Path) -> dict[str, Any]:
             "in_range_fully_specified": sum(r["in_range"] for r in clean), "planned": planned, "skipped": [r for r in rows if "skip" in r]}
 
 
+SETS = {  # the shared real logs (the benchmark), and public logs harvested later as a held-out check
+    "shared": ROOT / "tests" / "fixtures" / "logs",
+    "held-out": ROOT / "tests" / "fixtures" / "harvested",
+}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cases", default=str(ROOT / "tests" / "fixtures" / "logs"))
+    ap.add_argument("--cases", action="append", help="a directory of <engine>/<case>/meta.json (repeatable); "
+                    "default: the shared fixtures, then the held-out harvested logs, each reported on its own")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--skipped", action="store_true", help="also list the cases that could not be planned")
     args = ap.parse_args()
-    result = run(Path(args.cases))
+    sets = {c: Path(c) for c in args.cases} if args.cases else {k: v for k, v in SETS.items() if v.is_dir()}
+    results = {name: run(path) for name, path in sets.items()}
     if args.json:
-        print(json.dumps(result, indent=2, default=str))
+        print(json.dumps(results if len(results) > 1 else next(iter(results.values())), indent=2, default=str))
         return
+    for i, (name, result) in enumerate(results.items()):
+        if len(results) > 1:
+            print(("\n" if i else "") + f"== {name}: {sets[name]}")
+        _print(result, args.skipped)
+
+
+def _print(result: dict[str, Any], skipped: bool) -> None:
     print(f"{'case':58} {'version':>8} {'logged':>10} {'predicted':>10} {'error':>8} {'in range':>8}  "
           "what plan could not know")
     for r in sorted(result["planned"], key=lambda r: -abs(r["error_pct"])):
@@ -349,7 +364,7 @@ def main() -> None:
     if n:
         print(f"logged value inside the plan's stated range: {result['in_range']} of {n} "
               f"({result['in_range_fully_specified']} of {result['fully_specified_cases']} fully specified)")
-    if args.skipped:
+    if skipped:
         print("\nnot planned:")
         for r in result["skipped"]:
             print(f"  {r['case'][:58]:58} {r['skip']}")

@@ -672,9 +672,30 @@ def vllm_activation_gib(cfg: dict[str, Any], tp: int, tokens: int, seqs: int) ->
         n = int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or h) // tp
         topk = int(cfg.get("num_experts_per_tok") or 8)
         per_token = max(per_token if cfg.get("first_k_dense_replace") else 0, topk * (3 * n + h))
+    forward, sampler = _vllm_profile_parts(cfg, tp, tokens, seqs, per_token, h, vocab)
+    return max(forward, sampler) / GIB
+
+
+def vllm_sampler_dominates(cfg: dict[str, Any], tp: int, tokens: int, seqs: int) -> bool:
+    """Whether the dummy sampler run, not the forward pass, sets the profile's activation peak."""
+    h, vocab = int(cfg["hidden_size"]), int(cfg.get("vocab_size") or 32000)
+    forward, sampler = _vllm_profile_parts(cfg, tp, tokens, seqs, None, h, vocab)
+    return sampler > forward
+
+
+def _vllm_profile_parts(cfg: dict[str, Any], tp: int, tokens: int, seqs: int, per_token: int | None, h: int,
+                        vocab: int) -> tuple[int, int]:
+    """(forward, sampler) bytes of the profile run; ``per_token`` as vllm_activation_gib derives it."""
+    if per_token is None:
+        experts = cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts")
+        per_token = 3 * max(1, int(cfg.get("intermediate_size") or 4 * h) // tp)
+        if experts:
+            n = int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or h) // tp
+            topk = int(cfg.get("num_experts_per_tok") or 8)
+            per_token = max(per_token if cfg.get("first_k_dense_replace") else 0, topk * (3 * n + h))
     forward = tokens * (per_token + 3 * h) * 2
     sampler = seqs * vocab * VLLM_SAMPLER_BYTES_PER_LOGIT + seqs * h * 2
-    return max(forward, sampler) / GIB
+    return forward, sampler
 
 
 def vllm_encoder_profile(cfg: dict[str, Any], settings: dict[str, Any], batched_tokens: int
@@ -776,7 +797,8 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
     base = scenario(util, kvb)
     spread = Spread() if kv_override else vllm_spread(
         b, util, w.as_dict(), act, vllm_non_torch_parts(version, engine)[0],
-        bool(graphs) and not s.get("cuda_graph_gib"))
+        bool(graphs) and not s.get("cuda_graph_gib"),
+        sampler_peak=encoder is None and vllm_sampler_dominates(ctx.mc.cfg, req.tp, tokens_b, seqs))
     token_range = [scenario(util, kvb, -spread.gib)["tokens"], scenario(util, kvb, spread.gib)["tokens"]]
     warnings = list(w.notes) + b.notes + (draft.notes if draft else [])
     if base["mamba"] is not None:

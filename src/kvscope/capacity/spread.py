@@ -19,7 +19,12 @@ The evidence for each half-width:
 * Weights from config.json: 0.3 % (five vLLM "Model loading took" lines within 0.005 GiB; the SGLang
   load replays within 0.04) plus 5 % of a vision tower sized from a built-in table.
 * SGLang's load replay (allocator slack): 0.05 GiB (the creation order is read from the code).
-* vLLM's activation peak (first principles): 7 % (Llama-3.1-8B 2.06 vs 2.07; Qwen3-235B 5.80 vs 5.62).
+* vLLM's activation peak (first principles): 7 % where the forward pass sets it (Llama-3.1-8B 2.06 vs
+  2.07). 65 % where the dummy sampler run sets it (max_num_seqs rows of logits): the PyTorch sort
+  path measured 38.8 B per logit (Qwen3-235B at TP4 on an H200, 5.62 GiB vs the plan's 5.80), but a
+  public A100 log (vLLM 0.10.1, gpt-oss-120b, 256 rows × 201,088) shows at most 0.78 GiB of
+  activation and non-torch memory together where that path gives 1.9, at least 65 % less. Which
+  sampler path a deployment takes is not known from the launch.
 * vLLM's CUDA graphs inside the budget, "typical" 0.5 GiB: 0.3 (public estimates 0.1–0.9).
 * SGLang's kept float32 MXFP4 expert scales (DeepSeek-V4 on Hopper): 1.0 GiB; one log, which the
   plan's weights miss by 0.8 GiB.
@@ -42,6 +47,7 @@ WEIGHTS_FRACTION = 0.003
 VISION_TABLE_FRACTION = 0.05
 ALLOCATOR_REPLAY_GIB = 0.05
 ACTIVATION_FRACTION = 0.07
+SAMPLER_ACTIVATION_FRACTION = 0.65  # one log each way: +3 % and at least −65 %
 TYPICAL_GRAPHS_GIB = 0.3
 KEPT_SCALES_GIB = 1.0  # SGLang's kept float32 MXFP4 scales on Hopper: one log, 0.8 GiB off
 
@@ -94,7 +100,7 @@ def sglang_spread(basis: BudgetBasis, mfs: float, weights: dict[str, Any], repla
 
 
 def vllm_spread(basis: BudgetBasis, util: float, weights: dict[str, Any], activation_gib: float,
-                charged: tuple[str, ...], typical_graphs: bool) -> Spread:
+                charged: tuple[str, ...], typical_graphs: bool, sampler_peak: bool = False) -> Spread:
     """K = util × torch total − weights − activation − the non-torch terms the era charges − graphs.
 
     ``charged``: which of "context", "communicators", "cublas" the release counts in its budget.
@@ -102,7 +108,10 @@ def vllm_spread(basis: BudgetBasis, util: float, weights: dict[str, Any], activa
     s = Spread()
     s.add("torch total", util * _fig(TORCH_TOTAL, basis.torch_total))
     s.add("weights", weights_spread(weights))
-    s.add("activation peak", activation_gib * ACTIVATION_FRACTION)
+    if sampler_peak:
+        s.add("activation peak (dummy sampler run)", activation_gib * SAMPLER_ACTIVATION_FRACTION)
+    else:
+        s.add("activation peak", activation_gib * ACTIVATION_FRACTION)
     if "context" in charged:
         s.add("CUDA context", _fig(CONTEXT, basis.cuda_context))
     if "communicators" in charged:
