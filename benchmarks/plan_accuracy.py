@@ -300,6 +300,14 @@ def _caveats(meta: dict[str, Any], settings: dict[str, Any], version_from: str, 
         out.append("hybrid linear-attention model not modelled for vLLM")
     if any("multimodal" in w and "unknown" in w for w in pred["warnings"]):
         out.append("vision tower / encoder budget unknown")
+    named = str(meta.get("model") or "")
+    if re.search(r" / | or |\?", named):
+        out.append("model named two ways in the post")
+    model = pred.get("model")
+    asked, used = named.split(" (")[0].strip(), str((model.get("name") if isinstance(model, dict) else model) or "")
+    if "/" in asked and "/" in used and asked.split("/")[0].lower() != used.split("/")[0].lower() \
+            and not Path(asked).is_absolute():
+        out.append(f"another publisher's checkpoint than the catalog's {used}")
     if pred["engine"] == "vllm" and "gpu_memory_utilization" not in settings and "util" not in text and not args_logged:
         out.append("gpu_memory_utilization not stated (release default assumed)")
     return out

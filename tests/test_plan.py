@@ -501,3 +501,12 @@ def test_mla_rope_keeps_three_tables_only_for_yarn():
 def test_a_share_of_the_gpu_must_be_a_share(engine, key, value):
     with pytest.raises(InputError, match="between 0 and 1|finite number"):
         plan(PlanRequest(model="Qwen/Qwen3-8B", gpu="H100", engine=engine, settings={key: value}))
+
+
+def test_another_publishers_checkpoint_is_named_as_a_stand_in():
+    """A held-out public log ran unsloth/Qwen3.6-27B-NVFP4; the catalog holds nvidia's checkpoint of
+    that name. The plan says which one it used and that the quantization layout may differ."""
+    out = plan(PlanRequest(model="unsloth/Qwen3.6-27B-NVFP4", gpu="RTX 5090", engine="vllm"))
+    assert any("another publisher" in w and "nvidia/Qwen3.6-27B-NVFP4" in w for w in out["warnings"])
+    same = plan(PlanRequest(model="nvidia/Qwen3.6-27B-NVFP4", gpu="RTX 5090", engine="vllm"))
+    assert not any("another publisher" in w for w in same["warnings"])

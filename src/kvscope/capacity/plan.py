@@ -160,10 +160,22 @@ def resolve(req: PlanRequest) -> Context:
         raise InputError(f"model {req.model!r}: its config lacks the attention fields KV sizing needs")
     settings = normalise_settings(req.settings)
     basis = budget_basis(req.gpu, req.tp * req.pp, settings)
-    ctx = Context(req, mc, arch, basis, settings, _sm_major(basis.gpu))
+    ctx = Context(req, mc, arch, basis, settings, _sm_major(basis.gpu), _catalog_notes(req.model, mc))
     if is_deepseek_v4(mc.cfg) and req.engine != "sglang":
         raise InputError(_dsv4_refusal(ctx, "vLLM's DeepSeek-V4 block layout is not modelled by plan yet"))
     return ctx
+
+
+def _catalog_notes(asked: str, mc: ModelConfig) -> list[str]:
+    """Say when the catalog stands in for another publisher's checkpoint of the same name (unsloth/… for
+    nvidia/…): the architecture is the same, the quantization layout may not be."""
+    if mc.local_dir is not None or "/" not in asked or "/" not in mc.name:
+        return []
+    publisher, used = asked.strip().split("/")[0], mc.name.split("/")[0]
+    if not publisher or publisher.lower() == used.lower() or asked.startswith((".", "~")):
+        return []
+    return [f"{asked} is planned with the built-in catalog's {mc.name}: same name, another publisher; its "
+            "quantization may be laid out differently (give the checkpoint's config.json to be sure)"]
 
 
 def _dsv4_refusal(ctx: Context, why: str) -> str:
@@ -800,7 +812,7 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
         bool(graphs) and not s.get("cuda_graph_gib"),
         sampler_peak=encoder is None and vllm_sampler_dominates(ctx.mc.cfg, req.tp, tokens_b, seqs))
     token_range = [scenario(util, kvb, -spread.gib)["tokens"], scenario(util, kvb, spread.gib)["tokens"]]
-    warnings = list(w.notes) + b.notes + (draft.notes if draft else [])
+    warnings = list(ctx.notes) + list(w.notes) + b.notes + (draft.notes if draft else [])
     if base["mamba"] is not None:
         warnings.append(_mamba_note(base["mamba"], arch.linear_layers, max_len))
     elif arch.full_attention_layers and not arch.sliding_layers and arch.full_attention_layers < arch.num_layers:
