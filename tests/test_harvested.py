@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import FIXTURES
 
-PENDING = {"sglang", "vllm"}  # gaps these logs found, being mended
+PENDING = {"vllm"}  # gaps these logs found, being mended
 
 
 @pytest.mark.parametrize("engine", [pytest.param(e, marks=pytest.mark.xfail(reason="gaps being mended", strict=False))

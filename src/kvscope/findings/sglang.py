@@ -51,7 +51,13 @@ def _pool(s: Startup) -> Finding | None:
     verdict = {True: "reconciles with SGLang's rule", False: "does NOT reconcile", None: "(not checked)"}[rec.consistent]
     title = f"KV pool: {target.tokens:,} tokens × {rec.bytes_per_token:,} B/token = {size:.2f} GiB per GPU — {verdict}"
     sev = "warning" if rec.consistent is False else "info"
-    return Finding("kv-pool-reconciled", sev, title, f"{rec.method}. {rec.detail}.")
+    return Finding("kv-pool-reconciled", sev, title, _sentences(rec.method, rec.detail))
+
+
+def _sentences(*parts: str | None) -> str:
+    """Join text fragments as sentences, skipping empty ones (no stray '. .')."""
+    out = [p.strip().rstrip(".") for p in parts if p and p.strip().rstrip(".")]
+    return ". ".join(out) + "." if out else ""
 
 
 def _headroom(s: Startup, mfs: float, pre: float, bpt: int) -> Finding | None:
@@ -126,6 +132,14 @@ def _failure(s: Startup, mfs: float | None, pre: float | None) -> Finding | None
     if f.kind == "not-enough-memory":
         after = ref.avail_after_weights_gib if ref else None
         detail = "The weights left no room for the KV pool inside mem_fraction_static × (free memory before weights)."
+        profiled = f.data.get("profiled_tokens")
+        if profiled is not None:
+            detail = (f"SGLang's profile came out at {profiled:,} tokens: the weights plus the reserve it keeps "
+                      "((1 − mem_fraction_static) × free memory before weights) exceed the memory there is, so no KV "
+                      "cache fits and startup stops with 'Not enough memory'.")
+            if mfs is None:
+                detail += (" Raise --mem-fraction-static, or make the weights smaller per GPU (more GPUs, a quantized "
+                           "checkpoint); the launch settings are not in this excerpt, so no value is suggested.")
         sug = None
         if pre and after is not None and mfs is not None:
             minimum = 1 - after / pre
@@ -145,21 +159,70 @@ def _failure(s: Startup, mfs: float | None, pre: float | None) -> Finding | None
         return Finding("host-memory", "error", "Startup failed: not enough host RAM for the hierarchical cache",
                        f"Asked for {req} GB of pinned host memory per rank with {free} GB free. Lower --hicache-ratio or set "
                        f"--hicache-size below {free} GB ÷ ranks per host (each TP rank allocates its own host pool).")
-    stage, hint = _stage(s)
-    return Finding("startup-exception", "error", f"Startup failed with an exception {stage}",
-                   f"{f.message[:300]} — the traceback after this line in the log names the cause. {hint}".strip())
+    return _exception(s, f, pre)
 
 
-def _stage(s: Startup) -> tuple[str, str]:
-    """Where in SGLang's startup sequence a crash happened, from the last lifecycle line of the reference rank."""
+def _exception(s: Startup, f, pre: float | None) -> Finding:
+    """A crash: which step it stopped, and where the cause is written (the line itself, or a traceback)."""
+    capture = f.data.get("stage") == "graph-capture"
+    stage, hint = _stage(s, pre, capture, memory_hint=not f.data.get("device_error"))
+    message = f.message[:300]
+    device_error = f.data.get("device_error")
+    if device_error:
+        what = _NO_KERNEL_IMAGE if "no kernel image" in device_error else ""
+        return Finding("startup-exception", "error", " ".join(("Startup failed with a GPU error", stage)).strip(),
+                       _sentences(f"{message} — this line names the cause, and it is not an out-of-memory", what, hint))
+    if capture:
+        cause = f.data.get("cause")
+        where = (f"the error it wraps is '{cause[:200]}'" if cause else
+                 "the error it wraps is not on this line: the traceback above it (before 'During handling of the "
+                 "above exception') names it")
+        return Finding("startup-exception", "error", " ".join(("Startup failed: CUDA graph capture raised an exception",
+                                                                stage if stage != _CAPTURING else "")).strip(),
+                       _sentences(f"{message} — SGLang wraps whatever capture raised, and {where}. The 'Possible "
+                                  "solutions' it prints after this line are generic", hint))
+    return Finding("startup-exception", "error", " ".join(("Startup failed with an exception", stage)).strip(),
+                   _sentences(f"{message} — the traceback after this line in the log names the cause", hint))
+
+
+_CAPTURING = "while capturing CUDA graphs"
+_NO_KERNEL_IMAGE = ("'no kernel image is available' means a library's kernels (the path on the line names it) were "
+                      "not built for this GPU's compute capability: install a build that supports this GPU, or choose "
+                      "a backend that does (e.g. another --attention-backend)")
+GRAPH_AMPLE_GIB = 8.0  # free at capture beyond what CUDA graphs take in the logs we know (largest seen: 8.6 GiB at bs 512+)
+
+
+def _capture_hint(free: float | None, pre: float | None, what: str) -> str:
+    """What the free memory at capture says about an out-of-memory, graded: thin, middling, ample."""
+    if free is None:
+        return ("The log does not show the free memory at capture; an out-of-memory is one common cause (lower "
+                "--mem-fraction-static or --cuda-graph-max-bs), an unsupported kernel or torch.compile another: "
+                "--disable-cuda-graph confirms that capture is the failing step.")
+    thin = _margin(pre) if pre else SAFETY_MARGIN_GIB
+    if free < thin:
+        return (f"Only {free:.2f} GiB was free {what}; an out-of-memory here is the usual cause: lower "
+                "--mem-fraction-static or --cuda-graph-max-bs, or --disable-cuda-graph to confirm.")
+    if free >= GRAPH_AMPLE_GIB:
+        return (f"{free:.2f} GiB was free {what}, more than CUDA graphs usually take, so an out-of-memory is unlikely: "
+                "the exception text names the cause (often a kernel or attention backend this GPU or model does not "
+                "support, or torch.compile); --disable-cuda-graph confirms that capture is the failing step.")
+    return (f"{free:.2f} GiB was free {what}: if the exception is an out-of-memory, lower --mem-fraction-static or "
+            "--cuda-graph-max-bs; otherwise the exception text names the cause. --disable-cuda-graph confirms that "
+            "capture is the failing step.")
+
+
+def _stage(s: Startup, pre: float | None = None, capture: bool = False, memory_hint: bool = True) -> tuple[str, str]:
+    """Where in SGLang's startup sequence a crash happened, from the last lifecycle line of the reference rank
+    (or from the failure itself: 'Capture cuda graph failed')."""
     ref = s.reference_rank
     if ref is None:
-        return "", ""
-    if ref.extras.get("avail_before_graphs_gib") is not None and not ref.extras.get("graphs"):
-        free = ref.extras["avail_before_graphs_gib"]
-        return ("while capturing CUDA graphs",
-                f"Only {free:.2f} GiB was free when capture began; an out-of-memory here is the usual cause: lower "
-                "--mem-fraction-static or --cuda-graph-max-bs, or --disable-cuda-graph to confirm.")
+        return (_CAPTURING, _capture_hint(None, pre, "") if memory_hint else "") if capture else ("", "")
+    began = ref.extras.get("avail_before_graphs_gib") is not None or ref.extras.get("graph_capture_began")
+    if (began or capture) and not ref.extras.get("graphs"):
+        free, what = ref.extras.get("avail_before_graphs_gib"), "when capture began"
+        if free is None and ref.avail_after_pool_gib is not None:
+            free, what = ref.avail_after_pool_gib, "after the KV pool, just before capture"
+        return _CAPTURING, _capture_hint(free, pre, what) if memory_hint else ""
     if ref.pre_load_free_gib is not None and ref.weights_gib is None and ref.avail_after_weights_gib is None:
         return ("while loading weights",
                 f"{ref.pre_load_free_gib:.2f} GiB was free before loading: check that the checkpoint's weights per GPU "
@@ -171,7 +234,8 @@ def _stage(s: Startup) -> tuple[str, str]:
 
 def _oom(s: Startup, f, mfs: float | None, pre: float | None) -> Finding:
     ref = s.reference_rank
-    capturing = ref is not None and ref.extras.get("avail_before_graphs_gib") is not None and ref.cuda_graph_gib is None
+    capturing = ref is not None and ref.cuda_graph_gib is None and (
+        ref.extras.get("avail_before_graphs_gib") is not None or bool(ref.extras.get("graph_capture_began")))
     tried = f.data.get("tried_gib")
     if capturing and mfs is not None and pre:
         need = (tried or 1.0) + 0.5
@@ -183,8 +247,8 @@ def _oom(s: Startup, f, mfs: float | None, pre: float | None) -> Finding:
                        "--cuda-graph-max-bs.", Suggestion("--mem-fraction-static", mfs, to))
     phase = "while loading weights" if ref is not None and ref.weights_gib is None and ref.pre_load_free_gib else "during startup"
     return Finding("cuda-oom", "error", f"CUDA out of memory {phase}",
-                   f"{f.message[:240]}. If the weights do not fit, raise --tp or use a quantized checkpoint; "
-                   "if it happened after the pool, lower --mem-fraction-static.")
+                   _sentences(f.message[:240], "If the weights do not fit, raise --tp or use a quantized checkpoint; "
+                              "if it happened after the pool, lower --mem-fraction-static"))
 
 
 def _dsv4_pools(s: Startup) -> Finding | None:
@@ -237,7 +301,8 @@ def findings(s: Startup) -> list:
         out.extend(f for f in (_reserve(s, mfs, pre, bpt), _headroom(s, mfs, pre, bpt)) if f)
     out.extend(f for f in (_pool(s), _mla_replicated(s, bpt or 0, mfs, pre), _dsv4_pools(s)) if f)
     for w in s.warnings:
-        if w.get("code") == "max-total-tokens-above-profile" and None not in (w.get("requested"), w.get("profiled")):
+        if (w.get("code") == "max-total-tokens-above-profile" and None not in (w.get("requested"), w.get("profiled"))
+                and w["profiled"] > 0):  # ≤ 0: no KV room at all, the not-enough-memory failure says so
             out.append(Finding("max-total-tokens-clamped", "warning",
                                f"--max-total-tokens {w.get('requested'):,} was more than memory allows",
                                f"SGLang profiled room for {w.get('profiled'):,} tokens and used that. To get more, raise "

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kvscope.engines.lazy import lazy_compile
+
 # (first version, last version) as tuples; None = open.
 Version = tuple[int, int, int]
 
@@ -72,6 +74,7 @@ BUILD_DATES: tuple[tuple[str, Version], ...] = (
 
 OLDEST: Version = (0, 3, 0)
 NEWEST: Version = (0, 9, 99)
+_DATED = lazy_compile(r"\d{4}-\d\d-\d\d")  # a log date (0.3.x stamps have the time only)
 
 
 def era_for(version: Version) -> Era:
@@ -88,6 +91,10 @@ class VersionRange:
     clues: list[str] | None = None
 
     def narrow(self, low: Version | None, high: Version | None, clue: str) -> None:
+        if high and high < OLDEST and self.low == OLDEST:  # a wording older than the table: E0's rules, honestly dated
+            self.low, self.high = low or (0, 0, 0), high
+            (self.clues if self.clues is not None else []).append(clue)
+            return
         if low and low > self.low and low <= self.high:
             self.low = low
         if high and high < self.high and high >= self.low:
@@ -96,10 +103,14 @@ class VersionRange:
 
     @property
     def eras(self) -> list[Era]:
+        if self.high < OLDEST:  # before the first era read: the oldest rules are the nearest
+            return [ERAS[0]]
         return [e for e in ERAS if e.last >= self.low and e.first <= self.high]
 
     def label(self) -> str:
         names = "/".join(e.name for e in self.eras)
+        if self.high < OLDEST:
+            return f"{names} rules (before {fmt(OLDEST)}: {self.high[0]}.{self.high[1]}.x wording)"
         high = "newest" if self.high == NEWEST else fmt(self.high)
         return f"{names} ({fmt(self.low)} – {high})"
 
@@ -125,11 +136,12 @@ def infer_version_range(features: dict[str, Any], log_date: str | None) -> Versi
         ("draft_more_tokens", None, (0, 5, 6), "draft pool has more tokens than the target (≤0.5.6)"),
         ("dsv4_sizing", (0, 5, 12), None, "'DSV4 memory calculation' (DeepSeek-V4, ≥0.5.12)"),
         ("dsv4_fixed_states", (0, 5, 15), None, "V4 sizing with c128_state_fixed (≥0.5.15)"),
+        ("gpu_id_prefix", (0, 2, 0), (0, 2, 99), "'[gpu_id=N]' line prefix (0.2.x, before the TP rank prefix)"),
     ]
     for key, low, high, clue in rules:
         if features.get(key):
             vr.narrow(low, high, clue)
-    if log_date:
+    if log_date and _DATED.match(log_date):  # 0.3.x prefixes carry the time only
         newest_built = None
         for date, version in BUILD_DATES:
             if date <= log_date[:10]:

@@ -6,11 +6,27 @@ from typing import Any
 
 from kvscope.capacity.arch import dtype_bytes
 from kvscope.capacity.catalog import load_architecture
+from kvscope.engines.lazy import lazy_compile
 from kvscope.engines.sglang import rules
 from kvscope.engines.sglang.eras import era_for, infer_version_range, parse_version
 from kvscope.engines.sglang.lines import DSV4_POOL
 from kvscope.engines.sglang.rules import GIB, Interval
 from kvscope.ledger.model import LedgerRow, LedgerRows, Rank, Reconciliation, Startup
+
+_DATED_PREFIX = lazy_compile(r"\[(\d{4}-\d\d-\d\d)[ T]\d\d:\d\d")
+_LOAD_END_NO_USAGE = lazy_compile(r"Load weight end\..*avail mem=\d+\.\d\d ?GB\s*$")
+
+
+def _log_date(s: Startup) -> str | None:
+    """The startup's date: its first event's stamp, else the first dated SGLang prefix among its lines (an
+    excerpt may open on an unprefixed traceback line; 0.3.x stamps carry the time only)."""
+    if s.started_at and _DATED_PREFIX.match(f"[{s.started_at}"):
+        return s.started_at
+    for e in s.evidence:
+        m = _DATED_PREFIX.search(e.text)
+        if m:
+            return m.group(1)
+    return None
 
 
 def _features(s: Startup) -> dict[str, Any]:
@@ -30,6 +46,10 @@ def _features(s: Startup) -> dict[str, Any]:
         "ready_without_gpu_mem": "max_total_num_tokens=" in joined and "available_gpu_mem" not in joined,
         "dsv4_sizing": "DSV4 memory calculation" in joined,
         "dsv4_fixed_states": "DSV4 memory calculation" in joined and "c128_state_fixed=" in joined,
+        "gpu_id_prefix": "[gpu_id=" in joined,
+        # a whole 'Load weight end … avail mem=X GB' line with no usage after it (≤0.4.3); one cut line proves nothing
+        "load_no_usage": any(_LOAD_END_NO_USAGE.search(t) for t in texts)
+        and not any("Load weight end" in t and "mem usage" in t for t in texts),
     }
     for r in s.ranks:  # any rank that logged both pools (excerpts often show the draft on one rank only)
         target, draft = r.pool("target"), r.pool("draft")
@@ -38,6 +58,16 @@ def _features(s: Startup) -> dict[str, Any]:
             f["draft_more_tokens"] = draft.tokens > target.tokens
             break
     return f
+
+
+def state_pool_budget_gib(r: Rank) -> float:
+    """What the rank's Mamba state pool took out of the KV budget (doc §2.5): the printed conv + ssm sizes
+    cover size + 1 slots, the budget paid for size."""
+    pool = r.pool("mamba")
+    if pool is None or not pool.gib:
+        return 0.0
+    slots = r.extras.get("mamba_mamba_slots")
+    return pool.gib * slots / (slots + 1) if slots else pool.gib
 
 
 def _derive_rank(r: Rank) -> None:
@@ -105,7 +135,7 @@ def kv_dtype_name(s: Startup) -> str | None:
 
 def finish(s: Startup) -> None:
     """Fill era, derived figures, capacity, reconciliation and ledger rows of an SGLang startup."""
-    vr = infer_version_range(_features(s), s.started_at)
+    vr = infer_version_range(_features(s), _log_date(s))
     logged = parse_version(s.engine_version)
     era = era_for(logged) if logged else vr.eras[-1] if vr.eras else era_for((0, 5, 9))
     s.era = f"{era.name}" if logged else vr.label()
@@ -244,7 +274,7 @@ def _derive_from_reserve(s: Startup, cell: rules.CellSize | None) -> None:
     request = _request_pool_estimate(s)
     reserve = ref.avail_after_pool_gib + slack + request
     pre = reserve / (1 - mfs)
-    at_profile = reserve + (target.tokens + 0.5) * rec.bytes_per_token / GIB
+    at_profile = reserve + (target.tokens + 0.5) * rec.bytes_per_token / GIB + state_pool_budget_gib(ref)
     ref.set_derived("pre_load_free_gib", round(pre, 2))
     ref.set_derived("avail_after_weights_gib", round(at_profile, 2))
     ref.set_derived("weights_gib", round(pre - at_profile, 2))
@@ -277,20 +307,37 @@ def _budget_check(s, ref, tokens, bpt, page, rec, checks, consistent, era) -> No
         at_profile = ref.extras["avail_after_draft_weights_gib"]  # E3+: draft weights load before the profile
     if pre is None or at_profile is None:
         return
+    state = state_pool_budget_gib(ref)  # hybrid models: the Mamba pool is paid out of rest before the KV pool
+    with_state = f" plus the {state:.2f} GiB Mamba state pool" if state else ""
     if mfs is None:
-        implied = rules.implied_mfs(pre, at_profile, tokens, bpt)
+        implied = rules.implied_mfs(pre, at_profile, tokens, bpt, state)
         s.capacity.extras["implied_mem_fraction_static"] = round(implied, 4)
-        checks.append(f"mem_fraction_static not in the log; the token count implies ≈ {implied:.3f}")
+        checks.append(f"mem_fraction_static not in the log; the token count{with_state} implies ≈ {implied:.3f}")
         return
     rest = rules.rest_interval(Interval.printed(pre), Interval.printed(at_profile), mfs)
+    if state:
+        rest = rest - Interval.printed(state, 2 * rules.HALF_CENT)  # two printed sizes, conv + ssm
     low, high = rules.tokens_from_rest(rest, bpt, page)
     rec.kv_tokens_low, rec.kv_tokens_high = low, high
     ok = low <= tokens <= high
     consistent.append(ok)
+    minus_state = f" − Mamba {state:.2f}" if state else ""
     checks.append(
-        f"budget: {at_profile:.2f} − {pre:.2f} × (1 − {mfs}) = {rest.mid:.4f} GiB ± {(rest.high - rest.low) / 2:.4f}"
-        f" → {low:,} … {high:,} tokens; logged {tokens:,} {'inside' if ok else 'OUTSIDE'}"
+        f"budget: {at_profile:.2f} − {pre:.2f} × (1 − {mfs}){minus_state} = {rest.mid:.4f} GiB"
+        f" ± {(rest.high - rest.low) / 2:.4f} → {low:,} … {high:,} tokens; logged {tokens:,} {'inside' if ok else 'OUTSIDE'}"
     )
+
+
+def _unprinted_pool_row(r: Rank, add) -> None:
+    """No pool line (≤0.4 MLA logs, excerpts): the drop in free memory across the pool step is the pool plus
+    the request table and allocator rounding, derived from the two printed figures around it."""
+    if any(p.name not in ("draft", "host") for p in r.kv_pools) or r.avail_after_pool_gib is None:
+        return
+    before = r.extras.get("avail_after_draft_weights_gib") or r.avail_after_weights_gib  # E3+: draft loads first
+    if before is None or before <= r.avail_after_pool_gib:
+        return
+    add("KV pool + request table (free after weights − free after pool)", round(before - r.avail_after_pool_gib, 2),
+        how="derived", note="the log prints no pool line; this drop also holds the req_to_token table and allocator rounding")
 
 
 def ledger_rows(s: Startup, r: Rank) -> list[LedgerRow]:
@@ -310,7 +357,13 @@ def ledger_rows(s: Startup, r: Rank) -> list[LedgerRow]:
     for pool in r.kv_pools:
         if pool.name in ("draft", "host"):
             continue
+        if pool.name == "mamba":
+            slots = r.extras.get("mamba_mamba_slots")
+            add("Mamba state pool (conv + ssm)" + (f" ({slots:,} request slots)" if slots else ""), pool.size_gib(),
+                note="paid from the same mem_fraction_static budget, before the KV pool")
+            continue
         add(f"KV pool: {pool.name}" + (f" ({pool.tokens:,} tokens)" if pool.tokens else ""), pool.size_gib())
+    _unprinted_pool_row(r, add)
     add("free after KV pool", r.avail_after_pool_gib, "avail_after_pool_gib")
     if mfs is not None and r.pre_load_free_gib is not None:
         add(f"intended reserve F × (1 − {mfs})", r.pre_load_free_gib * (1 - mfs), how="derived",

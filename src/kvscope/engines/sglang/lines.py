@@ -2,7 +2,8 @@
 
 Each pattern is searched, not anchored: real logs glue lines after progress bars
 (``… 3.89it/s][2026-05-07 13:39:14 DP1 TP1 EP1] Load weight end. …``) and copy-pastes drop the
-prefix. The rank comes from SGLang's own prefix ``[time DP? PP? ATTN_CP? MOE_DP? TP? EP?]``; a line
+prefix. The rank comes from SGLang's own prefix ``[time DP? PP? ATTN_CP? MOE_DP? TP? EP?]`` (0.3.x
+printed the time without the date, ``[23:17:01 TP0]``; 0.2.x wrote ``[gpu_id=N]`` instead); a line
 without one belongs to the single rank of a TP=1 server.
 """
 
@@ -19,10 +20,10 @@ ENGINE = "sglang"
 SINGLE_RANK = "TP0"
 
 _PREFIX = lazy_compile(
-    r"\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)((?: (?:DP|PP|ATTN_CP|MOE_DP|CP|TP|EP)\d+)*)"
+    r"\[((?:\d{4}-\d\d-\d\d[ T])?\d\d:\d\d:\d\d(?:[.,]\d+)?)((?: (?:DP|PP|ATTN_CP|MOE_DP|CP|TP|EP)\d+)*)"
     r"(?: rank=(\d+))?\] ?"
 )
-_BARE_RANK = lazy_compile(r"\[rank=(\d+)\] ?")
+_BARE_RANK = lazy_compile(r"\[(rank|gpu_id)=(\d+)\] ?")  # gpu_id: 0.2.x, one process per TP rank
 G = rf"({NUM})"  # one captured number
 
 _INIT_END = lazy_compile(rf"Init torch distributed ends\.(?: elapsed={G} s,)? mem usage={G} ?GB")
@@ -45,8 +46,12 @@ DSV4_POOL = "DeepSeek-V4 pools"
 _DSV4_SIZES = lazy_compile(r"DSV4 pool sizes: (full=\d+.*)")
 _KV_AVAILABLE = lazy_compile(rf"The available memory for KV cache is {G} ?GB")
 _POOL_END = lazy_compile(rf"Memory pool end\. avail mem={G} ?GB")
-_GRAPH_BEGIN = lazy_compile(rf"Capture ((?:\w+ )*?)(?:cuda|CUDA|cpu|npu|xpu|musa|hpu) graph begin\..*?avail mem={G} ?GB")
-_GRAPH_END = lazy_compile(r"Capture ((?:\w+ )*?)(?:cuda|CUDA|cpu|npu|xpu|musa|hpu) graph end\.(.*)")
+# "Capture [target|draft] [decode|extend|prefill] <device> graph …": the device word in any case (cuda, CUDA, NPU, …)
+_DEVICE = r"(?i:cuda|cpu|npu|xpu|musa|hpu)"
+_GRAPH_BEGIN = lazy_compile(rf"Capture ((?:\w+ )*?){_DEVICE} graph begin\.(?:.*?avail mem={G} ?GB)?")
+_GRAPH_END = lazy_compile(rf"Capture ((?:\w+ )*?){_DEVICE} graph end\.(.*)")
+# SGLang wraps whatever capture raised: "Exception: Capture cuda graph failed: <error>" + "Possible solutions:"
+_GRAPH_FAILED = lazy_compile(rf"Capture (?:\w+ )*?{_DEVICE} graph failed:?\s*(.*)")
 _USAGE = lazy_compile(rf"mem usage={G} ?GB")
 _AVAIL = lazy_compile(rf"avail mem={G} ?GB")
 _READY = lazy_compile(r"max_total_num_tokens=(\d+)")
@@ -55,7 +60,7 @@ _READY_GPU = lazy_compile(rf"available_gpu_mem={G} ?GB")
 _HOST_OLD = lazy_compile(rf"Allocating {G} ?GB host memory for (.+?)\.?$")
 _HOST_E4 = lazy_compile(rf"Allocating kv hierarchical KV host pool: (\d+) tokens, {G} ?GB host memory")
 _MM_RESERVE = lazy_compile(rf"Reserving {G} ?GB of the KV budget for post-sizing multimodal")
-_MAX_TOTAL_CLAMP = lazy_compile(r"max_total_tokens=(\d+) is larger than the profiled value (\d+)")
+_MAX_TOTAL_CLAMP = lazy_compile(r"max_total_tokens=(-?\d+) is larger than the profiled value (-?\d+)")
 _NOT_ENOUGH = lazy_compile(r"Not enough memory\. Please try to increase --mem-fraction-static")
 _CURRENT_MFS = lazy_compile(rf"mem_fraction_static={G}")
 _NO_KV_ROOM = lazy_compile(rf"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static={G}")
@@ -68,7 +73,14 @@ _UNBALANCED = lazy_compile(
 _HOST_SHORT = lazy_compile(rf"Not enough host memory available\. Requesting {G} ?GB but only have {G} ?GB")
 _VLM_ADJUST = lazy_compile(rf"Dynamically adjusted --mem-fraction-static from: {G} to: {G}")
 _MRR_RESET = lazy_compile(r"Max running requests is reset to (\d+)")
-_EXCEPTION = lazy_compile(r"Scheduler hit an exception|TpModelWorker hit an exception|Exception in ModelRunner")
+_EXCEPTION = lazy_compile(
+    r"Scheduler hit an exception|TpModelWorker hit an exception|Exception in ModelRunner"
+    r"|Exception in run_tp_server|Exception in ModelTpServer"  # 0.3.x / 0.2.x worker loops
+)
+# A device error names its own cause (flashinfer's "CUDA Error: … (209)", torch's "CUDA error: …", ROCm's "HIP error: …");
+# an out-of-memory is left to the engine-neutral parser (engines/common.py), which reads its sizes.
+_DEVICE_ERROR = lazy_compile(r"\b(?:CUDA|HIP) [Ee]rror: ([^(/]+)")
+_OOM_WORDS = lazy_compile(r"out of memory|OutOfMemory")
 _VERSION = lazy_compile(r"sglang(?:==| version[: ]+v?)(\d+\.\d+\.\d+[\w.]*)")
 _KV_FIELDS = lazy_compile(r"(\w+)=([^,]+)")
 
@@ -86,6 +98,10 @@ ANCHORS: tuple[bytes, ...] = (
     b"sglang",
     b"Max running",
     b"DSV4",
+    b"Mamba",
+    b"CUDA Error",
+    b"CUDA error",
+    b"HIP error",
 )
 
 
@@ -98,7 +114,8 @@ def split_prefix(text: str) -> tuple[str | None, str | None, str]:
         return label, m.group(1), text[m.end() :]
     m = _BARE_RANK.search(text)
     if m:
-        return f"rank={m.group(1)}", None, text[m.end() :]
+        label = f"TP{m.group(2)}" if m.group(1) == "gpu_id" else f"rank={m.group(2)}"
+        return label, None, text[m.end() :]
     return None, None, text
 
 
@@ -184,9 +201,21 @@ def _failures(msg: str) -> list[Parsed]:
     if m:
         return [Parsed(ev.FAILURE, {"kind": "host-memory", "message": msg.strip(),
                                      "requested_gb": to_float(m.group(1)), "free_gb": to_float(m.group(2))})]
+    m = _GRAPH_FAILED.search(msg)
+    if m and not _OOM_WORDS.search(msg):  # "failed: CUDA out of memory …" is the engine-neutral OOM's line
+        return [Parsed(ev.FAILURE, {"kind": "exception", "message": msg.strip(), "stage": "graph-capture",
+                                     "cause": m.group(1).strip() or None})]
     if _EXCEPTION.search(msg):
         return [Parsed(ev.FAILURE, {"kind": "exception", "message": msg.strip(), "weak": True})]
     return []
+
+
+def _device_error(msg: str) -> list[Parsed]:
+    """A CUDA/HIP error (not an out-of-memory) stops the startup and names its own cause."""
+    m = _DEVICE_ERROR.search(msg)
+    if m is None or _OOM_WORDS.search(msg):
+        return []
+    return [Parsed(ev.FAILURE, {"kind": "exception", "message": msg.strip()[:500], "device_error": m.group(1).strip()})]
 
 
 class SGLangLines:
@@ -201,6 +230,8 @@ class SGLangLines:
     def parse(self, text: str, ctx: LineContext) -> list[Parsed]:
         rank, ts, msg = split_prefix(text)
         out = self._parse_message(msg)
+        if not out and (rank is not None or ctx.state.get("sglang_prefixed")):
+            out = _device_error(msg)  # generic wording: only inside a log SGLang's prefixes already claimed
         for p in out:
             p.rank = rank  # None: no prefix; the assembler attaches it to the startup's reference rank
             p.timestamp = ts
@@ -228,6 +259,8 @@ class SGLangLines:
             return [Parsed(ev.PHASE, {"phase": "graph_end", **_graph_end(m.group(1), m.group(2))})]
         m = _GRAPH_BEGIN.search(msg)
         if m:
+            if m.group(2) is None:  # ≤0.4: "Capture cuda graph begin. This can take up to several minutes."
+                return [Parsed(ev.RANK, {"graph_capture_began": True})]
             return [Parsed(ev.PHASE, {"phase": "graph_begin", "graph": m.group(1).strip() or "decode",
                                       "avail_gib": _gib(m, 2)})]
         if _READY.search(msg):
@@ -273,8 +306,13 @@ class SGLangLines:
             return [Parsed(ev.RANK, {"multimodal_reserve_gib": _gib(m, 1)})]
         m = _MAX_TOTAL_CLAMP.search(msg)
         if m:
-            return [Parsed(ev.WARNING, {"code": "max-total-tokens-above-profile", "message": msg.strip(),
-                                        "requested": to_int(m.group(1)), "profiled": to_int(m.group(2))})]
+            profiled = to_int(m.group(2))
+            out = [Parsed(ev.WARNING, {"code": "max-total-tokens-above-profile", "message": msg.strip(),
+                                       "requested": to_int(m.group(1)), "profiled": profiled})]
+            if profiled is not None and profiled <= 0:  # weights + reserve exceed the budget: SGLang raises next
+                out.append(Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": msg.strip(),
+                                               "profiled_tokens": profiled}))
+            return out
         m = _UNBALANCED.search(msg)
         if m:
             return [Parsed(ev.WARNING, {"code": "rank-imbalance", "message": msg.strip(),

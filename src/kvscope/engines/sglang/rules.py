@@ -145,9 +145,10 @@ def request_pool_gib(rows: int, context_len: int, draft_tokens: int = 0) -> floa
     return math.ceil(raw / SEGMENT_BYTES) * SEGMENT_BYTES / GIB
 
 
-def implied_mfs(pre_load_free_gib: float, at_profile_gib: float, tokens: int, cell: int) -> float:
-    """The mem_fraction_static that makes the logged token count come out (midpoint estimate)."""
-    rest = (tokens + 0.5) * cell / GIB
+def implied_mfs(pre_load_free_gib: float, at_profile_gib: float, tokens: int, cell: int, state_gib: float = 0.0) -> float:
+    """The mem_fraction_static that makes the logged token count come out (midpoint estimate); ``state_gib``:
+    what a hybrid model's Mamba state pool took from the same budget first."""
+    rest = (tokens + 0.5) * cell / GIB + state_gib
     return 1 - (at_profile_gib - rest) / pre_load_free_gib
 
 
