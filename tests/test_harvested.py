@@ -9,11 +9,8 @@ import pytest
 
 from tests.conftest import FIXTURES
 
-PENDING = {"vllm"}  # gaps these logs found, being mended
 
-
-@pytest.mark.parametrize("engine", [pytest.param(e, marks=pytest.mark.xfail(reason="gaps being mended", strict=False))
-                                    if e in PENDING else e for e in ("sglang", "vllm", "llamacpp", "trtllm")])
+@pytest.mark.parametrize("engine", ["sglang", "vllm", "llamacpp", "trtllm"])
 def test_harvested_conformance(engine):
     cmd = f"{sys.executable} -m kvscope"
     out = subprocess.run(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from kvscope.engines.vllm import rules
-from kvscope.engines.vllm.finish import block_size, era_of, setting_int, total_gib, util
+from kvscope.engines.vllm.finish import block_size, era_of, graphs_inside, setting_int, total_gib, util
 from kvscope.engines.vllm.rules import GIB
 from kvscope.ledger.model import Finding, Startup, Suggestion
 
@@ -101,7 +101,22 @@ def _no_memory(s: Startup) -> Finding:
                        detail, Suggestion("--gpu-memory-utilization", u, fits, _kv_tokens_at(s, fits)))
     ref = s.reference_rank
     terms = [x for x in (ref.weights_gib, ref.activation_peak_gib, ref.non_torch_gib) if x is not None] if ref else []
-    detail = "After weights, the profiling run's activation peak and non-torch memory, nothing of the budget was left for KV."
+    graphs, where = _graph_estimate(s)
+    inside = graphs_inside(s)
+    if graphs is not None and inside is not False:
+        when = "" if inside else ", subtracted from the budget by default from v0.20"
+        detail = (f"After weights, the profiling run's activation peak, non-torch memory and the CUDA-graph estimate "
+                  f"({graphs:.2f} GiB logged on {where}{when}), nothing of the budget was left for KV.")
+        if inside:
+            terms.append(graphs)
+        if total and u is not None and graphs >= 0.5 * u * total:
+            detail += f" The graph estimate alone is {graphs / (u * total):.0%} of the {u * total:.2f} GiB budget."
+        detail += (" If the estimate is implausible, set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 (graphs are then "
+                   "paid from the memory outside the budget, as before v0.20), capture fewer sizes (a lower "
+                   "--max-num-seqs, --cuda-graph-sizes / compilation_config.cudagraph_capture_sizes) or use --enforce-eager.")
+    else:
+        detail = ("After weights, the profiling run's activation peak and non-torch memory, nothing of the budget was "
+                  "left for KV.")
     if terms and total and u is not None:
         to = min(1.0, math.ceil((sum(terms) + 1.0) / total * 100) / 100)
         detail += (f" Those take {sum(terms):.2f} GiB of the {u * total:.2f} GiB budget; util {to} leaves about 1 GiB for KV"
@@ -111,6 +126,16 @@ def _no_memory(s: Startup) -> Finding:
     detail += (" Raise --gpu-memory-utilization, lower --max-num-batched-tokens (smaller activation peak), "
                "or use more GPUs / a quantized checkpoint.")
     return Finding("not-enough-memory", "error", "Startup failed: no memory left for the KV cache", detail)
+
+
+def _graph_estimate(s: Startup) -> tuple[float | None, str]:
+    """The largest CUDA-graph estimate any rank logged (read or derived from the advisory), and that rank."""
+    found = [(r.extras["cuda_graph_estimate_gib"], r.rank) for r in s.ranks
+             if isinstance(r.extras.get("cuda_graph_estimate_gib"), (int, float))]
+    if not found:
+        return None, ""
+    gib, rank = max(found)
+    return float(gib), rank
 
 
 def _kv_tokens_at(s: Startup, to: float) -> int | None:
@@ -282,8 +307,14 @@ def _overallocated(s: Startup) -> Finding | None:
 
 
 def _warnings(s: Startup) -> list[Finding]:
+    """One finding per kind of warning: vLLM repeats some per KV group or per worker."""
     out: list[Finding] = []
+    seen: set[object] = set()
     for w in s.warnings:
+        key = w.get("code") if w.get("code") == "hybrid-kv-manager-disabled" else (w.get("code"), w.get("message"))
+        if key in seen:
+            continue
+        seen.add(key)
         if w.get("code") == "hybrid-kv-manager-disabled":
             out.append(Finding("hybrid-kv-manager-disabled", "warning",
                                "Sliding-window layers are sized for the full context",

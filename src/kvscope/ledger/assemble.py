@@ -68,7 +68,16 @@ def _is_restart(b: _Builder, s: Startup, e: ev.Event) -> bool:
         return s.has_content()
     if (e.engine != s.engine or e.file != s.file) and s.has_content() and e.engine != "common":
         return True
+    if e.kind == ev.FAILURE and _other_max_len(s, e):
+        return True
     return bool(e.kind == ev.PHASE and e.data.get("phase") in ("weights_begin", "engine_init") and b.ready)
+
+
+def _other_max_len(s: Startup, e: ev.Event) -> bool:
+    """A failure about a max_model_len other than the one this startup already runs with (its capacity line
+    printed it) is another run's: two runs pasted together without a banner between them."""
+    failed, running = e.data.get("max_model_len"), s.capacity.max_model_len
+    return isinstance(failed, int) and isinstance(running, int) and failed != running
 
 
 def _apply_phase(b: _Builder, s: Startup, e: ev.Event) -> None:

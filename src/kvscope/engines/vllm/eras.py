@@ -13,6 +13,8 @@ from dataclasses import dataclass
 Version = tuple[int, int, int]
 OLDEST: Version = (0, 0, 0)
 NEWEST: Version = (0, 99, 99)
+POST_073: Version = (0, 7, 4)  # dev builds between the v0.7.3 tag and v0.8.0
+PRE_080: Version = (0, 7, 99)
 
 
 def parse_version(text: str | None) -> Version | None:
@@ -58,7 +60,10 @@ ERAS: tuple[Era, ...] = (
         False, True, "v1", 0.92),
     Era("V1 0.22–0.24", "V1", (0, 22, 0), (0, 24, 99), "K = T·u − (weights + activation + non-torch) − CUDA graphs",
         False, True, "v1-conc", 0.92),
-    Era("V1 0.28+", "V1", (0, 25, 0), NEWEST, "K = T·u − (consumed + transient peak) − CUDA graphs", False, True,
+    # The consumed-memory ledger replaced W + A + N somewhere in v0.25–v0.28 (doc §1.1): not pinned, so its own row.
+    Era("V1 0.25–0.27", "V1", (0, 25, 0), (0, 27, 99), "K = T·u − (weights + activation + non-torch) − CUDA graphs "
+        "(v0.28's consumed + transient peak from somewhere in this range)", False, True, "v1-conc", 0.92),
+    Era("V1 0.28+", "V1", (0, 28, 0), NEWEST, "K = T·u − (consumed + transient peak) − CUDA graphs", False, True,
         "v1-conc", 0.92),
 )
 
@@ -79,25 +84,32 @@ def _c(regex: str, first: Version, last: Version, engine: str | None, why: str) 
 
 
 CLUES: tuple[Clue, ...] = (
-    _c(r"Loading model weights took [\d.]+ GB", OLDEST, (0, 7, 3), None, "'Loading model weights took … GB'"),
+    _c(r"Loading model weights took [\d.]+ GB", OLDEST, PRE_080, None, "'Loading model weights took … GB'"),
     _c(r"Model loading took [\d.]+ GB and", (0, 8, 0), (0, 8, 4), None, "'Model loading took … GB and'"),
     _c(r"Model loading took [\d.]+ GiB and", (0, 8, 5), (0, 11, 0), None, "'Model loading took … GiB and'"),
     _c(r"Model loading took [\d.]+ GiB memory and", (0, 11, 1), NEWEST, None, "'Model loading took … GiB memory'"),
     _c(r"Memory profiling results: (?:total_gpu_memory|duration)=", (0, 6, 4), (0, 6, 4), "V0",
        "one-line 'Memory profiling results:'"),
     _c(r"Memory profiling results:\s*$", (0, 6, 5), (0, 6, 5), "V0", "tabular 'Memory profiling results:'"),
-    _c(r"Memory profiling takes [\d.]+ seconds|the current vLLM instance can use", (0, 6, 5), (0, 10, 2), "V0",
+    _c(r"Memory profiling takes [\d.]+ seconds(?!\. Total)|the current vLLM instance can use", (0, 6, 5), (0, 10, 2), "V0",
        "'the current vLLM instance can use …'"),
     _c(r"# GPU blocks: \d+, # CPU blocks", OLDEST, (0, 6, 6), "V0", "'# GPU blocks: …, # CPU blocks'"),
-    _c(r"# cuda blocks: \d+", (0, 7, 0), (0, 10, 2), "V0", "'# cuda blocks'"),
-    _c(r"(?:INFO|WARNING|ERROR|DEBUG) \d\d-\d\d \d\d:\d\d:\d\d [\w.]+\.py:\d+\]", OLDEST, (0, 7, 3), None,
+    _c(r"# (?i:cuda) blocks: \d+", (0, 7, 0), (0, 10, 2), "V0", "'# cuda blocks'"),
+    _c(r"(?:INFO|WARNING|ERROR|DEBUG) \d\d-\d\d \d\d:\d\d:\d\d [\w.]+\.py:\d+\]", OLDEST, PRE_080, None,
        "header without '[' before the file name"),
     _c(r"(?:INFO|WARNING|ERROR|DEBUG) \d\d-\d\d \d\d:\d\d:\d\d \[[\w./]+\.py:\d+\]", (0, 8, 0), NEWEST, None,
        "header with '[file.py:line]'"),
-    _c(r"KV cache size: [\d,]+ tokens, Maximum concurrency", (0, 25, 0), NEWEST, "V1", "one-line capacity log"),
+    _c(r"KV cache size: [\d,]+ tokens, Maximum concurrency", (0, 27, 0), NEWEST, "V1", "one-line capacity log"),
     _c(r"\b(?:CPU|XPU|TPU|HPU|NPU) KV cache size:", (0, 28, 0), NEWEST, "V1", "'<device> KV cache size'"),
-    _c(r"GPU KV cache size: [\d,]+ tokens$", (0, 8, 0), (0, 24, 99), "V1", "two-line capacity log"),
-    _c(r"Maximum concurrency for \d{4,} tokens", OLDEST, (0, 10, 2), "V0", "max_model_len printed without separators"),
+    # Two lines from PR #13596 (dev builds after v0.7.3) until the merge into one, after v0.26 (0.25.1 and 0.26.0 print two).
+    _c(r"GPU KV cache size: [\d,]+ tokens$", POST_073, (0, 26, 99), "V1", "two-line capacity log"),
+    # V0 throughout, and V1 up to v0.7.x (`# GPU blocks: B` + concurrency): no engine from this alone.
+    _c(r"Maximum concurrency for \d{4,} tokens", OLDEST, (0, 10, 2), None, "max_model_len printed without separators"),
+    _c(r"# GPU blocks: \d+\s*$", (0, 6, 6), PRE_080, "V1", "'# GPU blocks: N' without CPU blocks (V1 kv_cache_utils)"),
+    _c(r"\b(?:gpu_model_runner|kv_cache_utils|gpu_worker)\.py:\d+\]", (0, 6, 6), NEWEST, "V1",
+       "V1 source file (gpu_model_runner / kv_cache_utils / gpu_worker)"),
+    _c(r"is larger than the maximum number of tokens that can be stored in KV cache", OLDEST, (0, 10, 2), "V0",
+       "V0 'max seq len … stored in KV cache' error"),
     _c(r"Available KV cache memory:", (0, 9, 1), NEWEST, "V1", "'Available KV cache memory'"),
     _c(r"\(VllmWorker rank=\d+", (0, 8, 0), (0, 10, 0), "V1", "'(VllmWorker rank=N' prefix"),
     _c(r"\(VllmWorker (?:PP\d+_)?TP\d+", (0, 10, 1), (0, 10, 1), "V1", "'(VllmWorker TPn' prefix"),
@@ -109,7 +121,7 @@ CLUES: tuple[Clue, ...] = (
        "CUDA-graph profiling 'will become the default in v0.19'"),
     _c(r"Estimated CUDA graph memory|CUDA graph pool memory", (0, 18, 0), NEWEST, "V1", "CUDA-graph estimate lines"),
     _c(r"for consumed memory \(weights \+ non-torch\)", (0, 25, 0), NEWEST, "V1", "'consumed memory' ledger line"),
-    _c(r"Actual usage is [\d.]+ GiB for weight", (0, 10, 2), (0, 24, 99), None, "'Actual usage is … for weight'"),
+    _c(r"Actual usage is [\d.]+ GiB for weight", (0, 10, 2), (0, 27, 99), None, "'Actual usage is … for weight'"),
     _c(r"models's max seq len", (0, 8, 0), (0, 20, 99), "V1", "'models's max seq len' typo"),
     _c(r"To serve at least one request with the model's max seq len", (0, 21, 0), NEWEST, "V1",
        "'model's max seq len' (typo fixed)"),

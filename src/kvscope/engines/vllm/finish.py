@@ -50,6 +50,9 @@ def tp_size(s: Startup) -> int:
     if logged:
         return logged
     tps = {p for r in s.ranks for p in r.rank.split() if p.startswith("TP")}
+    workers = s.assumptions.get("_vllm_workers")
+    if isinstance(workers, int) and not pp_size_logged(s):
+        return max(1, workers)  # counted before ranks without figures were dropped (see _drop_empty_ranks)
     if any(r.rank.startswith("pid=") for r in s.ranks) and not pp_size_logged(s):
         return max(1, len(s.ranks))  # V0 / Ray workers carry only a pid: each is one more TP rank
     return max(1, len(tps))
@@ -85,6 +88,9 @@ def era_of(s: Startup) -> Era:
 def graphs_inside(s: Startup) -> bool | None:
     """Whether this startup's CUDA-graph estimate was subtracted from the budget (None: release not pinned)."""
     ref = s.reference_rank
+    said = ref.extras.get("cuda_graph_profiling") if ref is not None else None
+    if isinstance(said, bool):
+        return said  # the log's own advisory says whether the estimate was applied in this run
     if ref is not None and ref.extras.get("util_equivalent_without_graph_profiling") is not None:
         return True  # the advisory is printed only when the estimate is applied
     value = s.assumptions.get("_vllm_graphs_inside")
@@ -145,8 +151,40 @@ def gib(x: float) -> str:
 # --- finish ------------------------------------------------------------------------------------------
 
 
+BLOCK_SIZE_GUESSES = (16, 32, 64, 128, 256, 512)  # block sizes tried when the log does not name one
+
+
+def log_hybrid(s: Startup) -> str | None:
+    """What in the log says the model is a hybrid (attention + Mamba / linear attention), in words, or None."""
+    cap = s.capacity
+    if cap.extras.get("padding_layers"):
+        return f"'Add {cap.extras['padding_layers']} padding layers'"
+    if cap.extras.get("hybrid_signal"):
+        return f"'{cap.extras['hybrid_signal']}'"
+    return None
+
+
+_FLAG_EXTRAS = frozenset({"graph_capture_started", "repeated_across_cluster"})
+
+
+def _drop_empty_ranks(s: Startup) -> None:
+    """Ranks the log gave no figure (a worker that only announced graph capture, or the engine process of a
+    Ray run whose workers print everything) are not shown. A pid-labelled one is still a worker: the count
+    of workers is kept for tp_size, and the capture flag for the failure rules."""
+    empty = [r for r in s.ranks if not r.has_figures() and set(r.extras) <= _FLAG_EXTRAS]
+    if not empty or len(empty) == len(s.ranks):
+        return
+    if any(r.rank.startswith("pid=") for r in s.ranks):
+        kept = len(s.ranks) - len(empty)
+        s.assumptions["_vllm_workers"] = kept + sum(r.rank.startswith("pid=") for r in empty)
+    if any(r.extras.get("graph_capture_started") for r in empty):
+        s.assumptions["_vllm_graph_capture_started"] = True
+    s.ranks = [r for r in s.ranks if r not in empty]
+
+
 def finish(s: Startup) -> None:
     """Fill era, derived figures, capacity, failure kind, reconciliation and ledger rows."""
+    _drop_empty_ranks(s)
     inferred = eras.infer([e.text for e in s.evidence], eras.parse_version(s.engine_version))
     era = inferred.eras[-1] if inferred.eras else eras.ERAS[-1]
     s.era = inferred.label()
@@ -198,10 +236,16 @@ def _derive_rank(s: Startup, r: Rank) -> None:
         # v0.6.4's torch peak is absolute: it includes the weights.
         r.set_derived("activation_peak_gib", round(peak - r.weights_gib, 2))
     eq = r.extras.get("util_equivalent_without_graph_profiling")
+    up = r.extras.get("util_suggested_with_graph_profiling")
     total = total_gib(s, r)
-    if eq is not None and u is not None and total is not None and "cuda_graph_estimate_gib" not in r.extras:
+    if u is None or total is None or "cuda_graph_estimate_gib" in r.extras:
+        return
+    if eq is not None:
         r.extras["cuda_graph_estimate_gib"] = round(rules.graph_gib_from_advisory(u, eq, total), 2)
         r.extras["cuda_graph_estimate_from"] = f"({u} − {eq}) × {total:.2f} GiB (the CUDA-graph advisory)"
+    elif up is not None and up < 1.0:  # the "from u to u + G/T" advisory (capped at 1.0: then G is unknown)
+        r.extras["cuda_graph_estimate_gib"] = round(rules.graph_gib_from_advisory(up, u, total), 2)
+        r.extras["cuda_graph_estimate_from"] = f"({up} − {u}) × {total:.2f} GiB (the CUDA-graph advisory)"
 
 
 def _capacity(s: Startup) -> None:
@@ -232,7 +276,8 @@ def _capacity(s: Startup) -> None:
 
 
 def _capture_unfinished(s: Startup) -> bool:
-    started = any(r.extras.get("graph_capture_started") for r in s.ranks)
+    started = any(r.extras.get("graph_capture_started") for r in s.ranks) or bool(
+        s.assumptions.get("_vllm_graph_capture_started"))
     done = any(r.extras.get("graph_capture_done") for r in s.ranks) or s.capacity.extras.get("ready")
     return started and not done
 
@@ -470,9 +515,16 @@ def _printed_consistency(s: Startup, era: Era, arch: Architecture | None, checks
         blocks = cap.num_gpu_blocks if cap.num_gpu_blocks is not None else tokens // bs
         exact = tokens / m if era.capacity_rule != "v1" or cap.num_gpu_blocks else blocks / rules.cdiv(m, bs)
         ok = rules.printed_concurrency_matches(exact, conc) or rules.printed_concurrency_matches(tokens / m, conc)
-        verdicts.append(ok)
-        checks.append(f"concurrency: {tokens:,} tokens / {m:,} = {tokens / m:.4f}, log prints {conc}x → "
-                      f"{'matches' if ok else 'DOES NOT match'}")
+        signal = log_hybrid(s) if arch is None and not ok else None
+        if signal:
+            # v0.9.1–0.20 print a hybrid's tokens per KV group (B // groups × bs), not concurrency × M; from
+            # v0.22 tokens = int(concurrency × M) always agree. So a mismatch here is the old rule, not an error.
+            checks.append(f"concurrency: {tokens:,} tokens / {m:,} = {tokens / m:.4f}, log prints {conc}x → differs, "
+                          f"as a hybrid model's does before v0.22 (the log shows {signal}; give --model to check it)")
+        else:
+            verdicts.append(ok)
+            checks.append(f"concurrency: {tokens:,} tokens / {m:,} = {tokens / m:.4f}, log prints {conc}x → "
+                          f"{'matches' if ok else 'DOES NOT match'}")
     f = s.failure
     if f is not None and f.kind == "max-len-too-large" and f.data.get("kv_needed_gib") and f.data.get("max_model_len"):
         lo, hi = rules.implied_bytes_per_token(f.data["kv_needed_gib"], f.data["max_model_len"])
@@ -480,11 +532,16 @@ def _printed_consistency(s: Startup, era: Era, arch: Architecture | None, checks
                       f"{lo:,.0f}–{hi:,.0f} B per token per worker")
         est, avail = f.data.get("estimated_max_model_len"), f.data.get("available_kv_gib")
         if est and avail:
-            low = rules.max_len_that_fits(avail - HALF_CENT, int(hi * bs) + 1, bs)
-            high = rules.max_len_that_fits(avail + HALF_CENT, int(lo * bs), bs)
+            # The estimate is whole blocks: with the block size not in the log (TPU and other platforms use
+            # larger ones than CUDA's 16), any block size that explains the printed figure is accepted.
+            sizes = [bs] if setting_int(s, "block_size") else [bs, *(b for b in BLOCK_SIZE_GUESSES if b != bs)]
+            fits = [(b, rules.max_len_that_fits(avail - HALF_CENT, int(hi * b) + 1, b),
+                     rules.max_len_that_fits(avail + HALF_CENT, int(lo * b), b)) for b in sizes]
+            size, low, high = next(((b, lo_, hi_) for b, lo_, hi_ in fits if lo_ <= est <= hi_), fits[0])
             ok = low <= est <= high
             verdicts.append(ok)
-            checks.append(f"estimated max length: {avail} GiB / that ≈ {low:,}–{high:,} tokens, log prints {est:,} → "
+            how = f" with block_size {size} (not in the log)" if ok and size != bs else ""
+            checks.append(f"estimated max length: {avail} GiB / that ≈ {low:,}–{high:,} tokens{how}, log prints {est:,} → "
                           f"{'inside' if ok else 'OUTSIDE'}")
     if f is not None and f.kind == "max-len-too-large" and f.data.get("kv_tokens") and cap.num_gpu_blocks:
         ok = f.data["kv_tokens"] == cap.num_gpu_blocks * bs

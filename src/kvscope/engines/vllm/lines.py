@@ -28,7 +28,12 @@ G = rf"({NUM})"  # one captured number
 GB = r"\s*Gi?B"  # vLLM prints bytes / 2^30 as "GB" (old) or "GiB"
 
 # Name parts and their separators use disjoint characters, so the match is linear (no backtracking).
-_PREFIX = lazy_compile(r"\(?([A-Za-z][A-Za-z0-9\-]*(?:[ _][A-Za-z0-9=\-]+)*) pid=(\d+|\.\.\.)(?:, ip=[^)\s]+)?\) ?")
+_PREFIX = lazy_compile(r"\(?([A-Za-z][A-Za-z0-9\-]*(?:[ _][A-Za-z0-9=\-]+)*) pid=(\d+|\.\.\.)(?:, ip=([^)\s]+))?\) ?")
+# A prefix glued behind a progress bar (tqdm writes no newline): far from the line start, so trusted only
+# where vLLM's own header follows it.
+_GLUED = lazy_compile(r"\(([A-Za-z][A-Za-z0-9\-]*(?:[ _][A-Za-z0-9=\-]+)*) pid=(\d+|\.\.\.)(?:, ip=([^)\s]+))?\) ?"
+                      r"(?=(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) )")
+GLUED_WINDOW = 600  # a terminal-wide progress bar plus the prefix
 _MONARCH = lazy_compile(r"^\[(\d+)\] ")
 _HEADER = lazy_compile(
     r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d|\.\.\.)(?:\.\d+)? \[?[\w./\-]+\.py:\d+\] ?"
@@ -70,11 +75,21 @@ _USAGE_PARTS = {
     "non_torch_gib": lazy_compile(rf"{G}{GB} for non-torch memory"),
     "cuda_graph_gib": lazy_compile(rf"{G}{GB} for CUDAGraph memory"),
 }
+# V1 DEBUG companions of "Available KV cache memory" (VLLM_LOGGING_LEVEL=DEBUG, gpu_worker.py): the requested
+# budget, and the MemoryProfilingResult repr (W, A, N up to v0.24; v0.28+ prints the consumed total C instead of N).
+_REQUESTED = lazy_compile(rf"Initial free memory: {G}{GB}; Requested memory: {G} \(util\), {G}{GB}")
+_PROFILE_REPR = lazy_compile(rf"Memory profiling takes {G} seconds\. Total non KV cache memory: {G}{GB}; torch peak "
+                             rf"memory increase: {G}{GB}; (non-torch forward increase memory|total consumed \(from "
+                             rf"mem_get_info\)): {G}{GB}; weights memory: {G}{GB}")
 _KV_FIT = lazy_compile(r"--kv-cache-memory=(\d+)`? (?:\([^)]*\) )?to fit into requested memory")
 _KV_FULL = lazy_compile(r"--kv-cache-memory=(\d+)`? (?:\([^)]*\) )?to fully utilize")
 _KV_IN_USE = lazy_compile(rf"Current kv cache memory in use is {G} ?(bytes|GiB|GB)")
 _CG_ADVISORY = lazy_compile(rf"--gpu-memory-utilization={G} is equivalent to --gpu-memory-utilization={G} without CUDA "
                           rf"graph memory profiling(?:.*?increase --gpu-memory-utilization to {G})?")
+# The advisory when the estimate is NOT subtracted (v0.18 "In v0.19, … will be enabled by default", v0.20+ "… is
+# disabled"): only the utilization that would keep the KV cache with the estimate on, min(u + G/T, 1).
+_CG_ADVISORY_OFF = lazy_compile(rf"CUDA graph memory profiling (?:will be enabled by default|is disabled)\b.*?"
+                              rf"increas(?:e|ing) --gpu-memory-utilization from {G} to {G}")
 _CG_ESTIMATE = lazy_compile(rf"Estimated CUDA graph memory: {G}{GB}")
 _CG_POOL = lazy_compile(rf"CUDA graph pool memory: {G}{GB} \(actual\), {G}{GB} \(estimated\)")
 _GRAPH_DONE = lazy_compile(rf"Graph capturing finished in {G} secs?(?:, took {G}{GB})?")
@@ -86,11 +101,16 @@ _CPU_EXPLICIT = lazy_compile(rf"Explicitly set \({G}/{G}\){GB} for KV cache on n
 # --- engine-level capacity ---------------------------------------------------------------------------
 _KV_SIZE = lazy_compile(r"\b([A-Za-z]+(?: \+ host)?) KV cache size: ([\d,]+) tokens")
 _CONCURRENCY = lazy_compile(rf"Maximum concurrency for ([\d,]+) tokens per request: {G}x")
-_BLOCKS = lazy_compile(r"(?:#\s*)?\b(GPU|cuda|xpu|hpu|npu|tpu|neuron|rocm) blocks: (\d+)(?:, # CPU blocks: (\d+))?")
+# ``# %s blocks`` with %s = current_platform.device_name, spelled "cuda", "CUDA", "GPU", "rocm" … by release.
+_BLOCKS = lazy_compile(r"(?:#\s*)?\b(GPU|cuda|xpu|hpu|npu|tpu|neuron|rocm|musa) blocks: (\d+)(?:, # CPU blocks: (\d+))?",
+                       re.IGNORECASE)
 _BLOCKS_INFO = lazy_compile(r"cache_config_info with initialization after num_gpu_blocks is: (\d+)")
 _OVERRIDE = lazy_compile(r"Overriding num_gpu_blocks=(\d+) with num_gpu_blocks_override=(\d+)")
 _PADDING = lazy_compile(rf"Add (\d+) padding layers, may waste at most {G}%")
 _DCP = lazy_compile(r"Multiplying the GPU KV cache size by the (?:dcp_world_size|cp_world_size) (\d+)")
+# Lines only a hybrid (attention + Mamba / linear-attention) model prints: capture sizes capped to the Mamba
+# cache, mamba page padding, the attention block size raised to the mamba page.
+_HYBRID_SIGNAL = lazy_compile(r"\b[Mm]amba (?:cache blocks|page size)\b")
 _HYBRID_OFF = lazy_compile(r"Hybrid KV cache manager is disabled|Turning off hybrid kv cache manager")
 _AUTO_FIT = lazy_compile(rf"Auto-fit max_model_len: reduced from (\d+) to (\d+)(?: to fit in available GPU memory \({G}{GB})?")
 
@@ -100,7 +120,10 @@ _ENGINE_BANNER = lazy_compile(r"Initializing (?:a V1|a V0|an) LLM engine(?: \(v(
 _API_VERSION = lazy_compile(r"vLLM API server version v?(\d+\.\d+[\w.+\-]*)")
 _LOGO_VERSION = lazy_compile(r"[\u2580-\u259f][^%]{0,80}?\bversion v?(\d+\.\d+[\w.+\-]*)")
 _LOGO_MODEL = lazy_compile(r"[\u2580-\u259f][^%]{0,80}?\bmodel\s+(\S+)\s*$")
-_COMMAND = lazy_compile(r"^\s*(?:\S*[$#] +)?(?:[A-Z_]+=\S+ +)*vllm serve \S+")
+# A pasted command: an optional shell prompt ("(venv) user@host:~/dir$ ", "[user@host dir]# ", "$ "),
+# environment assignments (VLLM_USE_V1=1), then ``vllm serve MODEL``.
+_COMMAND = lazy_compile(r"^\s*(?:\([^()\s]*\) +)?(?:\[[^\]]*\][$#] +|[^\s$#]*[$#] +)?(?:[A-Za-z_][A-Za-z0-9_]*=\S+ +)*"
+                        r"vllm serve \S+")
 _MAX_MODEL_LEN = lazy_compile(r"Using max model len (\d+)")
 _BATCHED = lazy_compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)")
 _BLOCK_SIZE = lazy_compile(r"(?:Forcing|Setting) (?:kv cache|attention) block size to (\d+)")
@@ -133,6 +156,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"max_num_batched_tokens", b"block size", b"No available memory", b"max seq len", b"maximum model length",
     b"failed to start", b"initialization failed", b"num_gpu_blocks", b"padding layers", b"Auto-fit",
     b"swap space", b"init engine", b"for KV cache", b"Starting to load model", b"gpu_memory_utilization",
+    b"Requested memory", b"amba",
 )
 
 # Event kinds that mean "this startup has begun doing memory work" (a later banner is then a restart).
@@ -168,7 +192,31 @@ def _rank_from_name(name: str, pid: str) -> str | None:
 
 def split_prefix(text: str) -> tuple[str | None, str | None, str, int | None]:
     """(rank label, timestamp, message, cluster repeat count) of one cleaned line."""
+    rank, _, ts, text, repeated = _split(text)
+    return rank, ts, text, repeated
+
+
+def _process_prefix(text: str) -> tuple[re.Match[str] | None, int, int]:
+    """The innermost of the process prefixes at the line start (Ray nests the worker's
+    ``(RayWorkerWrapper pid=…, ip=…)`` inside the engine's ``(EngineCore_0 pid=…)``), with the span they cover."""
+    m = _PREFIX.search(text[:PREFIX_WINDOW])
+    if m is None or m.start() > 40:
+        m = _GLUED.search(text[:GLUED_WINDOW]) if "pid=" in text[40:GLUED_WINDOW] else None
+    if m is None:
+        return None, 0, 0
+    start, inner = m.start(), m
+    while True:
+        nested = _PREFIX.match(text, inner.end())
+        if nested is None or nested.end() == inner.end():
+            break
+        inner = nested
+    return inner, start, inner.end()
+
+
+def _split(text: str) -> tuple[str | None, str | None, str | None, str, int | None]:
+    """split_prefix plus the worker's Ray node address (ip), when the prefix names one."""
     rank: str | None = DRIVER_RANK
+    ip = None
     repeated = None
     m = _REPEATED.search(text)
     if m:
@@ -177,17 +225,29 @@ def split_prefix(text: str) -> tuple[str | None, str | None, str, int | None]:
     m = _MONARCH.match(text)
     if m:
         rank, text = f"rank={m.group(1)}", text[m.end() :]
-    m = _PREFIX.search(text[:PREFIX_WINDOW])
-    if m and m.start() <= 40:
-        rank = _rank_from_name(m.group(1), m.group(2))
-        text = text[: m.start()] + text[m.end() :]
+    m, start, end = _process_prefix(text)
+    if m is not None:
+        rank, ip = _rank_from_name(m.group(1), m.group(2)), m.group(3)
+        text = text[:start] + text[end:]
     ts = None
     m = _HEADER.search(text) or _HEADER_ELIDED.search(text)
     if m:
         if m.lastindex and m.lastindex >= 2 and m.group(2) and m.group(2) != "...":
             ts = m.group(2)
         text = text[m.end() :]
-    return rank, ts, text, repeated
+    return rank, ip, ts, text, repeated
+
+
+def _node_rank(rank: str | None, ip: str | None, ctx: LineContext) -> str | None:
+    """A Ray worker is its pid on its node: the first node seen with a pid keeps the plain ``pid=N`` label,
+    the same pid on another node is ``pid=N ip=A`` (Ray prints no ip for the driver's own node: ``local``)."""
+    if rank is None or not rank.startswith("pid="):
+        return rank
+    nodes = ctx.state.setdefault("vllm_pid_nodes", {})
+    node = ip or ""
+    if nodes.setdefault(rank, node) == node:
+        return rank
+    return f"{rank} ip={ip}" if ip else f"{rank} local"
 
 
 def _f(m: re.Match[str], i: int) -> float | None:
@@ -248,6 +308,7 @@ def _memory(msg: str) -> list[Parsed]:  # noqa: C901 - one flat table of line sh
         out += [Parsed(ev.RANK, {"init_free_gib": _f(m, 1), "available_kv_gib": _f(m, 2), "kv_cache_memory_fixed": True}),
                 Parsed(ev.CAPACITY, {"available_kv_gib": _f(m, 2)})]
     out += _free_on_device(msg)
+    out += _debug_profile(msg)
     out += _graphs(msg)
     out += _cpu_backend(msg)
     return out
@@ -278,6 +339,23 @@ def _free_on_device(msg: str) -> list[Parsed]:
     return out
 
 
+def _debug_profile(msg: str) -> list[Parsed]:
+    """V1's DEBUG profiling lines: the requested budget R = T·u, then W, A and N (or C, v0.28+) of the profile."""
+    m = _REQUESTED.search(msg)
+    if m:
+        return [Parsed(ev.RANK, {"init_free_gib": _f(m, 1), "usable_gib": _f(m, 3)}),
+                Parsed(ev.SETTINGS, {"gpu_memory_utilization": _f(m, 2)})]
+    m = _PROFILE_REPR.search(msg)
+    if not m:
+        return []
+    data: dict[str, Any] = {"profile_seconds": _f(m, 1), "non_kv_gib": _f(m, 2), "weights_gib": _f(m, 6)}
+    if m.group(4).startswith("non-torch"):
+        data.update(activation_peak_gib=_f(m, 3), non_torch_gib=_f(m, 5))
+    else:  # v0.28+: K = R − (C + H) − G; H is not the "peak activation" the ledger line prints (that one holds G)
+        data.update(consumed_gib=_f(m, 5), transient_peak_gib=_f(m, 3))
+    return [Parsed(ev.RANK, data)]
+
+
 def _graphs(msg: str) -> list[Parsed]:
     m = _GRAPH_DONE.search(msg)
     if m:
@@ -290,11 +368,14 @@ def _graphs(msg: str) -> list[Parsed]:
         return [Parsed(ev.RANK, {"cuda_graph_estimate_gib": _f(m, 1)})]
     m = _CG_ADVISORY.search(msg)
     if m:
-        data = {"gpu_memory_utilization": _f(m, 1), "util_equivalent_without_graph_profiling": _f(m, 2)}
+        data = {"util_equivalent_without_graph_profiling": _f(m, 2)}  # printed only with the estimate applied
         if m.group(3):
             data["util_suggested_with_graph_profiling"] = _f(m, 3)
+        return [Parsed(ev.SETTINGS, {"gpu_memory_utilization": _f(m, 1)}), Parsed(ev.RANK, data)]
+    m = _CG_ADVISORY_OFF.search(msg)
+    if m:
         return [Parsed(ev.SETTINGS, {"gpu_memory_utilization": _f(m, 1)}),
-                Parsed(ev.RANK, {k: v for k, v in data.items() if k != "gpu_memory_utilization"})]
+                Parsed(ev.RANK, {"util_suggested_with_graph_profiling": _f(m, 2), "cuda_graph_profiling": False})]
     if _GRAPH_BEGIN.search(msg):
         return [Parsed(ev.RANK, {"graph_capture_started": True})]
     return []
@@ -455,10 +536,14 @@ class VLLMLines:
         return cut_short(text, _JOINABLE)
 
     def parse(self, text: str, ctx: LineContext) -> list[Parsed]:
-        rank, ts, msg, repeated = split_prefix(text[:MAX_MESSAGE])
+        rank, ip, ts, msg, repeated = _split(text[:MAX_MESSAGE])
         out = _failures(msg) or _memory(msg) or _capacity(msg) or _settings(msg)
+        m = _HYBRID_SIGNAL.search(msg) if "amba" in msg else None
+        if m and not any(p.kind == ev.BOUNDARY for p in out):  # never from a config dump
+            out.append(Parsed(ev.CAPACITY, {"hybrid_signal": m.group(0)}))
         if not out:
             return []
+        rank = _node_rank(rank, ip, ctx)
         for p in out:
             p.rank = rank if p.kind in (ev.RANK, ev.POOL, ev.PHASE) else None
             p.timestamp = ts
@@ -498,6 +583,15 @@ _JOINABLE: tuple[tuple[str, re.Pattern[str]], ...] = (
                                             r"less than desired")),
     ("model weights take", lazy_compile(r"reserved for KV Cache is\s+[\d.]+")),
     ("is equivalent to --gpu-memory-utilization", lazy_compile(r"without CUDA graph")),
+    ("CUDA graph memory profiling will be enabled", _CG_ADVISORY_OFF),
+    ("CUDA graph memory profiling is disabled", _CG_ADVISORY_OFF),
     ("Maximum concurrency for", _CONCURRENCY),
     ("GPU KV cache size:", lazy_compile(r"KV cache size: [\d,]+ tokens")),
+    ("Available KV cache", _AVAILABLE_KV),
+    # "finished in 11" / " secs, took 1.00 GiB": complete with the GiB part, or when the line ends after "secs"
+    # (V0 ≤ v0.6.3 prints no GiB part).
+    ("Graph capturing finished in", lazy_compile(rf"Graph capturing finished in {G} secs?(?:, took {G}{GB}|\.?\s*$)")),
+    ("num_gpu_blocks is:", _BLOCKS_INFO),
+    # The args dict is whole when the text ends with its closing brace (or the poster's own elision).
+    ("non-default args: {", lazy_compile(r"non-default args: \{.*(?:\}|\.\.\.|\u2026)[\s`'\"]*$")),
 )

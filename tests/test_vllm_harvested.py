@@ -1,0 +1,248 @@
+"""vLLM on held-out real logs (tests/fixtures/harvested/vllm): the shapes the first set did not have —
+env-var and shell-prompt command lines, upper-case device names, DEBUG profiling lines, the v0.18/v0.20
+"from X to Y" CUDA-graph advisories, terminal hard-wraps, two runs pasted together, Ray's nested prefixes,
+prefixes glued behind progress bars, and the eras the wording implies."""
+
+from __future__ import annotations
+
+from kvscope import events as ev
+from kvscope.api import analyze
+from kvscope.engines.base import LineContext
+from kvscope.engines.vllm import eras
+from kvscope.engines.vllm.lines import VLLMLines, split_prefix
+from kvscope.reading import clean_line
+from tests.conftest import FIXTURES, case_files
+
+HARVESTED = FIXTURES / "harvested" / "vllm"
+
+
+def _dir(prefix: str):
+    matches = sorted(HARVESTED.glob(f"{prefix}*"))
+    assert matches, f"no harvested case {prefix}*"
+    return matches[0]
+
+
+def _all(prefix: str, model: str | None = None):
+    return analyze(case_files(_dir(prefix)), {}, model).startups
+
+
+def _one(prefix: str, model: str | None = None):
+    startups = _all(prefix, model)
+    assert len(startups) == 1, [s.first_line for s in startups]
+    return startups[0]
+
+
+def _line(prefix: str, needle: str) -> str:
+    """The first line holding ``needle``, cleaned as the reader cleans it (colour codes, progress-bar CRs)."""
+    text = (_dir(prefix) / "log.txt").read_text(encoding="utf-8")
+    return next(part for line in text.splitlines() for part in clean_line(line) if needle in part)
+
+
+def _parse(text: str) -> list:
+    return VLLMLines().parse(text, LineContext())
+
+
+def _codes(s) -> list[str]:
+    return [f.code for f in s.findings]
+
+
+def _finding(s, code: str):
+    return next(f for f in s.findings if f.code == code)
+
+
+def _rank(s, label: str):
+    return next(r for r in s.ranks if r.rank == label)
+
+
+# --- 1, 2: pasted command lines ----------------------------------------------------------------------------------
+
+
+def test_command_with_env_var_holding_a_digit():
+    """001: `VLLM_USE_V1=1 vllm serve … --gpu-memory-utilization 0.98`."""
+    s = _one("001")
+    assert s.settings["gpu_memory_utilization"] == 0.98 and s.settings["max_model_len"] == 2048
+    assert s.model == "neuralmagic/Meta-Llama-3.1-70B-Instruct-quantized.w8a8"
+
+
+def test_command_after_a_shell_prompt_keeps_the_model():
+    """019: `(.venv312) user@HOST:~/dir$ vllm serve MODEL …`."""
+    s = _one("019")
+    assert s.settings["gpu_memory_utilization"] == 0.7
+    assert s.model == "unsloth/Qwen3.6-27B-NVFP4" and s.settings["kv_cache_dtype"] == "nvfp4"
+
+
+def test_other_prompt_shapes():
+    for prompt in ("$ ", "[user@host dir]$ ", "root@box:/# ", "(venv) me@h:~$ CUDA_VISIBLE_DEVICES=0,1 "):
+        parsed = _parse(prompt + "vllm serve org/m --gpu-memory-utilization 0.5")
+        settings = next(p.data for p in parsed if p.kind == ev.SETTINGS)
+        assert settings["gpu_memory_utilization"] == 0.5 and settings["model"] == "org/m", prompt
+
+
+# --- 3: device name in the blocks line ----------------------------------------------------------------------------
+
+
+def test_upper_case_cuda_blocks():
+    """004: `# CUDA blocks: 6001, # CPU blocks: 1638` (current_platform.device_name)."""
+    s = _one("004")
+    assert (s.capacity.num_gpu_blocks, s.capacity.num_cpu_blocks) == (6001, 1638)
+
+
+# --- 4: DEBUG profiling lines --------------------------------------------------------------------------------------
+
+
+def test_debug_profiling_lines():
+    """010: 'Initial free memory: …; Requested memory: 0.825000 (util), 65.32 GiB' and the MemoryProfilingResult repr."""
+    s = _one("010")
+    r = s.reference_rank
+    assert s.settings["gpu_memory_utilization"] == 0.825
+    assert (r.weights_gib, r.activation_peak_gib, r.non_torch_gib) == (0.93, 0.34, 32.4)
+    assert r.usable_gib == 65.32 and r.extras["init_free_gib"] == 77.39 and r.extras["non_kv_gib"] == 33.68
+    assert s.reconciliation.consistent is True  # 65.32 − 0.93 − 0.34 − 32.4 = 31.65 = K
+    assert s.era != "V0 0.6.5–0.10"  # the repr's "Memory profiling takes" is not V0's three-line profile
+
+
+def test_debug_profiling_repr_consumed_wording():
+    [p] = _parse("DEBUG 01-01 00:00:00 [gpu_worker.py:1] Memory profiling takes 31.20 seconds. Total non KV cache "
+                 "memory: 63.53GiB; torch peak memory increase: 2.04GiB; total consumed (from mem_get_info): 61.49GiB; "
+                 "weights memory: 55.87GiB.")
+    assert p.data["consumed_gib"] == 61.49 and p.data["weights_gib"] == 55.87
+    assert "non_torch_gib" not in p.data and "activation_peak_gib" not in p.data
+
+
+# --- 5: CUDA-graph advisories in their "from X to Y" forms ---------------------------------------------------------
+
+
+def test_v018_advisory_from_to():
+    """025: 'In v0.19, CUDA graph memory profiling will be enabled by default … from 0.7000 to 0.7021'."""
+    s = _one("025")
+    r = s.reference_rank
+    assert s.settings["gpu_memory_utilization"] == 0.7
+    assert r.extras["util_suggested_with_graph_profiling"] == 0.7021 and r.extras["cuda_graph_profiling"] is False
+    assert s.era == "V1 0.18–0.19"
+    items = [row.item for row in r.ledger]
+    assert "CUDA graphs (estimate) — not subtracted" in items
+    assert not any("subtracted from v0.20 on" in i for i in items)
+
+
+def test_disabled_advisory_from_to():
+    text = ("(EngineCore pid=1) WARNING 06-11 10:11:14 [gpu_worker.py:509] CUDA graph memory profiling is disabled "
+            "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0). Without it, CUDA graph memory is not accounted for during KV "
+            "cache allocation, which may require lowering --gpu-memory-utilization to avoid OOM. Consider re-enabling it "
+            "(the default as of v0.21.0) and increasing --gpu-memory-utilization from 0.9350 to 0.9595.")
+    parsed = _parse(text)
+    assert next(p.data for p in parsed if p.kind == ev.SETTINGS) == {"gpu_memory_utilization": 0.935}
+    assert next(p.data for p in parsed if p.kind == ev.RANK) == {"util_suggested_with_graph_profiling": 0.9595,
+                                                                  "cuda_graph_profiling": False}
+
+
+# --- 6: terminal hard-wraps ----------------------------------------------------------------------------------------
+
+
+def test_hard_wrapped_lines_are_joined():
+    """013: 'finished in 11' / ' secs, took 1.00 GiB', 'num_gpu_blocks is:' / ' 25809', and the args dict."""
+    s = _one("013")
+    assert s.settings["gpu_memory_utilization"] == 0.5 and s.model == "Qwen2-7B-Instruct"
+    assert s.capacity.num_gpu_blocks == 25809
+    assert any(r.cuda_graph_gib == 1.0 for r in s.ranks)
+
+
+# --- 7: two runs pasted without a banner ---------------------------------------------------------------------------
+
+
+def test_failure_of_another_run_starts_a_new_startup():
+    """021: run 1 (100,000, fine), then run 2's ValueError for 221,000: two startups, neither mixed."""
+    ok, failed = _all("021")
+    assert ok.failure is None
+    assert (ok.capacity.max_model_len, ok.capacity.available_kv_gib, ok.capacity.max_concurrency) == (100_000, 10.55, 2.31)
+    assert ok.reconciliation.consistent is True
+    assert failed.failure.kind == "max-len-too-large" and failed.failure.data["max_model_len"] == 221_000
+    assert failed.capacity.available_kv_gib == 5.59 and failed.reconciliation.consistent is True
+
+
+# --- 8: eras ---------------------------------------------------------------------------------------------------------
+
+
+def test_eras_from_wording():
+    assert _one("001").era == "V1 0.7–0.9.0"  # '# GPU blocks: N' alone, concurrency without separators
+    assert _one("012").era == "V1 0.7–0.9.0"
+    assert _one("002").era == "V1 0.7–0.9.0"  # two-line 'GPU KV cache size' in a dev build after v0.7.3
+    assert _one("022").era.startswith("V0")  # V0's 'max seq len … stored in KV cache' error
+    s = _one("019")
+    assert s.engine_version == "0.25.1" and s.era == "V1 0.25–0.27"
+
+
+def test_two_line_capacity_reaches_v026():
+    inferred = eras.infer(["INFO 01-01 00:00:00 [kv_cache_utils.py:1] GPU KV cache size: 1,823,372 tokens"])
+    assert inferred.first <= (0, 26, 0) <= inferred.last
+    assert eras.era_for((0, 25, 1)).name == "V1 0.25–0.27" and eras.era_for((0, 28, 0)).name == "V1 0.28+"
+
+
+# --- 9, 10: worker prefixes ------------------------------------------------------------------------------------------
+
+
+def test_ray_nested_prefix_names_the_worker():
+    """014: every worker line is '(EngineCore_0 pid=…) (RayWorkerWrapper pid=…, ip=…)': four workers, and
+    pid 345 on two nodes is two workers."""
+    s = _one("014")
+    labels = {r.rank for r in s.ranks}
+    assert labels == {"pid=343", "pid=345", "pid=345 ip=10.42.9.225", "pid=1273"}
+    assert all(r.weights_gib == 17.2217 for r in s.ranks)
+    assert _rank(s, "pid=343").cuda_graph_gib == 1.88
+    rank, _, msg, _ = split_prefix(_line("014", "Graph capturing finished"))
+    assert rank == "pid=343" and msg.startswith("Graph capturing finished")
+
+
+def test_ray_two_node_ranks():
+    s = _one("013")
+    assert {r.rank for r in s.ranks} == {"pid=374", "pid=1384"}
+
+
+def test_prefix_glued_behind_a_progress_bar():
+    """015: the TP1 graph line sits behind a tqdm bar, its prefix 160 characters in."""
+    s = _one("015")
+    assert _rank(s, "TP1").cuda_graph_gib == 0.65 and _rank(s, "TP0").cuda_graph_gib == 0.65
+    rank, _, msg, _ = split_prefix(_line("015", "Graph capturing finished in 4 secs, took 0.65 GiB"))
+    assert rank == "TP1" and msg == "Graph capturing finished in 4 secs, took 0.65 GiB"
+
+
+# --- 11: failure text names the graph estimate --------------------------------------------------------------------
+
+
+def test_no_memory_failure_names_the_graph_estimate():
+    """024: 'Estimated CUDA graph memory: 118.65 GiB' then 'No available memory for the cache blocks'."""
+    s = _one("024")
+    f = _finding(s, "not-enough-memory")
+    assert "118.65 GiB" in f.detail and "CUDA-graph estimate" in f.detail
+    assert "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0" in f.detail
+
+
+# --- 12: reconciliation without the architecture, duplicates, empty ranks -----------------------------------------
+
+
+def test_hybrid_signals_soften_the_concurrency_check():
+    """008 (padding layers) and 025 (Mamba cache blocks): a hybrid's tokens are per KV group before v0.22."""
+    for prefix in ("008", "025"):
+        s = _one(prefix)
+        assert s.reconciliation.consistent is not False, prefix
+        assert "hybrid" in s.reconciliation.detail, prefix
+        assert _finding(s, "kv-reconciled").severity == "info", prefix
+
+
+def test_estimate_with_unknown_block_size_is_not_a_mismatch():
+    """023 (TPU): 5,632 is whole 256-token blocks; the block size is not in the log."""
+    s = _one("023")
+    assert s.reconciliation.consistent is True
+    assert "block_size 256" in s.reconciliation.detail
+
+
+def test_repeated_hybrid_warning_is_one_finding():
+    assert _codes(_one("028")).count("hybrid-kv-manager-disabled") == 1
+
+
+def test_rank_without_figures_is_dropped_but_still_counted():
+    """026: V0 TP2 whose worker (pid=90) only announced graph capture."""
+    from kvscope.engines.vllm.finish import tp_size
+
+    s = _one("026")
+    assert [r.rank for r in s.ranks] == ["TP0"]
+    assert tp_size(s) == 2
