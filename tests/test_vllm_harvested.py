@@ -246,3 +246,10 @@ def test_rank_without_figures_is_dropped_but_still_counted():
     s = _one("026")
     assert [r.rank for r in s.ranks] == ["TP0"]
     assert tp_size(s) == 2
+
+
+def test_hybrid_pool_memory_is_not_derived_from_tokens_over_sixteen():
+    """A hybrid (GDN + attention) model's logged tokens are not blocks × 16: no K is derived from them
+    (the catalog's architecture gave 5,453 GiB for an RTX 5090)."""
+    s = _one("019")
+    assert "available_kv_gib_derived" not in s.capacity.extras

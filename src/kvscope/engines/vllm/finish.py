@@ -741,7 +741,9 @@ def _derive_kv_from_blocks(s: Startup, plan: KvPlan, checks: list[str]) -> None:
     """No 'Available KV cache memory' line (V0, V1 ≤ 0.9.0): K ≈ blocks × bytes per block."""
     cap, bs = s.capacity, block_size(s)
     blocks = cap.num_gpu_blocks if cap.num_gpu_blocks is not None else (cap.kv_tokens // bs if cap.kv_tokens else None)
-    if not blocks or plan.sliding_layers or (plan.linear and plan.mamba is None):
+    if not blocks or plan.sliding_layers or plan.linear:
+        # hybrid (Mamba / linear-attention) pools: the logged tokens are not blocks × 16 (the block is
+        # enlarged to hold a state, and ≥0.22 logs concurrency × max_model_len), so no K follows from them
         return
     gib = blocks * plan.block_bytes(bs) / GIB
     cap.extras["available_kv_gib_derived"] = round(gib, 2)
