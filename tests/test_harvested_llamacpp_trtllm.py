@@ -100,3 +100,50 @@ def test_trtllm_max_tokens_cap_with_free_and_total():
     budget = _codes(s)["trtllm-kv-budget"]
     assert "capped the pool" in budget.detail
     assert budget.suggestion.flag == "max_tokens_in_paged_kv_cache"
+
+
+def test_decimal_comma_and_two_rpc_servers():
+    """A locale with decimal commas ("34,00 MiB") and two RPC servers both named "RPC" (2024)."""
+    from kvscope.engines.base import to_float
+
+    assert to_float("34,00") == 34.0 and to_float("7072,53") == 7072.53
+    assert to_float("158,656") == 158656 and to_float("2,640,144") == 2640144
+    s = _one("llamacpp", "206")
+    ranks = {r.rank: r for r in s.ranks}
+    assert abs(ranks["RPC"].weights_gib - 7072.53 / 1024) < 1e-9
+    assert abs(ranks["RPC#2"].weights_gib - 6537.36 / 1024) < 1e-9
+    assert abs(ranks["RPC"].pool("target").gib - 34 / 1024) < 1e-12
+
+
+def test_ollama_scheduler_estimate_and_runner_command():
+    s = _one("llamacpp", "209")
+    assert s.capacity.kv_tokens == 64000
+    offload = _codes(s)["llamacpp-partial-offload"]
+    assert "cannot all fit" in offload.detail and offload.suggestion is None
+
+
+def test_offload_advice_says_what_the_layers_need():
+    s = _one("llamacpp", "208")
+    offload = _codes(s)["llamacpp-partial-offload"]
+    assert "370.6 GiB more" in offload.detail and "370.6 GiB" in offload.suggestion.note
+
+
+def test_kv_cache_failure_on_rocm_wins_over_the_tensor_range_line():
+    s = _one("llamacpp", "212")
+    assert s.failure.kind == "kv-cache-oom" and s.failure.data["device"] == "ROCm0"
+
+
+def test_llama_server_reload_is_a_second_startup():
+    analysis = analyze([str(sorted((HARVESTED / "llamacpp").glob("210*"))[0] / "log.txt")])
+    assert len(analysis.startups) == 2
+
+
+def test_trtllm_round_two_shapes():
+    oom = _one("trtllm", "202")
+    assert [r.rank for r in oom.ranks if r.pre_load_free_gib is not None] == ["rank=1"]
+    bytes_line = _one("trtllm", "204")
+    assert abs(bytes_line.reference_rank.pool("target").gib - 54022635520 / (1 << 30)) < 1e-12
+    fake = _one("trtllm", "205")
+    assert "not in the log" in _codes(fake)["trtllm-kv-budget"].title
+    encdec = _one("trtllm", "201")
+    assert _codes(encdec)["trtllm-kv-budget"].suggestion is None  # no advice from a sub-GiB implied fraction

@@ -21,10 +21,19 @@ def to_float(text: str | None) -> float | None:
     if text is None:
         return None
     try:
-        value = float(text.replace(",", ""))
+        value = float(_decimal_point(text) if "," in text else text)
     except (ValueError, OverflowError):
         return None
     return value if math.isfinite(value) and abs(value) <= MAX_PLAUSIBLE else None
+
+
+def _decimal_point(text: str) -> str:
+    """Commas as printed: thousands separators ("1,234,567", "158,656") are dropped; a lone comma not
+    followed by exactly three digits is a decimal comma ("34,00 MiB" from a C locale with ',' decimals)."""
+    head, _, tail = text.partition(",")
+    if "," not in tail and "." not in text and not (len(tail) == 3 and tail.isdigit()):
+        return f"{head}.{tail}"
+    return text.replace(",", "")
 
 
 def to_int(text: str | None) -> int | None:

@@ -157,13 +157,55 @@ def _train_context(s: Startup) -> Finding | None:
 
 
 def _offload(s: Startup) -> Finding | None:
+    """Layers left on the CPU, and whether the GPUs could take them: each layer's share of the weights
+    (all model buffers, host ones included, over the layer count) against the GPU memory the log shows."""
     done, total = _int(s, "n_gpu_layers_offloaded"), _int(s, "n_layers_offloadable")
     if done is None or not total or done >= total:
         return None
-    return Finding("llamacpp-partial-offload", "warning", f"Only {done}/{total} layers are on the GPU",
-                   f"{total - done} layers run on the CPU from host memory, which dominates token latency. Raise -ngl "
-                   "if the GPU has room (each layer's weights plus its share of the KV cache move with it).",
-                   Suggestion("-ngl", done, total))
+    weights = sum(r.weights_gib or 0.0 for r in s.ranks if r.rank != AGGREGATE_RANK)
+    weights = weights or s.settings.get("ollama_memory_weights_total_gib") or 0.0
+    detail = f"{total - done} layers run on the CPU from host memory, which dominates token latency."
+    suggestion = Suggestion("-ngl", done, total)
+    if weights:
+        per_layer = weights / total
+        need = per_layer * (total - done)
+        detail += (f" The weights are {weights:,.1f} GiB, ≈ {per_layer:,.2f} GiB a layer: the {total - done} layers "
+                   f"on the CPU need ≈ {need:,.1f} GiB more GPU memory, plus their share of the KV cache.")
+        suggestion = Suggestion("-ngl", done, total, note=f"only with ≈ {need:,.1f} GiB more free on the GPUs")
+        full, available = s.settings.get("ollama_memory_required_full_gib"), s.settings.get("ollama_memory_available_gib")
+        free = _gpu_free_gib(s)
+        if isinstance(full, float) and isinstance(available, float):
+            fits = total - done if full <= available else 0
+            detail += (f" ollama's own estimate: the whole model needs {full:,.1f} GiB on the GPUs, which have "
+                       f"{available:,.1f} GiB available.")
+            if fits < total - done:
+                detail += " It cannot all fit: a smaller quantization, more GPUs or a smaller num_ctx would."
+                suggestion = None
+        elif free is not None:
+            used = sum((r.weights_gib or 0.0) + sum(p.gib or 0.0 for p in r.kv_pools) + (r.extras.get("compute_gib") or 0.0)
+                       for r in _gpus(s))
+            kv_per_layer = sum(_cache_gib(c) for c in s.capacity.extras.get("kv_caches", [])) / total
+            fits = max(0, min(total - done, int((free - used) // (per_layer + kv_per_layer))))
+            detail += f" The log shows {free:,.1f} GiB free on the GPUs before loading, {used:,.1f} of it used now."
+            if fits < total - done:
+                detail += (f" That is room for ≈ {fits} more layer(s), not all: a smaller quantization, more GPUs "
+                           "or a shorter -c are the ways to put the whole model on the GPU.")
+                suggestion = Suggestion("-ngl", done, done + fits, note="what the free memory shown could hold") \
+                    if fits else None
+    else:
+        detail += " Raise -ngl if the GPU has room (each layer's weights plus its share of the KV cache move with it)."
+    return Finding("llamacpp-partial-offload", "warning", f"Only {done}/{total} layers are on the GPU", detail,
+                   suggestion)
+
+
+def _gpu_free_gib(s: Startup) -> float | None:
+    """Free GPU memory before the load, summed over the GPUs: llama.cpp's "using device … MiB free" lines, or
+    the GPU memory ollama's scheduler counted as available."""
+    free = [r.pre_load_free_gib for r in _gpus(s) if r.pre_load_free_gib is not None]
+    if free:
+        return sum(free)
+    available = s.settings.get("ollama_memory_available_gib")
+    return float(available) if isinstance(available, (int, float)) else None
 
 
 def _ubatch(s: Startup) -> Suggestion:

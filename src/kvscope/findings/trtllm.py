@@ -26,6 +26,10 @@ def _budget(s: Startup) -> Finding | None:
     blocks, tpb = s.capacity.num_gpu_blocks, s.capacity.extras.get("tokens_per_block")
     shape = f" ({blocks:,} blocks × {tpb} tokens)" if blocks and tpb else ""
     title = f"KV cache: {target.gib:.2f} GiB per GPU = {tokens:,} tokens{shape}"
+    if s.settings.get("fake_cache_manager") and target.gib < 0.005:
+        return Finding("trtllm-kv-budget", "info", f"KV cache: {tokens:,} tokens{shape}; its size is not in the log",
+                       "AutoDeploy logged a fake cache manager (head_dim=0): its 'Allocated 0.00 GiB' line counts pages, "
+                       "not memory, so the KV cache's real size is not shown here.")
     if avail is None or frac is None:
         detail = ("TensorRT-LLM sizes the pool from kv_cache_free_gpu_mem_fraction (default 0.9) of the GPU memory "
                   "still free after the engine and its buffers, or from max_tokens_in_paged_kv_cache when that is "
@@ -45,7 +49,11 @@ def _budget(s: Startup) -> Finding | None:
               f"{avail - target.gib:.2f} GiB stays free for everything else.")
     if ref.total_gib:
         detail += f" The pool is {target.gib / ref.total_gib:.0%} of the device's {ref.total_gib:.2f} GiB."
-    after = int(tokens * RAISED_FRACTION / frac) if 0 < frac < RAISED_FRACTION else None
+    # a fraction implied from sub-GiB figures printed to two decimals, or from one of an encoder-decoder's two
+    # caches (cross_kv_cache_fraction splits the budget), is no basis for advice
+    implied = how == "implied by the log"
+    shaky = implied and (target.gib < 1.0 or len(ref.extras.get("estimation_kv_gib") or []) > 0)
+    after = int(tokens * RAISED_FRACTION / frac) if 0 < frac < RAISED_FRACTION and not shaky else None
     sug = Suggestion("kv_cache_free_gpu_mem_fraction", frac, RAISED_FRACTION, kv_tokens_after=after,
                      note="more tokens, less headroom; lower it instead to leave memory to other processes") if after else None
     return Finding("trtllm-kv-budget", "info", title, detail, sug)

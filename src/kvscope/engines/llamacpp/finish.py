@@ -24,6 +24,7 @@ AGGREGATE_RANK = "(all devices)"
 KIND_ORDER = ("target", "swa", "draft", "recurrent")
 _GPU_LABEL = re.compile(r"^([A-Za-z]+)(\d+)$")
 _SPECIFIC = ("compute-buffer-oom", "kv-cache-oom", "weights-oom")
+_PHASES = ("compute-buffer-oom", "kv-cache-oom")
 
 
 def finish(s: Startup) -> None:
@@ -222,13 +223,17 @@ def _settle_failure(s: Startup) -> None:
             if p.kind != "failure":
                 continue
             d = p.data
-            if f.kind not in _SPECIFIC and d.get("kind") in _SPECIFIC:
+            kind = d.get("kind")
+            # the context's own line names the phase (KV cache, compute buffers) and wins over the generic
+            # alloc_tensor_range line, which KV buffers use as well as weights
+            if kind in _PHASES and f.kind not in _PHASES or f.kind not in _SPECIFIC and kind in _SPECIFIC:
                 f.data.setdefault("alloc_mib", None)
-                f.kind = d["kind"]
-            for key in ("alloc_bytes", "device"):
-                if d.get(key) is not None:
-                    f.data.setdefault(key, d[key])
-        if f.kind in _SPECIFIC:
+                f.kind = kind
+            if d.get("alloc_bytes") is not None:
+                f.data.setdefault("alloc_bytes", d["alloc_bytes"])
+            if d.get("device") is not None and (f.data.get("device") is None or f.data.pop("device_guessed", False)):
+                f.data["device"] = d["device"]  # a buffer's own name beats a backend guessed from a function name
+        if f.kind in _PHASES:
             break
     if f.data.get("alloc_mib") is None:
         f.data.pop("alloc_mib", None)

@@ -106,12 +106,20 @@ _OLLAMA_BUF = lazy_compile(
     rf'msg="(kv cache|compute graph|model weights)"(?:\s+device=(\S+))?\s+size="{G}\s*(B|KiB|MiB|GiB)"'
 )
 _UNIT_MIB = {"B": 1 / (1 << 20), "KiB": 1 / 1024, "MiB": 1.0, "GiB": 1024.0}
+# ollama's scheduler before it starts the runner: its own estimate (msg=offload … memory.required.kv="19.5 GiB")
+# and the runner's command line (--ctx-size is the whole cache: num_ctx × --parallel)
+_OLLAMA_FIELD = lazy_compile(rf'\b(layers\.model|layers\.offload|memory\.required\.kv|memory\.weights\.total|'
+                             rf'memory\.required\.full|memory\.graph\.full)="?{G}(?:\s*(B|KiB|MiB|GiB))?')
+_OLLAMA_AVAILABLE = lazy_compile(r'memory\.available="\[([^\]]*)\]"')
+_OLLAMA_SIZE = lazy_compile(rf"{G}\s*(B|KiB|MiB|GiB)")
+_OLLAMA_FLAG = lazy_compile(r"--(ctx-size|parallel|n-gpu-layers|batch-size) (\d+)")
 
 # --- process boundaries and identity --------------------------------------------------------------------
 _BUILD = lazy_compile(r"^(?:main: )?build(?: =|:)\s*(\d+) \((\w+)\)")
 _BUILD_INFO = lazy_compile(r"build info\b.*?\bbuild\"?[=:]\s*\"?(\d+).*?\bcommit\"?[=:]\s*\"?(\w+)")
 _LOADER = lazy_compile(r"llama_model_loader: loaded meta data with \d+ key-value pairs and \d+ tensors from (.+?)(?: \(version .*\))?\s*$")
 _LOADING_MODEL = lazy_compile(r"load_model: loading model '([^']+)'")
+_SERVER_LOADING = lazy_compile(r"llama_server: loading model\s*$")  # llama-server (re)starting its load
 _DRAFT = lazy_compile(r"loading draft model|load_draft|draft model '")
 _GENERAL_NAME = lazy_compile(r"general\.name\s+str\s+=\s+(.+?)\s*$")
 
@@ -183,6 +191,8 @@ ANCHORS: tuple[bytes, ...] = (
     b'msg="kv cache"',
     b'msg="compute graph"',
     b'msg="model weights"',
+    b"msg=offload",
+    b"starting llama server",
 )
 
 _HOST_NAMES = ("CPU", "CPU_Mapped", "CPU_REPACK", "CPU_AARCH64", "Host", "AMX")
@@ -279,6 +289,9 @@ def _boundary(msg: str, st: dict[str, Any]) -> list[Parsed]:
             _reset(st)
             out.append(Parsed(ev.BOUNDARY, {"why": "model loader after a context"}))
         return out + [Parsed(ev.MODEL, {"model": m.group(1).strip()})]
+    if _SERVER_LOADING.search(msg) and st["ctx_seen"]:
+        _reset(st)  # ollama restarts its llama-server subprocess: a new load after a served one
+        return [Parsed(ev.BOUNDARY, {"why": "llama-server loading a model after a context"})]
     if _DRAFT.search(msg):
         st["draft"] = True
         return [Parsed(ev.SETTINGS, {"draft_model": True})]
@@ -327,12 +340,23 @@ def _note_backend(st: dict[str, Any], buffer: str) -> None:
             st["backend"] = "CUDA" if m.group(1) == "MUSA" else m.group(1)
 
 
+def _rpc_label(st: dict[str, Any], kind: str, rank: str) -> str:
+    """2024 builds name every RPC server's buffer just ``RPC``: the n-th one of a kind is device ``RPC#n``
+    (in the order the servers were given), not a second cache on one device."""
+    if rank != "RPC":
+        return rank
+    seen = st.setdefault("rpc_seen", {})
+    seen[kind] = seen.get(kind, 0) + 1
+    return rank if seen[kind] == 1 else f"{rank}#{seen[kind]}"
+
+
 def _buffer(st: dict[str, Any], kind: str, buffer: str, mib: str | None) -> Parsed:
     """One non-KV buffer on its device. Keys are unique per line (``_buf|kind|buffer|n``) because a
     device may print the same buffer name twice (one line per model context); finish sums them."""
     st["seq"] = st.get("seq", 0) + 1
     _note_backend(st, buffer)
-    return Parsed(ev.RANK, {f"{BUF_PREFIX}{kind}|{buffer}|{st['seq']}": to_float(mib)}, rank=device_label(buffer))
+    return Parsed(ev.RANK, {f"{BUF_PREFIX}{kind}|{buffer}|{st['seq']}": to_float(mib)},
+                  rank=_rpc_label(st, kind, device_label(buffer)))
 
 
 def _buffers(msg: str, st: dict[str, Any]) -> list[Parsed]:
@@ -340,7 +364,7 @@ def _buffers(msg: str, st: dict[str, Any]) -> list[Parsed]:
     if m:
         st["ctx_seen"] = True
         _note_backend(st, m.group(1))
-        rank = device_label(m.group(1))
+        rank = _rpc_label(st, "kv", device_label(m.group(1)))
         return [Parsed(ev.POOL, {"name": _buffer_cache(st, rank), "gib": _mib(m.group(2)), "what": _kind(st)}, rank=rank)]
     m = _RS_BUFFER.search(msg)
     if m:
@@ -577,6 +601,26 @@ def _ollama(msg: str, st: dict[str, Any]) -> list[Parsed]:
     return [_buffer(st, "compute" if what == "compute graph" else "model", device, repr(mib))]
 
 
+def _ollama_scheduler(msg: str, st: dict[str, Any]) -> list[Parsed]:
+    """ollama's offload estimate and runner command: the context, slots and layers it launched with."""
+    data: dict[str, Any] = {}
+    if "msg=offload" in msg:
+        available = _OLLAMA_AVAILABLE.search(msg)
+        if available:
+            data["ollama_memory_available_gib"] = sum(
+                (to_float(v) or 0.0) * _UNIT_MIB[u] / 1024 for v, u in _OLLAMA_SIZE.findall(available.group(1)))
+        for key, value, unit in _OLLAMA_FIELD.findall(msg):
+            if key.startswith("layers"):
+                data["n_layers_offloadable" if key == "layers.model" else "n_gpu_layers_offloaded"] = to_int(value)
+            else:
+                gib = (to_float(value) or 0.0) * _UNIT_MIB[unit or "B"] / 1024
+                data[f"ollama_{key.replace('.', '_')}_gib"] = gib  # ollama's estimate, not an allocation
+    elif "starting llama server" in msg:
+        names = {"ctx-size": "ctx_size", "parallel": "n_slots", "n-gpu-layers": "n_gpu_layers", "batch-size": "n_batch"}
+        data = {names[k]: to_int(v) for k, v in _OLLAMA_FLAG.findall(msg)}
+    return [Parsed(ev.SETTINGS, data)] if data else []
+
+
 def _split_device(msg: str, split: str, st: dict[str, Any]) -> list[Parsed]:
     """ik_llama.cpp's per-device list after ``KV cache size per device:`` (split mode graph)."""
     m = _SPLIT_DEVICE.search(msg)
@@ -589,7 +633,12 @@ def _split_device(msg: str, split: str, st: dict[str, Any]) -> list[Parsed]:
 
 
 def _failures(msg: str, st: dict[str, Any]) -> list[Parsed]:
-    return failure_events(msg, st.get("backend") or "CUDA")
+    out = failure_events(msg, st.get("backend") or "CUDA")
+    if st.get("backend") is None:  # HIP/MUSA builds log ggml_backend_cuda_…: the device label is a guess
+        for p in out:
+            if p.data.get("device", "").startswith("CUDA"):
+                p.data["device_guessed"] = True
+    return out
 
 
 def failure_events(msg: str, backend: str = "CUDA") -> list[Parsed]:
@@ -638,6 +687,7 @@ def failure_events(msg: str, backend: str = "CUDA") -> list[Parsed]:
 _HANDLERS = (
     (("buffer size",), _buffers),
     (('msg="kv cache"', 'msg="compute graph"', 'msg="model weights"'), _ollama),
+    (("msg=offload", "starting llama server"), _ollama_scheduler),
     (("cells", "self size", "KV self indexer"), _summaries),
     (("n_ctx", "n_seq_max", "n_batch", "n_ubatch", "flash_attn", "kv_unified", "causal_attn", "mla_attn", "type_k",
       "type_v", "n_rs_seq", "print_info", "llm_load_print_meta", "llama_model_load_internal", "n_embd_k_gqa",

@@ -279,8 +279,12 @@ def ledger_rows(s: Startup, r: Rank) -> list[LedgerRow]:
     frac, basis = effective_fraction(s)
     if avail is not None and frac is not None:
         add(f"KV budget {frac:g} × free", frac * avail, note=basis, how="derived")
+    pytorch = (era(s) or "").startswith("LLM API")
     for est in r.extras.get("estimation_kv_gib") or []:
-        add("KV pool of the estimation pass (freed)", est, note="PyTorch backend sizes twice")
+        if pytorch:
+            add("KV pool of the estimation pass (freed)", est, note="PyTorch backend sizes twice")
+        else:  # the C++ runtime sizes once: an encoder-decoder's second (cross-attention) cache, or another rank's line
+            add("earlier KV allocation in the log", est, note="cross-attention cache or another rank (untagged lines)")
     target = r.pool("target")
     if target is not None:
         label = "KV pool" + (f" ({target.tokens:,} tokens)" if target.tokens else "")

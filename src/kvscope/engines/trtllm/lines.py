@@ -35,7 +35,8 @@ _TS = lazy_compile(r"\[(\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d)\]")
 _ALLOCATED = lazy_compile(rf"Allocated {G} ?(GiB|GB|MiB) for max tokens(?: in paged KV cache)? \((\d+)\)")
 _ALLOCATE_BYTES = lazy_compile(r"Allocate (\d+) bytes for k/v cache")
 _USING_TOKENS = lazy_compile(r"Using (\d+) (?:total )?tokens in paged KV cache(?:, and (\d+) blocks per sequence)?")
-_MAX_TOKENS = lazy_compile(r"Max tokens in paged KV cache: (\d+)")
+_MAX_TOKENS = lazy_compile(r"Max tokens in paged KV cache: (\d+)(?:\. Allocating (\d+) bytes)?")  # ~0.9 adds the bytes
+_FAKE_CACHE = lazy_compile(r"Using fake cache manager with head_dim=0")  # AutoDeploy: no real KV pool
 _MEM_USAGE = lazy_compile(rf"Memory usage when calculating max tokens in paged kv cache: total: {G} ?GiB, available: {G} ?GiB")
 _PRIMARY = lazy_compile(r"Number of blocks in KV cache primary pool: (\d+)")
 _SECONDARY = lazy_compile(r"Number of blocks in KV cache secondary pool: (\d+)")
@@ -169,7 +170,10 @@ class TRTLLMLines:
         if not out:
             return []
         m = _RANK.search(text)
-        rank = f"rank={m.group(1)}" if m else DEFAULT_RANK
+        if m:
+            st["last_rank"] = f"rank={m.group(1)}"
+        # the executor's component report continues on lines without the [RANK n] tag
+        rank = f"rank={m.group(1)}" if m else (st.get("last_rank") if st.get("components") else None) or DEFAULT_RANK
         ts = _TS.search(text)
         for p in out:
             if p.kind in (ev.RANK, ev.POOL):
@@ -210,7 +214,14 @@ def _kv(text: str, st: dict[str, Any]) -> list[Parsed]:
     m = _MAX_TOKENS.search(text)
     if m:
         tokens = to_int(m.group(1))
-        return [Parsed(ev.CAPACITY, {"kv_tokens": tokens, "max_tokens_in_paged_kv_cache": tokens})]
+        out = [Parsed(ev.CAPACITY, {"kv_tokens": tokens, "max_tokens_in_paged_kv_cache": tokens})]
+        if m.group(2):
+            out += [Parsed(ev.POOL, {"name": POOL_NAME, "gib": int(m.group(2)) / (1 << 30), "tokens": tokens}),
+                    Parsed(ev.CAPACITY, {"kv_allocated_bytes": to_int(m.group(2))})]
+        return out
+    if _FAKE_CACHE.search(text):
+        st["fake_cache"] = True
+        return [Parsed(ev.SETTINGS, {"fake_cache_manager": True})]
     m = _MEM_USAGE.search(text)
     if m:
         return [Parsed(ev.RANK, {"total_gib": _gib(m.group(1)), "kv_sizing_free_gib": _gib(m.group(2))})]
