@@ -40,7 +40,9 @@ def _finding(s, code: str):
 
 
 def _label(meta_rank: str) -> str:
-    """meta.json names 0.2.x ranks as printed ('gpu_id=0'); kvscope labels them TP0."""
+    """meta.json names 0.2.x ranks as printed ('gpu_id=0'); kvscope labels them TP0. A note after the
+    label ('TP5 (second run)') is the harvester's, not part of the rank."""
+    meta_rank = meta_rank.split(" (")[0]
     return f"TP{meta_rank.split('=')[1]}" if meta_rank.startswith("gpu_id=") else meta_rank
 
 
@@ -51,10 +53,10 @@ FIELDS = {"avail_after_weights_gb": "avail_after_weights_gib", "avail_after_pool
                                   ["ground_truth"].get("per_rank")], ids=lambda c: c.name[:3])
 def test_every_rank_keeps_its_own_numbers(case):
     """Each rank's printed figures land on that rank (a time-only or gpu_id prefix is still a rank)."""
-    s = analyze(case_files(case)).startups[0]
+    startups = analyze(case_files(case)).startups
     per_rank = json.loads((case / "meta.json").read_text())["ground_truth"]["per_rank"]
     for name, values in per_rank.items():
-        r = _rank(s, _label(name))
+        r = next(r for s in startups for r in s.ranks if r.rank == _label(name))  # a later run's rank: a later startup
         for key, value in values.items():
             if key in FIELDS:
                 assert getattr(r, FIELDS[key]) == value, (name, key)
@@ -209,3 +211,132 @@ def test_unprinted_pool_derived_in_ledger():
     ref = _one("003").reference_rank
     row = next(row for row in ref.ledger if row.item.startswith("KV pool + request table"))
     assert row.how == "derived" and row.gib == pytest.approx(176.33 - 22.83)
+
+
+# 11. a rank's traceback after "Capture cuda graph begin" (0.3.x, no avail mem, no wrapper line) stops the startup
+def test_rank_traceback_during_capture_is_a_capture_failure():
+    s = _one("216")
+    assert s.failure is not None and s.failure.kind == "exception"
+    assert s.failure.data.get("stage") == "graph-capture" and s.failure.data.get("traceback") is True
+    f = _finding(s, "startup-exception")
+    assert f.title == "Startup failed: CUDA graph capture raised an exception"
+    assert "traceback's last lines" in f.detail and "above it" not in f.detail and "8.38 GiB" in f.detail
+
+
+def test_traceback_needs_an_sglang_rank_and_a_startup_not_yet_ready():
+    lines = SGLangLines()
+    assert lines.parse("Traceback (most recent call last):", LineContext()) == []  # no prefix: any program's
+    assert lines.parse("[12:00:00] Traceback (most recent call last):", LineContext()) == []  # a bare stamp proves nothing
+    ctx = LineContext()
+    (p,) = lines.parse("[2026-01-01 00:00:00 TP1] Traceback (most recent call last):", ctx)
+    assert p.kind == ev.FAILURE and p.data["weak"] and "stage" not in p.data  # no capture began: stage left to findings
+    lines.parse("[2026-01-01 00:00:01 TP0] max_total_num_tokens=1000, max_running_requests=8, context_len=512", ctx)
+    assert lines.parse("[2026-01-01 00:00:02 TP0] Traceback (most recent call last):", ctx) == []  # serving-time
+
+
+# 12. a shortened 'Load weight end' (fields by name) and a rounded '#tokens: 273K'
+def test_shortened_load_line_and_rounded_token_count():
+    s = _one("218")
+    ref = s.reference_rank
+    assert ref.weights_gib == 28.39 and ref.avail_after_weights_gib is None
+    assert ref.extras["model_class"] == "Qwen3_5ForConditionalGeneration"
+    assert ref.extras["draft_weights_gib"] == 5.18 and ref.extras["draft_model_class"] == "Qwen3_5ForCausalLMMTP"
+    assert s.capacity.kv_tokens is None and not any(p.tokens for p in ref.kv_pools)  # 273K is not a token count
+    assert s.capacity.extras["kv_tokens_approx"] == 273_000 and s.capacity.extras["kv_tokens_as_printed"] == "273K"
+
+
+def test_load_weight_end_fields_are_each_optional():
+    ctx = LineContext()
+    (p,) = SGLangLines().parse("Load weight end ... type=X, mem usage=2.00 GB", ctx)
+    assert p.data["weights_gib"] == 2.0 and p.data["avail_after_weights_gib"] is None
+    (p,) = SGLangLines().parse("Load weight end. type=X, dtype=torch.bfloat16, avail mem=28.91 GB", ctx)
+    assert p.data["avail_after_weights_gib"] == 28.91 and p.data["weights_gib"] is None
+    assert SGLangLines().parse("Load weight end", ctx) == []  # no field: prose, not a load
+    (p,) = SGLangLines().parse("KV Cache is allocated ... #tokens: 4096", ctx)  # exact count, sizes cut
+    assert p.kind == ev.POOL and p.data["tokens"] == 4096
+
+
+# 13. the draft model's load, named by its class, is the draft's wherever it comes
+def test_nextn_draft_load_is_not_the_target_weights():
+    s = _one("202")
+    for label, avail in (("TP1", 16.2), ("TP3", 16.18)):
+        r = _rank(s, label)
+        assert r.weights_gib is None and r.avail_after_weights_gib is None and r.pre_load_free_gib is None
+        assert r.extras["draft_weights_gib"] == 2.39 and r.extras["avail_after_draft_weights_gib"] == avail
+
+
+def test_draft_by_order_still_works_and_class_marks():
+    ref = _one("213").reference_rank  # LlamaForCausalLM then LlamaForCausalLMEagle
+    assert ref.weights_gib == -4.48 and ref.extras["draft_weights_gib"] == 0.93
+    assert ref.extras["avail_after_draft_weights_gib"] == 54.23 and ref.extras["draft_pre_load_free_gib"] == 55.16
+    for cls, draft in (("DeepseekV3ForCausalLMNextN", True), ("MiMoMTP", True), ("Eagle3DeepseekV2ForCausalLM", True),
+                       ("DFlashDraftModel", True), ("LlamaForCausalLMEagle3", True),
+                       ("Eagle2_5_VLForConditionalGeneration", False), ("Qwen3NextForCausalLM", False)):
+        (p,) = SGLangLines().parse(f"Load weight end. type={cls}, avail mem=10.00 GB, mem usage=1.00 GB.", LineContext())
+        assert (p.kind == ev.RANK) is draft, cls
+
+
+# 14. --max-total-tokens caps the pool: the budget check, the reserve and the +0.01 advice know it
+def test_max_total_tokens_caps_the_pool():
+    s = _one("213")
+    rec = s.reconciliation
+    assert rec.consistent is True and rec.kv_tokens_low == rec.kv_tokens_high == 20_480
+    assert "capped at --max-total-tokens 20,480" in rec.detail and "OUTSIDE" not in rec.detail
+    assert s.capacity.extras["max_total_tokens_cap"] == 20_480
+    codes = {f.code for f in s.findings}
+    assert "reserve-is-not-waste" not in codes and "mfs-headroom" not in codes and "thin-reserve" not in codes
+    f = _finding(s, "max-total-tokens-caps-pool")
+    assert f.suggestion is None and "raise or drop --max-total-tokens" in f.detail and "119,917" in f.detail
+
+
+def test_capped_pool_under_load_suggests_the_cap_not_the_fraction(tmp_path):
+    text = (_dir("213") / "log.txt").read_text()
+    startup = text[: text.index("max_total_num_tokens=")]
+    startup += text[text.index("max_total_num_tokens="):].split("\n", 1)[0] + "\n"
+    serving = "".join(f"[2025-04-01 16:45:{i:02d} TP0] Decode batch. #running-req: 40, #token: 20480, token usage: 1.00, "
+                      f"gen throughput (token/s): 900.00, #queue-req: {5 + i}\n" for i in range(30))
+    log = tmp_path / "log.txt"
+    log.write_text(startup + serving)
+    s = analyze([str(log)]).startups[0]
+    f = _finding(s, "capacity-bound")
+    assert "--max-total-tokens 20,480 set the pool size" in f.detail and "+0.01" not in f.detail
+    assert "fp8" not in f.detail  # a smaller cell buys no tokens past the cap
+    assert f.suggestion is not None and f.suggestion.flag == "--max-total-tokens" and f.suggestion.to_value > 20_480
+
+
+# 15. one serving line with a request waiting is no evidence of a scheduler limit
+def test_one_queued_sample_is_not_a_not_memory_warning():
+    s = _one("210")
+    f = _finding(s, "not-memory-bound")
+    assert f.severity == "info" and f.suggestion is None and "too brief" in f.detail
+    assert s.runtime["verdict"]["limit"] is None and s.runtime["verdict"]["evidence"] == "brief"
+
+
+# 16. an OOM with an SGLang rank prefix (terminal-wrapped: runs of spaces inside) is this startup's failure
+def test_sglang_prefixed_wrapped_oom_is_a_startup():
+    s = _one("222")
+    assert s.engine == "sglang" and s.failure is not None and s.failure.kind == "cuda-oom"
+    assert s.failure.data["tried_gib"] == pytest.approx(24 / 1024)
+    assert s.failure.data["device_total_gib"] == 47.37 and s.failure.data["device_free_gib"] == pytest.approx(4.31 / 1024)
+    assert _finding(s, "cuda-oom").severity == "error"
+    # without the prefix the line stays engine-neutral (engines/common.py)
+    assert SGLangLines().parse("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", LineContext()) == []
+
+
+# 17. 0.4.x's multimodal wording: "Automatically reduce --mem-fraction-static to 0.760 …"
+def test_automatically_reduced_mem_fraction_static():
+    s = _one("221")
+    assert s.setting("mem_fraction_static") == 0.76
+    (p,) = SGLangLines().parse("Dynamically adjusted --mem-fraction-static from: 0.85 to: 0.79", LineContext())
+    assert p.data == {"mem_fraction_static": 0.79, "mem_fraction_static_auto": 0.85}
+
+
+def test_capped_pool_implies_no_mem_fraction_static(tmp_path):
+    """Without mem_fraction_static in the log, a pool of exactly --max-total-tokens says nothing about it."""
+    log = tmp_path / "log.txt"
+    log.write_text((_dir("213") / "log.txt").read_text().replace("mem_fraction_static=0.88, ", ""))
+    s = analyze([str(log)]).startups[0]
+    assert s.setting("mem_fraction_static") is None
+    assert "implied_mem_fraction_static" not in s.capacity.extras
+    assert "the cap, not the memory budget, sized the pool" in s.reconciliation.detail
+    assert _finding(s, "max-total-tokens-caps-pool").severity == "info"

@@ -1,19 +1,23 @@
 """Lines any engine's log can hold: the PyTorch / CUDA out-of-memory errors.
 
 They are engine-neutral (torch prints them), so they get their own tiny parser; the startup they
-land in decides what they mean (during CUDA-graph capture, at weight load, at runtime).
+land in decides what they mean (during CUDA-graph capture, at weight load, at runtime). An engine
+whose own prefix is on the line may claim it (``oom_failure`` reads the same numbers).
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from kvscope import events as ev
 from kvscope.engines.base import NUM, LineContext, Parsed, to_float
 
+# \s+ between words: a terminal that hard-wrapped the message leaves runs of spaces inside it
 _TORCH_OOM = re.compile(
-    rf"(?:OutOfMemoryError|CUDA out of memory|HIP out of memory|out of memory)(?:.*?Tried to allocate ({NUM}) ?(MiB|GiB|GB|MB))?"
-    rf"(?:.*?GPU (\d+) has a total capacity of ({NUM}) ?GiB of which ({NUM}) ?(MiB|GiB) is free)?"
+    rf"(?:OutOfMemoryError|(?:CUDA|HIP)\s+out\s+of\s+memory|out\s+of\s+memory)"
+    rf"(?:.*?Tried\s+to\s+allocate\s+({NUM})\s*(MiB|GiB|GB|MB))?"
+    rf"(?:.*?GPU\s+(\d+)\s+has\s+a\s+total\s+capacity\s+of\s+({NUM})\s*GiB\s+of\s+which\s+({NUM})\s*(MiB|GiB)\s+is\s+free)?"
 )
 _UNIT = {"MiB": 1 / 1024, "MB": 1 / 1024, "GiB": 1.0, "GB": 1.0}
 
@@ -25,6 +29,20 @@ def _gib(value: str | None, unit: str | None) -> float | None:
     return None if v is None or unit is None else v * _UNIT[unit]
 
 
+def oom_failure(text: str) -> dict[str, Any] | None:
+    """The FAILURE payload of a torch / CUDA / HIP out-of-memory line (sizes in GiB), else None."""
+    m = _TORCH_OOM.search(text)
+    if not m:
+        return None
+    return {
+        "kind": "cuda-oom",
+        "message": text.strip()[:500],
+        "tried_gib": _gib(m.group(1), m.group(2)),
+        "device_total_gib": to_float(m.group(4)),
+        "device_free_gib": _gib(m.group(5), m.group(6)),
+    }
+
+
 class CommonLines:
     engine = "common"
     anchors = ANCHORS
@@ -33,14 +51,5 @@ class CommonLines:
         return "Tried to allocate" in text and "is free" not in text and "total capacity" in text
 
     def parse(self, text: str, ctx: LineContext) -> list[Parsed]:
-        m = _TORCH_OOM.search(text)
-        if not m:
-            return []
-        data = {
-            "kind": "cuda-oom",
-            "message": text.strip()[:500],
-            "tried_gib": _gib(m.group(1), m.group(2)),
-            "device_total_gib": to_float(m.group(4)),
-            "device_free_gib": _gib(m.group(5), m.group(6)),
-        }
-        return [Parsed(ev.FAILURE, data)]
+        data = oom_failure(text)
+        return [Parsed(ev.FAILURE, data)] if data else []

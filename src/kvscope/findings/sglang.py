@@ -6,7 +6,7 @@ import math
 
 from kvscope.capacity.weights import sglang_parallel, weights_delta_gib
 from kvscope.engines.sglang import dsv4, rules
-from kvscope.engines.sglang.finish import attn_tp_size, model_name, tp_size
+from kvscope.engines.sglang.finish import attn_tp_size, max_total_tokens, model_name, pool_capped, tp_size
 from kvscope.engines.sglang.rules import GIB
 from kvscope.ledger.model import Finding, Startup, Suggestion
 
@@ -40,6 +40,22 @@ def _reserve(s: Startup, mfs: float, pre: float, bpt: int) -> Finding | None:
         detail += f" At ready {ref.avail_at_ready_gib:.2f} GiB was still free."
     return Finding("reserve-is-not-waste", "info",
                    f"The {after_pool:.2f} GiB free after the KV pool is the reserve, not unused KV budget", detail)
+
+
+def _capped(s: Startup, mfs: float | None) -> Finding:
+    """--max-total-tokens, not the memory budget, set the pool size: what was left over, and the knob that counts."""
+    cap = max_total_tokens(s) or 0
+    ref = s.reference_rank
+    room = s.capacity.extras.get("kv_tokens_budget_uncapped")
+    budget = f"mem_fraction_static={mfs}" if mfs is not None else "the mem_fraction_static budget"
+    detail = f"SGLang sizes the pool as min(what {budget} leaves room for, --max-total-tokens {cap:,})"
+    detail += f"; the budget had room for {room[0]:,} … {room[1]:,} tokens, so the cap decided" if room else "; the cap decided"
+    if ref is not None and ref.avail_after_pool_gib is not None:
+        detail += (f". The {ref.avail_after_pool_gib:.2f} GiB free after the pool is the (1 − mem_fraction_static) reserve "
+                   "plus the budget the cap left unused")
+    detail += (". Raising --mem-fraction-static adds no tokens here; to give the pool more, raise or drop "
+               "--max-total-tokens.")
+    return Finding("max-total-tokens-caps-pool", "info", f"--max-total-tokens {cap:,} set the KV pool size, not memory", detail)
 
 
 def _pool(s: Startup) -> Finding | None:
@@ -172,6 +188,11 @@ def _exception(s: Startup, f, pre: float | None) -> Finding:
         what = _NO_KERNEL_IMAGE if "no kernel image" in device_error else ""
         return Finding("startup-exception", "error", " ".join(("Startup failed with a GPU error", stage)).strip(),
                        _sentences(f"{message} — this line names the cause, and it is not an out-of-memory", what, hint))
+    if capture and f.data.get("traceback"):  # the rank's own traceback, no SGLang wrapper line
+        return Finding("startup-exception", "error", " ".join(("Startup failed: CUDA graph capture raised an exception",
+                                                                stage if stage != _CAPTURING else "")).strip(),
+                       _sentences(f"'{message.rstrip(':')}' after 'Capture cuda graph begin' and no capture end: "
+                                  "the traceback's last lines name the error capture raised", hint))
     if capture:
         cause = f.data.get("cause")
         where = (f"the error it wraps is '{cause[:200]}'" if cause else
@@ -297,7 +318,9 @@ def findings(s: Startup) -> list:
     fail = _failure(s, mfs, pre)
     if fail:
         out.append(fail)
-    if mfs is not None and pre and bpt:
+    if pool_capped(s):  # the reserve and the +0.01 steps do not size this pool: the cap does
+        out.append(_capped(s, mfs))
+    elif mfs is not None and pre and bpt:
         out.extend(f for f in (_reserve(s, mfs, pre, bpt), _headroom(s, mfs, pre, bpt)) if f)
     out.extend(f for f in (_pool(s), _mla_replicated(s, bpt or 0, mfs, pre), _dsv4_pools(s)) if f)
     for w in s.warnings:

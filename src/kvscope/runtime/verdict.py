@@ -25,6 +25,8 @@ SAFETY_MARGIN_FRACTION = 0.05
 SATURATED_SHARE = 0.05  # this share of the queued samples at ≥ 90 % usage makes the queue memory's doing
 CAP_SHARE = 0.98
 MAX_FRACTION = 0.95
+MIN_QUEUED_S = 5.0  # a queue must last this long (timed lines) before "not memory" names a limit,
+MIN_QUEUED_SAMPLES = 3  # or show on this many serving lines
 GRAPHLESS_SHARE = 0.5  # this share of decode batches without a CUDA graph names the graph batch as the limit  # a memory fraction above this leaves no room for activations and graphs  # running within 2 % of the cap counts as "at the cap"
 
 
@@ -101,7 +103,20 @@ def _options(s: Startup, extra: int, kv: int | None, bpt: float | None) -> tuple
     texts: list[str] = []
     numbers: dict[str, Any] = {}
     suggestion: Suggestion | None = None
-    step = _fraction_step(s, extra, bpt)
+    capped = _capped_by_setting(s, kv)
+    if capped is not None:  # --max-total-tokens sized the pool: the memory fraction would add nothing
+        cap, room = capped
+        numbers["max_total_tokens"] = {"cap": cap, "budget_tokens": room}
+        text = f"--max-total-tokens {cap:,} set the pool size, not memory"
+        if room and room > cap:
+            to = min(room, cap + extra)
+            text += (f": the memory budget had room for {room:,} tokens, so raising it to {to:,} "
+                     f"{'covers' if to >= cap + extra else 'gives part of'} the {extra:,}")
+            suggestion = Suggestion("--max-total-tokens", cap, to, to, note="within the memory budget the log shows")
+        else:
+            text += "; raise or drop it before anything else"
+        texts.append(text + ".")
+    step = _fraction_step(s, extra, bpt) if capped is None else None
     if step is not None:
         numbers["fraction_step"] = step
         text = (f"{step['flag']}: each +0.01 moves {step['step_gib']:.2f} GiB into the pool = +{step['tokens_per_step']:,} "
@@ -122,7 +137,7 @@ def _options(s: Startup, extra: int, kv: int | None, bpt: float | None) -> tuple
             text += "; the log does not show how much memory was free at ready, so check nvidia-smi before raising it"
         texts.append(text + ".")
     dtype = _kv_dtype(s)
-    if kv and not any(q in dtype.lower() for q in ("fp8", "int8", "fp4", "int4")):
+    if kv and capped is None and not any(q in dtype.lower() for q in ("fp8", "int8", "fp4", "int4")):  # capped: same count
         flag_to = "fp8_e4m3" if s.engine == "sglang" else "fp8"
         covers = kv >= extra
         numbers["fp8_kv"] = {"from": dtype, "tokens_added": kv, "covers": covers}
@@ -146,6 +161,15 @@ def _options(s: Startup, extra: int, kv: int | None, bpt: float | None) -> tuple
                  + ") keeps evicted prefixes for reuse; it raises the prefix-cache hit rate but adds no room for running "
                  "requests, so it would not have emptied this queue.")
     return texts, suggestion, numbers
+
+
+def _capped_by_setting(s: Startup, kv: int | None) -> tuple[int, int | None] | None:
+    """(--max-total-tokens, tokens the memory budget had room for) when that setting, not memory, sized SGLang's pool."""
+    cap = _int(s.capacity.extras.get("max_total_tokens_cap"))  # set by the engine's finish when the cap binds
+    if not cap or not kv:
+        return None
+    room = s.capacity.extras.get("kv_tokens_budget_uncapped")
+    return cap, room[0] if isinstance(room, (list, tuple)) and room else None
 
 
 def _dp_attention(s: Startup, kv: int | None) -> dict[str, Any] | None:
@@ -215,6 +239,16 @@ def _not_memory(s: Startup, rt: dict[str, Any]) -> tuple[Finding, dict[str, Any]
         return Finding("not-memory-bound", "info", f"Not memory-bound: no request waited (KV usage peaked at {_pct(peak)})",
                        f"KV usage peaked at {_pct(peak)} (p95 {_pct(p95)}) and the queue stayed empty: the pool had room to spare "
                        "for this load."), numbers
+    if not _lasting(queue):
+        numbers.update(limit=None, evidence="brief")
+        longest = (queue.get("longest") or {}).get("length_s")
+        lasted = f", the longest wait {longest:,.0f} s" if longest is not None else ""
+        n = queue.get("queued_samples") or 0
+        return Finding("not-memory-bound", "info", f"Not memory-bound: a brief queue (peak {queue['peak']:,}) while the KV "
+                       "pool had room",
+                       f"Requests waited on {n:,} serving line{'s' if n != 1 else ''}{lasted}, with KV usage at "
+                       f"{_pct(queue.get('usage_while_queued_p95'))} (peak {_pct(peak)} overall): too brief a queue to "
+                       "name a limit (requests arriving between scheduler steps look like this)."), numbers
     flag, cap = _cap(s)
     running = queue.get("running_peak_while_queued")
     queued_p95 = queue.get("usage_while_queued_p95")
@@ -264,6 +298,15 @@ def _not_memory(s: Startup, rt: dict[str, Any]) -> tuple[Finding, dict[str, Any]
         sug = (Suggestion("--max-num-batched-tokens", budget, 2 * budget, note="admits prompts faster; KV usage had room")
                if isinstance(budget, int) else None)
     return Finding("not-memory-bound", "warning", "Not memory: requests waited while the KV pool had room", detail, sug), numbers
+
+
+def _lasting(queue: dict[str, Any]) -> bool:
+    """Enough of a queue to name what held it: it showed on MIN_QUEUED_SAMPLES serving lines or lasted
+    MIN_QUEUED_S. One line with a request waiting is as likely a request arriving between two steps."""
+    if (queue.get("queued_samples") or 0) >= MIN_QUEUED_SAMPLES:
+        return True
+    longest = (queue.get("longest") or {}).get("length_s")
+    return max(longest or 0.0, queue.get("queued_s") or 0.0) >= MIN_QUEUED_S
 
 
 def _next_graph_bs(running: int) -> int:

@@ -151,6 +151,8 @@ def finish(s: Startup) -> None:
     if s.model is None and isinstance(s.setting("model"), str):
         s.model = s.setting("model")
     cell = _reconcile(s, era)
+    if pool_capped(s):  # --max-total-tokens, not memory, sized the pool (findings and the runtime verdict read this)
+        s.capacity.extras["max_total_tokens_cap"] = max_total_tokens(s)
     _derive_from_reserve(s, cell)
     for r in s.ranks:
         r.ledger = ledger_rows(s, r)
@@ -269,6 +271,8 @@ def _derive_from_reserve(s: Startup, cell: rules.CellSize | None) -> None:
     if (ref is None or target is None or rec is None or mfs is None or not 0 < mfs < 1
             or ref.pre_load_free_gib is not None or ref.avail_after_pool_gib is None or not target.tokens):
         return
+    if s.capacity.extras.get("max_total_tokens_cap"):  # a capped pool leaves more than the reserve free
+        return
     page = page_size(s)
     slack = rules.allocator_slack_gib(target.tokens, page, cell) if cell else 0.0
     request = _request_pool_estimate(s)
@@ -309,6 +313,10 @@ def _budget_check(s, ref, tokens, bpt, page, rec, checks, consistent, era) -> No
         return
     state = state_pool_budget_gib(ref)  # hybrid models: the Mamba pool is paid out of rest before the KV pool
     with_state = f" plus the {state:.2f} GiB Mamba state pool" if state else ""
+    if mfs is None and pool_capped(s):  # the cap sized the pool: it implies no mem_fraction_static
+        checks.append(f"the token count is --max-total-tokens {max_total_tokens(s):,}: the cap, not the memory budget, "
+                      "sized the pool")
+        return
     if mfs is None:
         implied = rules.implied_mfs(pre, at_profile, tokens, bpt, state)
         s.capacity.extras["implied_mem_fraction_static"] = round(implied, 4)
@@ -318,14 +326,38 @@ def _budget_check(s, ref, tokens, bpt, page, rec, checks, consistent, era) -> No
     if state:
         rest = rest - Interval.printed(state, 2 * rules.HALF_CENT)  # two printed sizes, conv + ssm
     low, high = rules.tokens_from_rest(rest, bpt, page)
+    cap = max_total_tokens(s)
+    capped = ""
+    if cap is not None and cap < high:  # SGLang: min(profiled, --max-total-tokens), then page-floored
+        s.capacity.extras["kv_tokens_budget_uncapped"] = [low, high]
+        low, high = (min(n, cap) // max(1, page) * max(1, page) for n in (low, high))
+        capped = f", capped at --max-total-tokens {cap:,} → {low:,} … {high:,}" if low != high else (
+            f", capped at --max-total-tokens {cap:,} → {high:,}")
     rec.kv_tokens_low, rec.kv_tokens_high = low, high
     ok = low <= tokens <= high
     consistent.append(ok)
     minus_state = f" − Mamba {state:.2f}" if state else ""
+    uncapped = s.capacity.extras.get("kv_tokens_budget_uncapped") if capped else None
+    span = f"{uncapped[0]:,} … {uncapped[1]:,}" if uncapped else f"{low:,} … {high:,}"
     checks.append(
         f"budget: {at_profile:.2f} − {pre:.2f} × (1 − {mfs}){minus_state} = {rest.mid:.4f} GiB"
-        f" ± {(rest.high - rest.low) / 2:.4f} → {low:,} … {high:,} tokens; logged {tokens:,} {'inside' if ok else 'OUTSIDE'}"
+        f" ± {(rest.high - rest.low) / 2:.4f} → {span} tokens{capped}; logged {tokens:,} {'inside' if ok else 'OUTSIDE'}"
     )
+
+
+def max_total_tokens(s: Startup) -> int | None:
+    """--max-total-tokens as launched (a positive count), else None."""
+    cap = _int_setting(s, "max_total_tokens")
+    return cap if cap is not None and cap > 0 else None
+
+
+def pool_capped(s: Startup) -> bool:
+    """The pool is as large as --max-total-tokens allows: the cap, not memory, sized it."""
+    cap = max_total_tokens(s)
+    ref = s.reference_rank
+    target = ref.pool("target") if ref else None
+    tokens = (target.tokens if target else None) or s.capacity.max_total_num_tokens
+    return cap is not None and tokens is not None and tokens >= cap // max(1, page_size(s)) * max(1, page_size(s))
 
 
 def _unprinted_pool_row(r: Rank, add) -> None:

@@ -13,6 +13,7 @@ import re
 
 from kvscope import events as ev
 from kvscope.engines.base import NUM, LineContext, Parsed, cut_short, to_float, to_int
+from kvscope.engines.common import oom_failure
 from kvscope.engines.lazy import lazy_compile
 from kvscope.engines.sglang.server_args import parse_server_args
 
@@ -29,7 +30,13 @@ G = rf"({NUM})"  # one captured number
 _INIT_END = lazy_compile(rf"Init torch distributed ends\.(?: elapsed={G} s,)? mem usage={G} ?GB")
 _BASELINE = lazy_compile(rf"Memory baseline taken\. mem usage={G} ?GB")
 _LOAD_BEGIN = lazy_compile(rf"Load weight begin\. avail mem={G} ?GB")
-_LOAD_END = lazy_compile(rf"Load weight end\.(.*?)avail mem={G} ?GB(?:, mem usage={G} ?GB)?")
+# "Load weight end. [elapsed=…, ]type=…, [dtype=…|quant=…, ]avail mem=… GB[, mem usage=… GB]." — fields read by
+# name, each optional (a pasted excerpt may shorten the line to "Load weight end ... type=X, mem usage=28.39 GB")
+_LOAD_END = lazy_compile(r"Load weight end(?:\.|\s*(?:\.\.\.|…)|\s)(.*)")
+_LOAD_END_WHOLE = lazy_compile(rf"Load weight end\b.*?(?:avail mem|mem usage)={G} ?GB")
+# the draft model of speculative decoding, by its class: DeepseekV3ForCausalLMNextN, Qwen3_5ForCausalLMMTP, MiMoMTP,
+# LlamaForCausalLMEagle3, Eagle3DeepseekV2ForCausalLM, DFlashDraftModel (Eagle2_5_VL… is a target VLM)
+_DRAFT_CLASS = lazy_compile(r"^(?:Eagle3|DFlash)|(?:NextN|MTP|Eagle\d*|DraftModel)$")
 _KV_DTYPE = lazy_compile(r"Using KV cache dtype: ([\w.]+)")
 _SWA_SPLIT = lazy_compile(
     r"Use [Ss]liding window memory pool(?: \(all SWA\))?\.(?: full_layer_tokens=(\d+),)? swa_layer_tokens=(\d+)"
@@ -44,6 +51,11 @@ _SWA_POOL = lazy_compile(rf"SWAKVPool mem usage: {G} ?GB, swa size: (\d+), full 
 _DSV4_CALC = lazy_compile(r"DSV4 memory calculation:.*?bytes_per_full_token=.*?full_token=\d")
 DSV4_POOL = "DeepSeek-V4 pools"
 _DSV4_SIZES = lazy_compile(r"DSV4 pool sizes: (full=\d+.*)")
+# a shortened pool line ("KV Cache VA upper bound ... #tokens: 273K"): a count with K/M is rounded, not a token count
+_KV_POOL_SHORT = lazy_compile(
+    r"KV [Cc]ache (?:is allocated|allocated|VA upper bound)\b.*?#tokens: (\d+(?:\.\d+)?)(?: ?([KkMm])\b(?! size))?"
+)
+_SCALE = {"k": 1_000, "m": 1_000_000}
 _KV_AVAILABLE = lazy_compile(rf"The available memory for KV cache is {G} ?GB")
 _POOL_END = lazy_compile(rf"Memory pool end\. avail mem={G} ?GB")
 # "Capture [target|draft] [decode|extend|prefill] <device> graph …": the device word in any case (cuda, CUDA, NPU, …)
@@ -71,7 +83,11 @@ _UNBALANCED = lazy_compile(
     rf"memory capacity is unbalanced.*?(?:min_per_gpu_memory|pre_model_load_memory)={G}.*?local_gpu_memory={G}"
 )
 _HOST_SHORT = lazy_compile(rf"Not enough host memory available\. Requesting {G} ?GB but only have {G} ?GB")
-_VLM_ADJUST = lazy_compile(rf"Dynamically adjusted --mem-fraction-static from: {G} to: {G}")
+# ≥0.5: "Dynamically adjusted --mem-fraction-static from: X to: Y"; 0.4.x: "Automatically reduce
+# --mem-fraction-static to 0.760 because this is a multimodal model."
+_VLM_ADJUST = lazy_compile(
+    rf"(?:Dynamically adjusted --mem-fraction-static from: {G} to|Automatically reduce --mem-fraction-static to):? {G}"
+)
 _MRR_RESET = lazy_compile(r"Max running requests is reset to (\d+)")
 _EXCEPTION = lazy_compile(
     r"Scheduler hit an exception|TpModelWorker hit an exception|Exception in ModelRunner"
@@ -80,7 +96,9 @@ _EXCEPTION = lazy_compile(
 # A device error names its own cause (flashinfer's "CUDA Error: … (209)", torch's "CUDA error: …", ROCm's "HIP error: …");
 # an out-of-memory is left to the engine-neutral parser (engines/common.py), which reads its sizes.
 _DEVICE_ERROR = lazy_compile(r"\b(?:CUDA|HIP) [Ee]rror: ([^(/]+)")
-_OOM_WORDS = lazy_compile(r"out of memory|OutOfMemory")
+_OOM_WORDS = lazy_compile(r"out\s+of\s+memory|OutOfMemory")
+# A Python traceback a rank printed: startup stopped there (the cause is in the traceback's last lines)
+_TRACEBACK = lazy_compile(r"\s*Traceback \(most recent call last\)")
 _VERSION = lazy_compile(r"sglang(?:==| version[: ]+v?)(\d+\.\d+\.\d+[\w.]*)")
 _KV_FIELDS = lazy_compile(r"(\w+)=([^,]+)")
 
@@ -102,6 +120,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"CUDA Error",
     b"CUDA error",
     b"HIP error",
+    b"Traceback",
 )
 
 
@@ -123,19 +142,48 @@ def _gib(m: re.Match[str], i: int) -> float | None:
     return to_float(m.group(i))
 
 
-def _load_end(m: re.Match[str]) -> dict:
-    data: dict = {"avail_after_weights_gib": _gib(m, 2), "weights_gib": _gib(m, 3)}
-    for key, value in _KV_FIELDS.findall(m.group(1)):
+def _load_end(rest: str) -> dict | None:
+    """The fields of a 'Load weight end' line, by name; None when it carries none (prose, a cut line)."""
+    avail, usage = _AVAIL.search(rest), _USAGE.search(rest)
+    data: dict = {"avail_after_weights_gib": to_float(avail.group(1)) if avail else None,
+                  "weights_gib": to_float(usage.group(1)) if usage else None}
+    for key, value in _KV_FIELDS.findall(rest):
         value = value.strip()
         if key == "type":
-            data["model_class"] = value
+            data["model_class"] = value.split()[0] if value.split() else None
         elif key == "dtype":
             data["weights_dtype"] = value
         elif key == "quant":
             data["weights_quant"] = value
         elif key == "elapsed":
             data["load_seconds"] = to_float(value.rstrip(" s"))
-    return data
+    return data if any(v is not None for v in data.values()) else None
+
+
+def _weights_end(rest: str) -> list[Parsed]:
+    """A load end: the target's (a phase the assembler orders), or, named by its class, the draft model's."""
+    data = _load_end(rest)
+    if data is None:
+        return []
+    cls = data.get("model_class")
+    if cls and _DRAFT_CLASS.search(cls):  # the draft's, wherever it comes (an excerpt may hold no target load)
+        return [Parsed(ev.RANK, {"draft_weights_gib": data["weights_gib"],
+                                 "avail_after_draft_weights_gib": data["avail_after_weights_gib"],
+                                 "draft_model_class": cls, "draft_load_seconds": data.get("load_seconds")})]
+    return [Parsed(ev.PHASE, {"phase": "weights_end", **data})]
+
+
+def _short_pool(m: re.Match[str]) -> list[Parsed]:
+    """A pool line shortened by hand: an exact #tokens is the pool's count; '273K' is only its size class."""
+    value, suffix = m.group(1), m.group(2)
+    if suffix is None:
+        tokens = to_int(value) if value.isdigit() else None
+        return [Parsed(ev.POOL, {"label": None, "tokens": tokens})] if tokens is not None else []
+    approx = to_float(value)
+    if approx is None:
+        return []
+    return [Parsed(ev.CAPACITY, {"kv_tokens_approx": int(approx * _SCALE[suffix.lower()]),
+                                 "kv_tokens_as_printed": f"{value}{suffix}"})]
 
 
 def _graph_end(kind: str, rest: str) -> dict:
@@ -218,6 +266,44 @@ def _device_error(msg: str) -> list[Parsed]:
     return [Parsed(ev.FAILURE, {"kind": "exception", "message": msg.strip()[:500], "device_error": m.group(1).strip()})]
 
 
+def _ranked_failure(msg: str, rank: str, text: str, ctx: LineContext) -> list[Parsed]:
+    """Failures whose wording is generic, claimed when an SGLang rank prefix is on the line: an out-of-memory
+    (the numbers engines/common.py reads; the startup it belongs to is this engine's) and a rank's traceback
+    before the server was ready (weak: a later line may name the cause)."""
+    oom = oom_failure(msg)
+    if oom is not None:
+        return [Parsed(ev.FAILURE, oom)]
+    if not _TRACEBACK.match(msg) or ctx.state.get("sglang_ready"):
+        return []
+    if not (ctx.state.get("sglang_prefixed") or _labelled(text)):  # a bare "[12:00:00]" stamp is no proof of SGLang
+        return []
+    data = {"kind": "exception", "message": msg.strip(), "weak": True, "traceback": True}
+    if rank in ctx.state.get("sglang_capturing", ()):
+        data["stage"] = "graph-capture"  # capture began on this rank and neither ended nor reached ready
+    return [Parsed(ev.FAILURE, data)]
+
+
+def _labelled(text: str) -> bool:
+    m = _PREFIX.search(text)
+    return bool(m and (m.group(2).strip() or m.group(3))) or _BARE_RANK.search(text) is not None
+
+
+def _track(out: list[Parsed], rank: str | None, ctx: LineContext) -> None:
+    """What a later generic line needs to know: is a rank capturing CUDA graphs, is the server ready."""
+    for p in out:
+        phase = p.data.get("phase") if p.kind == ev.PHASE else None
+        if p.kind == ev.BOUNDARY or phase == "weights_begin":
+            ctx.state["sglang_ready"] = False
+            ctx.state["sglang_capturing"] = set()
+        elif phase == "ready":
+            ctx.state["sglang_ready"] = True
+            ctx.state["sglang_capturing"] = set()
+        elif phase == "graph_begin" or (p.kind == ev.RANK and p.data.get("graph_capture_began")):
+            ctx.state.setdefault("sglang_capturing", set()).add(rank or SINGLE_RANK)
+        elif phase == "graph_end":
+            ctx.state.setdefault("sglang_capturing", set()).discard(rank or SINGLE_RANK)
+
+
 class SGLangLines:
     """Line knowledge for SGLang (see module docstring)."""
 
@@ -232,6 +318,9 @@ class SGLangLines:
         out = self._parse_message(msg)
         if not out and (rank is not None or ctx.state.get("sglang_prefixed")):
             out = _device_error(msg)  # generic wording: only inside a log SGLang's prefixes already claimed
+        if not out and rank is not None:
+            out = _ranked_failure(msg, rank, text, ctx)
+        _track(out, rank, ctx)
         for p in out:
             p.rank = rank  # None: no prefix; the assembler attaches it to the startup's reference rank
             p.timestamp = ts
@@ -247,10 +336,13 @@ class SGLangLines:
             return [Parsed(ev.PHASE, {"phase": "weights_begin", "pre_load_free_gib": _gib(m, 1)})]
         m = _LOAD_END.search(msg)
         if m:
-            return [Parsed(ev.PHASE, {"phase": "weights_end", **_load_end(m)})]
+            return _weights_end(m.group(1))
         m = _KV_POOL.search(msg)
         if m:
             return [Parsed(ev.POOL, _pool(m))]
+        m = _KV_POOL_SHORT.search(msg)
+        if m:
+            return _short_pool(m)
         m = _POOL_END.search(msg)
         if m:
             return [Parsed(ev.PHASE, {"phase": "pool_end", "avail_after_pool_gib": _gib(m, 1)})]
@@ -331,7 +423,7 @@ class SGLangLines:
 
 _JOINABLE: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("KV Cache is allocated", _KV_POOL),
-    ("Load weight end", _LOAD_END),
+    ("Load weight end", _LOAD_END_WHOLE),
     ("Memory pool end", _POOL_END),
     ("max_total_num_tokens=", _READY_GPU),
     ("graph end.", _AVAIL),
