@@ -253,3 +253,137 @@ def test_hybrid_pool_memory_is_not_derived_from_tokens_over_sixteen():
     (the catalog's architecture gave 5,453 GiB for an RTX 5090)."""
     s = _one("019")
     assert "available_kv_gib_derived" not in s.capacity.extras
+
+
+# --- third harvest (201-228): copies' margins, logs inside JSON, worker deaths, per-worker capacity, ports ---------
+
+
+def test_quote_bar_margin_is_stripped_before_wrapped_lines_join():
+    """203: every line behind '▎ ', the max-len error hard-wrapped after '(196608),'."""
+    s = _one("203")
+    assert s.failure.kind == "max-len-too-large"
+    assert (s.failure.data["max_model_len"], s.failure.data["kv_needed_gib"]) == (196_608, 23.25)
+    assert s.capacity.max_model_len == 196_608 and s.capacity.extras["estimated_max_model_len"] == 190_272
+    assert clean_line("▎ 23.25 GiB KV cache is needed") == ["23.25 GiB KV cache is needed"]
+
+
+def test_box_and_buildkite_margins_are_stripped():
+    """214 (k9s pane '│ … │' padded to the pane width) and 226/227 (Buildkite '  | ')."""
+    line = _line("214", "# cuda blocks")
+    assert line.startswith("INFO ") and line.endswith("# cuda blocks: 7191, # CPU blocks: 512")
+    assert _one("214").capacity.num_gpu_blocks == 7191
+    assert _line("227", "No available memory").startswith("(EngineCore_DP0 pid=6804) ValueError")
+    assert clean_line(">>> from vllm import LLM") == [">>> from vllm import LLM"]  # a prompt, not a quote
+    assert clean_line("| a | b |") == ["| a | b |"]  # a markdown table keeps its first cell
+
+
+def test_enginecore_hit_an_exception_is_a_weak_failure():
+    """226: only 'EngineCore hit an exception: Traceback…' says the startup died (the cause is cut away)."""
+    s = _one("226")
+    assert s.failure is not None and s.failure.kind == "engine-init-failed"
+    assert s.reference_rank.weights_gib == 0.2389
+    for text in ("(VllmWorker rank=1 pid=106) ERROR 04-29 01:10:12 [multiproc_executor.py:470] WorkerProc hit an "
+                 "exception.",
+                 "(VllmWorkerProcess pid=195297) ERROR 03-02 19:49:43 [multiproc_worker_utils.py:242] Exception in "
+                 "worker VllmWorkerProcess while processing method load_model."):
+        failure = next(p for p in _parse(text) if p.kind == ev.FAILURE)
+        assert failure.data["weak"] is True
+
+
+def test_worker_oom_under_vllm_prefix_gives_failure_and_device_total():
+    """207: a V0 worker's torch OOM during load_model on a 14.62 GiB GPU; no vLLM memory line at all."""
+    s = _one("207")
+    assert s.failure.kind == "cuda-oom"
+    assert s.failure.data["device_total_gib"] == 14.62
+    assert [r.total_gib for r in s.ranks] == [14.62]
+    assert _finding(s, "cuda-oom").title == "CUDA out of memory while loading weights"
+
+
+def test_capacity_lines_alone_are_a_startup():
+    """217: only '# GPU blocks: 507, # CPU blocks: 1024' and a cut worker ERROR line."""
+    s = _one("217")
+    assert (s.capacity.num_gpu_blocks, s.capacity.num_cpu_blocks) == (507, 1024)
+    assert s.failure is not None and s.failure.data.get("error_source") == "worker_base.py"
+
+
+def test_gaudi_hpu_weights_free_device_memory_and_block_size():
+    """218 (Habana docs): weights 'took in total', usable = util × free after profiling, HPU graphs' reserve,
+    KV; '# HPU blocks' are 128 tokens each (16 MiB blocks of an 8B GQA model)."""
+    s = _one("218")
+    ref = s.reference_rank
+    assert (ref.weights_gib, ref.total_gib, ref.usable_gib) == (15.05, 94.62, 71.3)
+    assert ref.extras["graph_reserved_gib"] == 7.13 and ref.extras["free_after_profile_gib"] == 79.22
+    assert s.settings["gpu_memory_utilization"] == 0.9 and s.capacity.available_kv_gib == 64.17
+    assert (s.capacity.num_gpu_blocks, s.capacity.num_cpu_blocks) == (4107, 256)
+    assert s.capacity.kv_tokens == 4107 * 128
+    step = _finding(s, "util-step")
+    assert "79.22 GiB" in step.detail and "+5,760 tokens" in step.detail
+
+
+def test_per_worker_kv_sizes_keep_the_smallest_with_its_concurrency():
+    """216: seven workers print different sizes; the engine uses the smallest (520,256 at 7.91x)."""
+    s = _one("216")
+    assert (s.capacity.kv_tokens, s.capacity.max_concurrency) == (520_256, 7.91)
+    assert s.capacity.extras["kv_tokens_per_worker"][:3] == [538_880, 539_072, 520_256]
+    assert s.reconciliation.consistent is not False
+
+
+def test_npu_graph_memory_in_the_free_memory_summary():
+    """221 (vllm-ascend): 'Actual usage: … 0.04 GiB for NPU graph memory'."""
+    ref = _one("221").reference_rank
+    assert (ref.weights_gib, ref.activation_peak_gib, ref.non_torch_gib, ref.cuda_graph_gib) == (1.14, 0.22, 0.13, 0.04)
+
+
+def test_bare_killed_after_blocks_is_a_weak_failure():
+    """219 (Jetson): 'Killed' right after the blocks are sized: the OOM killer."""
+    s = _one("219")
+    assert s.failure.kind == "killed" and s.failure.source.line_no == 7
+    assert "process-killed" in _codes(s)
+    ctx = LineContext()
+    assert VLLMLines().parse("Killed", ctx) == []  # nothing sized yet: a shell's "Killed" is no vLLM startup's
+
+
+def test_log_inside_one_json_line_is_read():
+    """213: the whole post (HTML inside a WordPress JSON string, cut mid-string) on one physical line."""
+    startups = _all("213")
+    assert startups and startups[-1].settings["max_model_len"] == 131_072
+    assert startups[-1].settings["gpu_memory_utilization"] == 0.9
+    assert startups[0].reference_rank.weights_gib == 48.5
+    docker = '{"log":"INFO 09-16 13:51:44 [gpu_worker.py:1] Available KV cache memory: 36.5 GiB\\n","stream":"stdout"}'
+    assert clean_line(docker) == ["INFO 09-16 13:51:44 [gpu_worker.py:1] Available KV cache memory: 36.5 GiB"]
+
+
+def test_error_traceback_from_a_worker_before_ready_is_a_weak_failure():
+    """204: eight KV/concurrency pairs, then a worker's ERROR-level traceback (the OOM itself is cut away)."""
+    s = _one("204")
+    assert s.failure is not None and s.failure.kind == "engine-init-failed"
+    assert (s.capacity.kv_tokens, s.capacity.max_concurrency) == (106_640, 13.02)
+    api = "(APIServer pid=1) ERROR 04-25 10:24:22 [api_server.py:1]   File \"/x.py\", line 3, in f"
+    assert _parse(api) == []  # the API server is no engine
+
+
+def test_summary_quoted_above_the_log_joins_its_startup():
+    """212: 'Model loading took …' and 'Available KV cache memory' quoted bare above the log's banner."""
+    s = _one("212")
+    assert s.engine_version == "0.19.0" and s.reference_rank.weights_gib == 13.72
+    assert s.capacity.available_kv_gib == 36.56 and s.settings["max_model_len"] == 131_072
+
+
+def test_kv_cache_memory_suggestion_names_the_logs_spelling():
+    """209 (2026 main): one-line KV size + concurrency, 'CUDA graph pool memory (actual/estimated)', and the
+    hint printed as --kv-cache-memory= (the same flag as --kv-cache-memory-bytes in every release with it)."""
+    s = _one("209")
+    assert (s.capacity.kv_tokens, s.capacity.max_concurrency, s.capacity.max_model_len) == (268_560, 131.13, 2048)
+    ref = s.reference_rank
+    assert ref.cuda_graph_gib == 0.22 and ref.extras["cuda_graph_estimate_gib"] == 0.42
+    sug = _finding(s, "kv-cache-memory-suggestion").suggestion
+    assert sug.flag == "--kv-cache-memory-bytes" and sug.to_value == 39_207_879_578
+    assert "--kv-cache-memory=" in sug.note
+
+
+def test_tpu_hbm_tuples_give_total_and_kv_memory():
+    """215 (TPU JAX runner): 'hbm=[(used, total), …]Gb' after model init and after KV-cache init."""
+    s = _one("215")
+    assert s.reference_rank.total_gib == 31.25
+    assert s.capacity.available_kv_gib == 24.75  # 28.49 − 3.74
+    assert s.reconciliation.consistent is True

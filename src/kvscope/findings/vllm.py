@@ -11,7 +11,7 @@ import math
 from kvscope.engines.vllm import rules
 from kvscope.engines.vllm.finish import block_size, era_of, graphs_inside, setting_int, total_gib, util
 from kvscope.engines.vllm.rules import GIB
-from kvscope.ledger.model import Finding, Startup, Suggestion
+from kvscope.ledger.model import Finding, Rank, Startup, Suggestion
 
 MAX_SANE_UTIL = 0.97  # above this nothing is left for the CUDA context, graphs and the sampler
 GRAPH_HEADROOM_GIB = 2.0  # what to leave outside the budget when graphs are captured there
@@ -188,6 +188,18 @@ def _graph_oom(s: Startup) -> Finding:
     return Finding("oom-cuda-graph", "error", title, detail, sug)
 
 
+def _killed(s: Startup) -> Finding:
+    """A bare "Killed" after the KV cache was sized: SIGKILL, almost always the kernel's OOM killer."""
+    cap = s.capacity
+    sized = (f" after the KV cache was sized ({cap.num_gpu_blocks:,} GPU blocks)" if cap.num_gpu_blocks is not None else
+             " after the KV cache was sized" if cap.kv_tokens is not None or cap.available_kv_gib is not None else "")
+    detail = (f"The process was killed{sized}: a bare 'Killed' is the shell reporting SIGKILL, almost always the kernel's "
+              "OOM killer. Host RAM ran out: the CPU swap space (--swap-space, per GPU), pinned buffers and the weights "
+              "being loaded all live there, and on unified-memory devices (Jetson, GB10) the KV cache does too. Lower "
+              "--gpu-memory-utilization (unified memory) or --swap-space, or free host memory; `dmesg` names the victim.")
+    return Finding("process-killed", "error", "Startup failed: the process was killed (out of host memory?)", detail)
+
+
 def _failure(s: Startup) -> list[Finding]:
     f = s.failure
     if f is None:
@@ -204,6 +216,8 @@ def _failure(s: Startup) -> list[Finding]:
         return [Finding("host-memory", "error", "Startup failed: swap space larger than host RAM allows",
                         f"{f.message[:200]} — --swap-space is per GPU and multiplied by the tensor-parallel size; lower it "
                         "(it only matters for V0 preemption by swapping).")]
+    if f.kind == "killed":
+        return [_killed(s)]
     if f.kind == "cuda-oom":
         ref = s.reference_rank
         loading = ref is not None and ref.weights_gib is None
@@ -238,10 +252,12 @@ def _util_step(s: Startup) -> Finding | None:
     k, tokens = s.capacity.available_kv_gib, s.capacity.kv_tokens
     if total is None or block is None or s.failure is not None:
         return None
+    ref = s.reference_rank
+    if ref is not None and ref.extras.get("free_after_profile_gib") is not None:
+        return _util_step_of_free(s, ref, block)
     per_step = rules.tokens_per_util_step(total, block, block_size(s))
     detail = (f"Every +0.01 of gpu_memory_utilization adds 0.01 × {total:.2f} = {0.01 * total:.2f} GiB to the KV cache "
               f"(nothing else in the budget depends on it): +{per_step:,} tokens per GPU.")
-    ref = s.reference_rank
     free0 = ref.extras.get("init_free_gib") if ref else None
     if free0 is None or k is None or tokens is None or u is None:
         return Finding("util-step", "info", f"+0.01 gpu_memory_utilization = +{per_step:,} KV tokens", detail)
@@ -257,6 +273,20 @@ def _util_step(s: Startup) -> Finding | None:
                + f", {to} fits.")
     return Finding("util-step", "info", f"{spare:.2f} GiB more could go to the KV cache", detail,
                    Suggestion("--gpu-memory-utilization", u, to, after))
+
+
+def _util_step_of_free(s: Startup, ref: Rank, block: int) -> Finding:
+    """Gaudi's port: usable = util × the memory free after profiling (not × total), and the HPU-graph reserve is a
+    share of that, so +0.01 of util adds 0.01 × free × (1 − reserve share) to the KV cache."""
+    free = float(ref.extras["free_after_profile_gib"])
+    reserved, usable = ref.extras.get("graph_reserved_gib"), ref.usable_gib
+    share = 1 - reserved / usable if isinstance(reserved, (int, float)) and usable else 1.0
+    step = 0.01 * free * share
+    per_step = rules.blocks_for(step, block) * block_size(s)
+    detail = (f"This port budgets gpu_memory_utilization × the memory free after profiling ({free:.2f} GiB), and keeps "
+              f"{1 - share:.0%} of that for {ref.extras.get('graph_kind') or 'device'} graphs: every +0.01 adds "
+              f"{step:.2f} GiB to the KV cache, +{per_step:,} tokens per device.")
+    return Finding("util-step", "info", f"+0.01 gpu_memory_utilization = +{per_step:,} KV tokens", detail)
 
 
 def _graph_profiling(s: Startup) -> Finding | None:
@@ -281,13 +311,21 @@ def _vllm_suggestion(s: Startup) -> Finding | None:
     if fit is None or ref is None:
         return None
     full = ref.extras.get("kv_cache_memory_full_bytes")
-    detail = (f"vLLM measured this startup and suggests --kv-cache-memory-bytes {fit:,} ({fit / GIB:.2f} GiB) to stay "
+    detail = (f"vLLM measured this startup and suggests {rules.KV_CACHE_MEMORY_FLAG} {fit:,} ({fit / GIB:.2f} GiB) to stay "
               "inside the requested budget")
     detail += f", or {full:,} ({full / GIB:.2f} GiB) to use all free memory." if full else "."
     detail += (" A fixed KV size skips the memory profile on the next start and ignores gpu_memory_utilization "
-               "for sizing; re-measure after changing the model, batch limits or driver.")
+               f"for sizing; re-measure after changing the model, batch limits or driver. The log's "
+               f"`--kv-cache-memory=` is the same flag: every release that prints this hint (v0.10.2+) accepts both "
+               f"spellings (argparse takes the prefix of {rules.KV_CACHE_MEMORY_FLAG}).")
     return Finding("kv-cache-memory-suggestion", "info", "vLLM's own --kv-cache-memory suggestion", detail,
-                   Suggestion("--kv-cache-memory-bytes", s.setting("kv_cache_memory_bytes"), fit, _tokens_for(s, fit / GIB)))
+                   Suggestion(rules.KV_CACHE_MEMORY_FLAG, s.setting("kv_cache_memory_bytes"), fit, _tokens_for(s, fit / GIB),
+                              note="printed as --kv-cache-memory= in the log"))
+
+
+def _has_kv_memory_flag(s: Startup) -> bool:
+    """Whether the log's release may have --kv-cache-memory-bytes (the newest release its wording allows)."""
+    return era_of(s).last >= rules.KV_CACHE_MEMORY_FROM
 
 
 def _overallocated(s: Startup) -> Finding | None:
@@ -302,7 +340,13 @@ def _overallocated(s: Startup) -> Finding | None:
     if k is not None and bpt:
         want = int(usable * bpt * 1.1)
         detail += f" If the memory is wanted elsewhere, about {want / GIB:.2f} GiB of KV covers the in-flight maximum."
-        sug = Suggestion("--kv-cache-memory-bytes", s.setting("kv_cache_memory_bytes"), want, _tokens_for(s, want / GIB))
+        u, total = util(s), total_gib(s)
+        if _has_kv_memory_flag(s):
+            sug = Suggestion(rules.KV_CACHE_MEMORY_FLAG, s.setting("kv_cache_memory_bytes"), want, _tokens_for(s, want / GIB))
+        elif u is not None and total:  # no fixed-size flag before v0.10.2: the same KV through the utilization
+            to = rules.util_for_kv(want / GIB, k, total, u)
+            detail += f" This release has no {rules.KV_CACHE_MEMORY_FLAG} (v0.10.2+); gpu_memory_utilization {to} gives that."
+            sug = Suggestion("--gpu-memory-utilization", u, to, _tokens_for(s, rules.kv_after_util(k, total, u, to)))
     return Finding("kv-overallocated", "info", f"The KV cache holds {tokens / usable:.1f}× what can run at once", detail, sug)
 
 

@@ -29,11 +29,14 @@ class _Builder:
         self.state: dict[str, dict[str, Any]] = {}
         self.ready = False
         self.prefixed = False
+        self.stamped = False  # an event of the current startup carried a timestamp
+        self.preface: Startup | None = None  # an untimestamped summary held for the startup after it (_close)
 
     def new(self, e: ev.Event) -> Startup:
         self.current = Startup(engine=e.engine, file=e.file, first_line=e.line_no, last_line=e.line_no)
         self.current.started_at = e.timestamp
         self.state, self.ready, self.prefixed = {}, False, False
+        self.stamped = False
         return self.current
 
     def rank_of(self, s: Startup, e: ev.Event) -> Rank:
@@ -177,6 +180,8 @@ def _apply(b: _Builder, s: Startup, e: ev.Event) -> None:
         for key, value in e.data.items():
             if value is None:
                 continue
+            if key in PRINTED and len(s.capacity.printed) < MAX_PRINTED:
+                s.capacity.printed.append((key, value))
             if key in CAPACITY_FIELDS:
                 setattr(s.capacity, key, value)
             else:
@@ -192,26 +197,93 @@ def _apply(b: _Builder, s: Startup, e: ev.Event) -> None:
         _runtime_add(s, e)
 
 
+# Capacity figures a startup may print more than once (once per worker in vLLM; an estimate, then the final
+# value in TensorRT-LLM): the last one is the startup's, and every one is kept in order (Capacity.printed) for
+# the engine's finish step to read as its engine means them.
+PRINTED = ("kv_tokens", "kv_device", "max_concurrency")
+MAX_PRINTED = 1024
+
+
 def assemble(events: Iterable[ev.Event]) -> Iterator[Startup]:
     """Group events into startups, in input order."""
     b = _Builder()
     for e in events:
         s = b.current
         if s is None or _is_restart(b, s, e):
-            if s is not None and _worth_reporting(s):
-                yield s
+            if s is not None:
+                yield from _close(b, s, e)
             s = b.new(e)
             if e.kind == ev.BOUNDARY:
                 continue
         elif e.kind == ev.BOUNDARY:
             continue
         _apply(b, s, e)
+        b.stamped = b.stamped or e.timestamp is not None
         if e.file == s.file:
             s.last_line = max(s.last_line, e.extra.get("last_line", e.line_no) if e.extra else e.line_no)
         if e.kind != ev.RUNTIME and len(s.evidence) < MAX_EVIDENCE:
             s.evidence.append(_source(e))
-    if b.current is not None and _worth_reporting(b.current):
-        yield b.current
+    if b.current is not None:
+        yield from _close(b, b.current, None)
+    elif b.preface is not None:
+        yield b.preface
+
+
+def _close(b: _Builder, s: Startup, nxt: ev.Event | None) -> list[Startup]:
+    """The startups to report now that ``s`` ended (``nxt`` opens the next one; None at the end of the input).
+
+    A summary quoted above the log it summarises (a post's key lines, then the log) reads as a startup of its
+    own, ended by the log's banner. So a startup made only of untimestamped figures (no failure, setting or
+    version), followed by a timestamped startup of the same engine and file, is held; it is merged into that
+    one where no figure differs, and reported on its own where any does.
+    """
+    held, b.preface = b.preface, None
+    if not _worth_reporting(s):
+        return [held] if held is not None else []
+    if held is not None:
+        return _settle(held, s)
+    if nxt is not None and _is_preface(b, s, nxt):
+        b.preface = s
+        return []
+    return [s]
+
+
+def _is_preface(b: _Builder, s: Startup, nxt: ev.Event) -> bool:
+    return (not b.stamped and nxt.timestamp is not None and nxt.engine == s.engine and nxt.file == s.file
+            and s.failure is None and not s.settings and s.engine_version is None and s.model is None)
+
+
+def _differ(a: Any, b: Any) -> bool:
+    return a is not None and b is not None and a != b
+
+
+def _settle(held: Startup, s: Startup) -> list[Startup]:
+    """The held summary merged into the startup after it, or both when a figure differs."""
+    pairs = [(r, next((x for x in s.ranks if x.rank == r.rank), None)) for r in held.ranks]
+    if any(_differ(getattr(held.capacity, k), getattr(s.capacity, k)) for k in CAPACITY_FIELDS) or any(
+            other is not None and _differ(getattr(r, k), getattr(other, k)) for r, other in pairs for k in RANK_FIELDS):
+        return [held, s]
+    for r, other in pairs:
+        target = other if other is not None else s.rank(r.rank)
+        for key in RANK_FIELDS:
+            if getattr(target, key) is None and getattr(r, key) is not None:
+                setattr(target, key, getattr(r, key))
+                if key in r.sources:
+                    target.sources[key] = r.sources[key]
+        if not target.kv_pools:
+            target.kv_pools = r.kv_pools
+        for key, value in r.extras.items():
+            target.extras.setdefault(key, value)
+    for key in CAPACITY_FIELDS:
+        if getattr(s.capacity, key) is None:
+            setattr(s.capacity, key, getattr(held.capacity, key))
+    for key, value in held.capacity.extras.items():
+        s.capacity.extras.setdefault(key, value)
+    s.capacity.printed = (held.capacity.printed + s.capacity.printed)[:MAX_PRINTED]
+    s.warnings = held.warnings + s.warnings
+    s.evidence = (held.evidence + s.evidence)[:MAX_EVIDENCE]
+    s.first_line = min(s.first_line, held.first_line)
+    return [s]
 
 
 def _worth_reporting(s: Startup) -> bool:

@@ -161,6 +161,9 @@ class Capacity:
     max_model_len: int | None = None
     max_concurrency: float | None = None
     extras: dict[str, Any] = field(default_factory=dict)
+    # (key, value) of the capacity figures a startup can print more than once, in the log's order (one per worker
+    # in vLLM): filled by ledger/assemble, read by the engine's finish step; not part of the JSON contract.
+    printed: list[tuple[str, Any]] = field(default_factory=list, repr=False)
 
 
 @dataclass
@@ -253,4 +256,8 @@ class Startup:
         return self.ranks[0] if self.ranks else None
 
     def has_content(self) -> bool:
-        return bool(self.ranks or self.failure or self.capacity.kv_tokens or self.settings)
+        """Whether the startup says anything: ranks, a failure, settings or any capacity figure (a log cut
+        after V0's ``# GPU blocks: …`` line holds nothing else)."""
+        cap = self.capacity
+        return bool(self.ranks or self.failure or self.settings
+                    or any(getattr(cap, key) is not None for key in CAPACITY_FIELDS))

@@ -42,7 +42,8 @@ def util(s: Startup) -> float | None:
 
 
 def block_size(s: Startup) -> int:
-    return setting_int(s, "block_size") or rules.DEFAULT_BLOCK_SIZE
+    device = s.capacity.extras.get("blocks_device")
+    return setting_int(s, "block_size") or rules.PLATFORM_BLOCK_SIZE.get(str(device), rules.DEFAULT_BLOCK_SIZE)
 
 
 def tp_size(s: Startup) -> int:
@@ -182,9 +183,22 @@ def _drop_empty_ranks(s: Startup) -> None:
     s.ranks = [r for r in s.ranks if r not in empty]
 
 
+def _total_from_oom(s: Startup) -> None:
+    """A torch OOM names the device's total ("GPU 2 has a total capacity of 14.62 GiB"): the rank's total when no
+    other line gives one (a worker's own OOM line fills its rank while parsing; this covers a bare one)."""
+    f = s.failure
+    device_total = f.data.get("device_total_gib") if f is not None else None
+    if not isinstance(device_total, (int, float)) or any(r.total_gib is not None for r in s.ranks):
+        return
+    ref = s.reference_rank or s.rank("TP0")
+    ref.set_derived("total_gib", device_total)
+    ref.extras["total_from_oom"] = True
+
+
 def finish(s: Startup) -> None:
     """Fill era, derived figures, capacity, failure kind, reconciliation and ledger rows."""
     _drop_empty_ranks(s)
+    _total_from_oom(s)
     inferred = eras.infer([e.text for e in s.evidence], eras.parse_version(s.engine_version))
     era = inferred.eras[-1] if inferred.eras else eras.ERAS[-1]
     s.era = inferred.label()
@@ -235,6 +249,10 @@ def _derive_rank(s: Startup, r: Rank) -> None:
     if peak is not None and r.weights_gib is not None and "initial_memory_usage_gib" in r.extras:
         # v0.6.4's torch peak is absolute: it includes the weights.
         r.set_derived("activation_peak_gib", round(peak - r.weights_gib, 2))
+    model, kv = r.extras.get("hbm_used_after_model_gib"), r.extras.get("hbm_used_after_kv_gib")
+    if model is not None and kv is not None and r.extras.get("available_kv_gib") is None and kv > model:
+        r.extras["available_kv_gib"] = round(kv - model, 2)  # TPU: what the KV-cache init added to used HBM
+        r.extras["available_kv_from"] = f"HBM used after KV-cache init {kv} − after model init {model} GiB"
     eq = r.extras.get("util_equivalent_without_graph_profiling")
     up = r.extras.get("util_suggested_with_graph_profiling")
     total = total_gib(s, r)
@@ -248,8 +266,39 @@ def _derive_rank(s: Startup, r: Rank) -> None:
         r.extras["cuda_graph_estimate_from"] = f"({up} − {u}) × {total:.2f} GiB (the CUDA-graph advisory)"
 
 
+def _per_worker_capacity(s: Startup) -> None:
+    """Each worker prints its own KV size and concurrency (V1 up to v0.8.x, Ray multi-node): when they differ, the
+    engine runs every worker with the smallest, so that size is the startup's, with the concurrency printed after
+    IT (a concurrency line pairs with the size line before it); every worker's values stay in the extras."""
+    cap = s.capacity
+    printed = cap.printed
+    # a size line's device ("CPU", "GPU + host") follows it in the same event; a mix of devices is not
+    # one figure per worker, so the last line keeps its word there
+    devices = {printed[i + 1][1] if i + 1 < len(printed) and printed[i + 1][0] == "kv_device" else "GPU"
+               for i, (k, _) in enumerate(printed) if k == "kv_tokens"}
+    printed = [(k, v) for k, v in printed if k != "kv_device"]
+    sizes = [v for k, v in printed if k == "kv_tokens"]
+    if len(set(sizes)) < 2 or len(devices) > 1:
+        return
+    smallest: int | None = None
+    paired: bool | None = None  # whether the last size line was the smallest so far (None: no size line yet)
+    concurrency = None
+    for key, value in printed:
+        if key == "kv_tokens":
+            paired = smallest is None or value <= smallest
+            smallest = value if paired else smallest
+        elif paired is not False:
+            concurrency = value
+    cap.kv_tokens = smallest
+    if concurrency is not None:
+        cap.max_concurrency = concurrency
+    cap.extras["kv_tokens_per_worker"] = sizes
+    cap.extras["max_concurrency_per_worker"] = [v for k, v in printed if k == "max_concurrency"]
+
+
 def _capacity(s: Startup) -> None:
     cap = s.capacity
+    _per_worker_capacity(s)
     per_rank = [r.extras["available_kv_gib"] for r in s.ranks if r.extras.get("available_kv_gib") is not None]
     if per_rank:
         cap.available_kv_gib = min(per_rank)  # the engine sizes every worker by the smallest

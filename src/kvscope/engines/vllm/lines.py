@@ -6,7 +6,11 @@ Patterns are searched, not anchored: Ray glues ``(RayWorkerWrapper pid=…, ip=�
 comes from vLLM's process prefix; a line without one is rank 0 of the driver/engine process.
 
 Every vLLM memory figure is bytes / 2^30 whatever the label says ("GB" before v0.8.5), so "GB" and
-"GiB" are read alike.
+"GiB" are read alike. Ports print their own wordings of the same facts (Gaudi's "Free device memory", Ascend's
+"NPU graph memory", the TPU runner's ``hbm=[(used, total), …]``); they are read here too.
+
+A startup that dies before it is ready often shows no error of vLLM's own (the cause is cut away): the engine's or
+a worker's ERROR-level traceback, "hit an exception", or the shell's "Killed" are weak failures then.
 """
 
 from __future__ import annotations
@@ -19,6 +23,11 @@ from kvscope.engines.base import NUM, LineContext, Parsed, cut_short, to_float, 
 from kvscope.engines.lazy import lazy_compile
 from kvscope.engines.vllm import args as vargs
 from kvscope.engines.vllm.rules import classify_shortfall
+
+try:  # the engine-neutral OOM reader, for an OOM under vLLM's own prefix (see _own_oom)
+    from kvscope.engines.common import oom_failure
+except ImportError:  # an older engines/common.py: such a line stays with the common parser
+    oom_failure = None  # type: ignore[assignment]
 
 ENGINE = "vllm"
 DRIVER_RANK = "TP0"
@@ -45,6 +54,8 @@ _DIMS = lazy_compile(r"^(DP|PP|PCP|TP|DCP|EP)(\d+)$")
 # --- weights -----------------------------------------------------------------------------------
 _WEIGHTS_OLD = lazy_compile(rf"Loading model weights took {G}{GB}")
 _WEIGHTS = lazy_compile(rf"Model loading took {G}{GB}(?: memory)?(?: and {G} ?s(?:econds)?)?")
+# Gaudi (HPU) V0 worker: ``Loading model weights took in total W GiB of device memory (U GiB/T GiB used) and …``
+_WEIGHTS_HPU = lazy_compile(rf"Loading model weights took in total {G}{GB} of device memory \({G}{GB}/{G}{GB} used\)")
 
 # --- memory profile (V0 and early V1) ---------------------------------------------------------------
 _PROFILE_KV = lazy_compile(rf"\b(\w+)=\s*{G}\s*(?:GiB|GB|Gib)?")
@@ -66,6 +77,9 @@ _TABLE_ROW = {  # the Dec-2024 "Memory profiling results:" table, one "name    v
 # --- V1 worker lines ------------------------------------------------------------------------------
 _AVAILABLE_KV = lazy_compile(rf"Available KV cache memory: {G}{GB}")
 _RESERVED_KV = lazy_compile(rf"Initial free memory {G}{GB}, reserved {G}{GB} memory for KV Cache")
+# Gaudi (HPU): the usable part is a share of the memory free after profiling, a share of it is kept for HPU graphs.
+_FREE_HPU = lazy_compile(rf"Free device memory: {G}{GB}, {G}{GB} usable \(gpu_memory_utilization={G}\), {G}{GB} reserved "
+                         rf"for (\w+) ?[Gg]raphs?\b.{{0,300}}?\s{G}{GB} reserved for KV cache")
 _FREE_ON_DEVICE = lazy_compile(rf"Free memory on device(?: [\w:]+)? \({G}/{G}{GB}\) on startup\. Desired GPU memory "
                              rf"utilization is \({G}, {G}{GB}\)")
 _USAGE_PARTS = {
@@ -73,7 +87,7 @@ _USAGE_PARTS = {
     "consumed_gib": lazy_compile(rf"{G}{GB} for consumed memory"),
     "activation_peak_gib": lazy_compile(rf"{G}{GB} for peak activation"),
     "non_torch_gib": lazy_compile(rf"{G}{GB} for non-torch memory"),
-    "cuda_graph_gib": lazy_compile(rf"{G}{GB} for CUDAGraph memory"),
+    "cuda_graph_gib": lazy_compile(rf"{G}{GB} for (?:CUDA ?[Gg]raph|\w+ graph) memory"),  # Ascend: "NPU graph memory"
 }
 # V1 DEBUG companions of "Available KV cache memory" (VLLM_LOGGING_LEVEL=DEBUG, gpu_worker.py): the requested
 # budget, and the MemoryProfilingResult repr (W, A, N up to v0.24; v0.28+ prints the consumed total C instead of N).
@@ -96,6 +110,8 @@ _GRAPH_DONE = lazy_compile(rf"Graph capturing finished in {G} secs?(?:, took {G}
 _GRAPH_BEGIN = lazy_compile(r"Capturing (?:cudagraphs|the model for CUDA graphs|CUDA graphs?\b)")
 _CPU_AUTO = lazy_compile(rf"Auto set \({G}/{G}\){GB} for KV cache on node (\d+), with {G}{GB} requested memory for the "
                        rf"worker\. {G}{GB} memory was consumed by non-kv usages")
+# TPU (JAX runner): per-device (used, total) HBM after model init and after KV-cache init; device 0 is read.
+_HBM = lazy_compile(rf"\bInit (model|kv-cache)\b.{{0,1000}}?\bhbm=\[\({G}, {G}\)")
 _CPU_EXPLICIT = lazy_compile(rf"Explicitly set \({G}/{G}\){GB} for KV cache on node (\d+)")
 
 # --- engine-level capacity ---------------------------------------------------------------------------
@@ -144,8 +160,19 @@ _PROFILE_ERROR = lazy_compile(rf"Error in memory profiling\. Initial free memory
 _AUTO_FIT_FAIL = lazy_compile(r"Cannot auto-fit max_model_len: not enough GPU memory")
 _SWAP_TOO_LARGE = lazy_compile(rf"Too large swap space\. {G}{GB} out of the {G}{GB} total CPU memory")
 _SWAP_WARN = lazy_compile(rf"Possibly too large swap space\. {G}{GB} out of the {G}{GB} total CPU memory")
+# The engine or a worker reporting its own death (weak: the cause is further down, often cut away). "hit an exception"
+# (v0.8+: EngineCore's and a V1 worker's catch-all), V0's multiproc worker and worker_base wordings. These can
+# also be printed while serving, so they count only before the startup is ready.
 _INIT_FAILED = lazy_compile(r"EngineCore failed to start|Engine core initialization failed|WorkerProc failed to start|"
-                          r"WorkerProc initialization failed")
+                          r"WorkerProc initialization failed|(?:EngineCore|WorkerProc) hit an exception|"
+                          r"Exception in worker \S+ while processing method|Error executing method")
+# An ERROR-level record from the engine or a worker before ready: a traceback line (vLLM prefixes every line of a
+# logged exception), or any ERROR line from the worker plumbing, which logs at ERROR only when a call raised.
+_TRACE_LINE = lazy_compile(r"^(?:Traceback \(most recent call last\)|\s+File \"[^\"]+\", line \d+)")
+_ERROR_HEADER = lazy_compile(r"\bERROR (?:\d\d-\d\d \d\d:\d\d:\d\d|\.\.\.)(?:\.\d+)? \[?(?:[\w.\-]+/)*([\w.\-]+\.py):\d+\]")
+_WORKER_PLUMBING = frozenset({"worker_base.py", "multiproc_executor.py", "multiproc_worker_utils.py"})
+# The shell's report of a SIGKILL: alone on its line, or bash's "script: line N:  PID Killed  command".
+_KILLED = lazy_compile(r"^(?:\S.*: line \d+: +\d+ +)?Killed(?: +\S.*)?$")
 _INIT_DONE = lazy_compile(rf"init engine \(profile, create kv cache, warmup model\) took {G}")
 
 ANCHORS: tuple[bytes, ...] = (
@@ -156,7 +183,9 @@ ANCHORS: tuple[bytes, ...] = (
     b"max_num_batched_tokens", b"block size", b"No available memory", b"max seq len", b"maximum model length",
     b"failed to start", b"initialization failed", b"num_gpu_blocks", b"padding layers", b"Auto-fit",
     b"swap space", b"init engine", b"for KV cache", b"Starting to load model", b"gpu_memory_utilization",
-    b"Requested memory", b"amba",
+    b"Requested memory", b"amba", b"hit an exception", b"Exception in worker", b"Error executing method",
+    b"Traceback (most recent", b'File "', b"Killed", b"worker_base.py:", b"multiproc_executor.py:",
+    b"multiproc_worker_utils.py:", b"hbm=[",
 )
 
 # Event kinds that mean "this startup has begun doing memory work" (a later banner is then a restart).
@@ -277,7 +306,10 @@ def _profile_line(msg: str) -> list[Parsed]:
 def _memory(msg: str) -> list[Parsed]:  # noqa: C901 - one flat table of line shapes
     """Per-worker memory facts (RANK events, plus the capacity they imply)."""
     out: list[Parsed] = []
-    m = _WEIGHTS.search(msg) or _WEIGHTS_OLD.search(msg)
+    m = _WEIGHTS_HPU.search(msg)
+    if m:
+        out.append(Parsed(ev.RANK, {"weights_gib": _f(m, 1), "total_gib": _f(m, 3), "device_used_after_weights_gib": _f(m, 2)}))
+    m = None if m else _WEIGHTS.search(msg) or _WEIGHTS_OLD.search(msg)
     if m:
         data = {"weights_gib": _f(m, 1)}
         if m.re is _WEIGHTS and m.group(2):
@@ -308,9 +340,19 @@ def _memory(msg: str) -> list[Parsed]:  # noqa: C901 - one flat table of line sh
         out += [Parsed(ev.RANK, {"init_free_gib": _f(m, 1), "available_kv_gib": _f(m, 2), "kv_cache_memory_fixed": True}),
                 Parsed(ev.CAPACITY, {"available_kv_gib": _f(m, 2)})]
     out += _free_on_device(msg)
+    m = _FREE_HPU.search(msg)
+    if m:
+        out += [Parsed(ev.RANK, {"free_after_profile_gib": _f(m, 1), "usable_gib": _f(m, 2), "available_kv_gib": _f(m, 6),
+                                 "graph_reserved_gib": _f(m, 4), "graph_kind": m.group(5)}),
+                Parsed(ev.SETTINGS, {"gpu_memory_utilization": _f(m, 3)}),
+                Parsed(ev.CAPACITY, {"available_kv_gib": _f(m, 6)})]
     out += _debug_profile(msg)
     out += _graphs(msg)
     out += _cpu_backend(msg)
+    m = _HBM.search(msg) if "hbm=[" in msg else None
+    if m:
+        used = "hbm_used_after_model_gib" if m.group(1) == "model" else "hbm_used_after_kv_gib"
+        out.append(Parsed(ev.RANK, {"total_gib": _f(m, 3), used: _f(m, 2), "device": "tpu"}))
     return out
 
 
@@ -413,6 +455,8 @@ def _capacity(msg: str) -> list[Parsed]:
         data["num_gpu_blocks"] = to_int(m.group(2))
         if m.group(3) is not None:
             data["num_cpu_blocks"] = to_int(m.group(3))
+        if m.group(1).lower() not in ("gpu", "cuda"):
+            data["blocks_device"] = m.group(1).lower()
     m = _BLOCKS_INFO.search(msg)
     if m:
         data["num_gpu_blocks"] = to_int(m.group(1))
@@ -526,6 +570,40 @@ def _failures(msg: str) -> list[Parsed]:  # noqa: C901 - one flat table of error
     return []
 
 
+def _own_oom(msg: str, prefixed: bool) -> list[Parsed]:
+    """A torch OOM under vLLM's own prefix or header (a worker's traceback): vLLM's failure, and the device total
+    it names is that rank's total. A bare one is left to engines/common.py, whose startup it joins."""
+    if not prefixed or oom_failure is None or "emory" not in msg:
+        return []
+    data = oom_failure(msg)
+    if data is None:
+        return []
+    out = [Parsed(ev.FAILURE, data)]
+    if data.get("device_total_gib") is not None:
+        out.append(Parsed(ev.RANK, {"total_gib": data["device_total_gib"], "total_from_oom": True}))
+    return out
+
+
+def _died(text: str, msg: str, rank: str | None, ctx: LineContext) -> list[Parsed]:
+    """Weak failures with no message of their own, before the startup is ready: an ERROR-level traceback or worker
+    error from the engine or a worker (the first one of the startup), or the shell's "Killed" once memory was being
+    sized. The API server (rank None) is no engine."""
+    st = ctx.state
+    if st.get("vllm_ready"):
+        return []
+    if "Killed" in msg and st.get("vllm_content") and _KILLED.match(msg.strip()):
+        return [Parsed(ev.FAILURE, {"kind": "killed", "weak": True, "message": "process killed (host/device OOM killer): "
+                                    + msg.strip()[:200]})]
+    if rank is None or st.get("vllm_traceback") or "ERROR" not in text[:GLUED_WINDOW]:
+        return []
+    m = _ERROR_HEADER.search(text[:GLUED_WINDOW])
+    if m is None or not (_TRACE_LINE.match(msg) or m.group(1) in _WORKER_PLUMBING):
+        return []
+    st["vllm_traceback"] = True
+    return [Parsed(ev.FAILURE, {"kind": "exception", "weak": True, "engine_init": True, "error_source": m.group(1),
+                                "message": msg.strip()[:600]})]
+
+
 class VLLMLines:
     """Line knowledge for vLLM (see module docstring)."""
 
@@ -538,6 +616,10 @@ class VLLMLines:
     def parse(self, text: str, ctx: LineContext) -> list[Parsed]:
         rank, ip, ts, msg, repeated = _split(text[:MAX_MESSAGE])
         out = _failures(msg) or _memory(msg) or _capacity(msg) or _settings(msg)
+        if not out:
+            out = _own_oom(msg, len(msg) < len(text.strip())) or _died(text, msg, rank, ctx)
+        elif ctx.state.get("vllm_ready"):
+            out = [p for p in out if not (p.kind == ev.FAILURE and p.data.get("weak"))]
         m = _HYBRID_SIGNAL.search(msg) if "amba" in msg else None
         if m and not any(p.kind == ev.BOUNDARY for p in out):  # never from a config dump
             out.append(Parsed(ev.CAPACITY, {"hybrid_signal": m.group(0)}))
@@ -565,11 +647,13 @@ def _gate_boundary(out: list[Parsed], ts: str | None, ctx: LineContext) -> list[
     if any(p.kind == ev.BOUNDARY for p in out):
         earlier = ts is not None and last is not None and ts < last
         if st.get("vllm_content") and not earlier:
-            st["vllm_content"] = False
+            st["vllm_content"] = st["vllm_ready"] = st["vllm_traceback"] = False
         else:
             out = [p for p in out if p.kind != ev.BOUNDARY]
     if any(p.kind in _CONTENT for p in out):
         st["vllm_content"] = True
+    if any(p.kind == ev.CAPACITY and p.data.get("ready") for p in out):
+        st["vllm_ready"] = True
     if ts is not None and (last is None or ts > last):
         st["vllm_last_ts"] = ts
     return out
@@ -580,7 +664,7 @@ _JOINABLE: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("The model's max seq len", _V0_MAX_LEN),
     ("Memory profiling results: ", lazy_compile(r"gpu_memory_utilization=\s*[\d.]+")),
     ("Free memory on device (", lazy_compile(r"Current kv cache memory in use is|fully utilize|CUDAGraph memory|"
-                                            r"less than desired")),
+                                            r"\w graph memory|less than desired")),
     ("model weights take", lazy_compile(r"reserved for KV Cache is\s+[\d.]+")),
     ("is equivalent to --gpu-memory-utilization", lazy_compile(r"without CUDA graph")),
     ("CUDA graph memory profiling will be enabled", _CG_ADVISORY_OFF),

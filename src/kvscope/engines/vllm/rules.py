@@ -31,8 +31,16 @@ from kvscope.capacity.arch import (
 GIB = 1 << 30
 HALF_CENT = 0.005  # half a unit of the last digit of "%.2f GiB" / format_gib
 DEFAULT_BLOCK_SIZE = 16
+# Platforms whose port defaults to another block size, by the device name of ``# <device> blocks`` (Gaudi's
+# vllm-fork: 128, its docs' example log sizes 16 MiB blocks = 128 tokens of an 8B GQA model).
+PLATFORM_BLOCK_SIZE = {"hpu": 128}
 OWN_CONTEXT_GIB = 1.0  # CUDA context + NCCL a process itself holds before its snapshot (typical, not logged)
 CONTENTION_GIB = 2.0  # memory used by others beyond that, counted as another tenant
+# ``--kv-cache-memory-bytes`` (CacheConfig.kv_cache_memory_bytes): from v0.10.2 (V0 and V1), still in v0.33. vLLM's own
+# hint spells it ``--kv-cache-memory=`` (argparse's prefix matching takes it), so both spellings work wherever
+# either does; before v0.10.2 neither exists (doc §1.4).
+KV_CACHE_MEMORY_FLAG = "--kv-cache-memory-bytes"
+KV_CACHE_MEMORY_FROM = (0, 10, 2)
 SUGGESTION_SAFETY = 150 / 1024  # vLLM's own 150 MiB margin in its --kv-cache-memory suggestion, in GiB
 
 
