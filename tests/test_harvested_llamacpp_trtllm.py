@@ -85,6 +85,7 @@ def test_trtllm_total_tokens_and_one_sequence_failure():
     assert s.failure.kind == "max-len-too-large"
     f = _codes(s)["trtllm-kv-below-one-sequence"]
     assert "29,184 < 34,816" in f.title
+    assert f.suggestion.flag == "kv_cache_free_gpu_mem_fraction"  # max_tokens was never set in that log
 
 
 def test_trtllm_runtime_buffer_oom_does_not_blame_the_fraction():

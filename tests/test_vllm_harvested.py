@@ -387,3 +387,108 @@ def test_tpu_hbm_tuples_give_total_and_kv_memory():
     assert s.reference_rank.total_gib == 31.25
     assert s.capacity.available_kv_gib == 24.75  # 28.49 − 3.74
     assert s.reconciliation.consistent is True
+
+
+# --- review fixes ------------------------------------------------------------------------------------------------
+
+_V0_SERVING = """\
+INFO 01-10 10:00:00 api_server.py:585] vLLM API server version 0.6.3
+INFO 01-10 10:00:05 model_runner.py:1067] Loading model weights took 14.9888 GB
+INFO 01-10 10:00:07 gpu_executor.py:122] # GPU blocks: 2000, # CPU blocks: 2048
+INFO 01-10 10:00:20 model_runner.py:1523] Graph capturing finished in 13 secs.
+INFO:     Started server process [1234]
+INFO:     Application startup complete.
+ERROR 01-10 10:02:00 engine.py:158] Traceback (most recent call last):
+ERROR 01-10 10:02:00 engine.py:158]   File "/x/vllm/engine/multiprocessing/engine.py", line 156, in start
+ERROR 01-10 10:02:00 engine.py:158] RuntimeError: boom
+Killed
+"""
+
+
+def _inline(tmp_path, text: str, name: str = "log.txt"):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return analyze([str(path)], {}).startups
+
+
+def test_crash_or_killed_while_serving_is_no_failed_startup(tmp_path):
+    """V0 never prints 'init engine … took': the HTTP server's startup lines mark the engine ready."""
+    (s,) = _inline(tmp_path, _V0_SERVING)
+    assert s.failure is None
+    assert [w["code"] for w in s.warnings] == ["error-while-serving"]
+    head = "\n".join(_V0_SERVING.splitlines()[:3]) + "\n"
+    (s,) = _inline(tmp_path, head + "INFO 01-10 10:05:00 engine.py:200] Killed 3 stale requests\n")
+    assert s.failure is None  # under vLLM's header: not the shell's report
+
+
+def test_tp_labels_without_figures_still_count(tmp_path):
+    """A TP4 log whose TP1-3 only announce graph capture is still TP4 (not 4× the bytes per token)."""
+    from kvscope.engines.vllm.finish import tp_size
+
+    lines = ["(APIServer pid=1) INFO 09-01 10:00:00 [api_server.py:1] vLLM API server version 0.10.2",
+             "(Worker_TP0 pid=100) INFO 09-01 10:00:10 [gpu_model_runner.py:1] Model loading took 8.00 GiB and 10.0 seconds",
+             "(Worker_TP0 pid=100) INFO 09-01 10:00:20 [gpu_worker.py:1] Available KV cache memory: 60.00 GiB",
+             "(EngineCore_DP0 pid=50) INFO 09-01 10:00:21 [kv_cache_utils.py:1] GPU KV cache size: 1,966,080 tokens"]
+    lines += [f"(Worker_TP{i} pid={100 + i}) INFO 09-01 10:00:22 [gpu_model_runner.py:1] Capturing CUDA graphs "
+              "(mixed prefill-decode, PIECEWISE): 100%" for i in range(4)]
+    (s,) = _inline(tmp_path, "\n".join(lines) + "\n")
+    assert [r.rank for r in s.ranks] == ["TP0"] and tp_size(s) == 4
+    assert s.reconciliation.consistent is not False
+
+
+def test_json_line_keeps_its_message_field():
+    import json
+
+    line = json.dumps({"level": "ERROR", "message": "EngineCore failed to start.",
+                       "exc_info": "Traceback (most recent call last):\n  File \"x.py\", line 1\nValueError: no"})
+    assert clean_line(line) == ["EngineCore failed to start.", "Traceback (most recent call last):",
+                                '  File "x.py", line 1', "ValueError: no"]
+
+
+def test_kv_cache_memory_flag_follows_the_logged_version():
+    from kvscope.findings.vllm import _has_kv_memory_flag
+
+    s = _one("209")
+    assert _has_kv_memory_flag(s)
+    s.engine_version = "0.9.2"
+    assert not _has_kv_memory_flag(s)  # the era's newest release has it, 0.9.2 does not
+
+
+def test_killed_suggests_swap_space_only_to_v0():
+    from kvscope.findings.vllm import _killed
+
+    s = _one("219")
+    s.assumptions["_vllm_era"] = "V1 0.9.1–0.17"
+    assert "--swap-space" not in _killed(s).detail
+    s.assumptions["_vllm_era"] = "V0 0.6.5–0.10"
+    assert "--swap-space" in _killed(s).detail
+
+
+def test_hpu_pre_loading_weights_line():
+    """307 (HabanaAI fork): 'Pre-loading model weights on hpu:0 took W GiB of device memory (U GiB/T GiB used)'."""
+    s = _one("307")
+    assert {(r.weights_gib, r.total_gib) for r in s.ranks} == {(79.41, 94.62)}
+
+
+def test_command_in_inline_code_after_an_interpreter_word():
+    """319: `bash VLLM_PP_LAYER_PARTITION=16,32 … vllm serve ./Qwen/… --tool-call-parser qwen3_coder`."""
+    s = _one("319")
+    assert s.model == "./Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8"
+    assert s.settings["gpu_memory_utilization"] == 0.9 and s.settings["pipeline_parallel_size"] == 2
+
+
+def test_profiling_time_block_override_is_no_capacity():
+    """306: 'Overriding num_gpu_blocks=0 with num_gpu_blocks_override=512' before the KV sizing, then a failure."""
+    s = _one("306")
+    assert s.failure.kind == "max-len-too-large"
+    assert s.capacity.num_gpu_blocks is None and s.capacity.kv_tokens is None
+    assert s.capacity.extras["num_gpu_blocks_override_profiling"] == 512
+
+
+def test_prose_paraphrasing_profile_figures_is_not_read():
+    """320: the poster's '…, non_torch_memory takes 0.25GiB; PyTorch activation peak memory takes 0.19GiB'."""
+    for s in _all("320"):
+        assert all(r.non_torch_gib is None and r.activation_peak_gib is None for r in s.ranks)
+    listed = _parse("model weights take 13.95GiB; non_torch_memory takes 0.25GiB; PyTorch activation peak memory "
+                    "takes 0.19GiB; the rest of the memory reserved for KV Cache is 8.69GiB.")
+    assert any(p.kind == ev.RANK and p.data.get("non_torch_gib") == 0.25 for p in listed)

@@ -319,3 +319,13 @@ def test_quantization_named_but_not_in_the_catalog_entry_is_assumed_and_said():
     assert plan.method == "awq"
     assert any("assumed from the model name" in n for n in plan.notes)
     assert quant_plan(load_model_config("Qwen/Qwen3-32B").cfg).method == "none"
+
+
+def test_gguf_file_names_find_their_model_and_say_the_format_is_not_sized():
+    from kvscope.capacity.catalog import catalog_entry
+    from kvscope.capacity.weights import load_model_config, quant_plan
+
+    assert catalog_entry("/models/Llama-3.1-8B-Instruct-Q4_K_M.gguf")["hf_id"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert catalog_entry("Qwen3-32B-UD-Q4_K_XL")["hf_id"] == "Qwen/Qwen3-32B"
+    plan = quant_plan(load_model_config("Qwen3-32B-Q8_0").cfg)
+    assert any("not modelled" in n for n in plan.notes)

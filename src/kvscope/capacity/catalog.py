@@ -34,9 +34,16 @@ def _norm(name: str) -> str:
 # Words a repository name adds to the model it packages: quantization, format, tuning, packaging.
 _CHECKPOINT_WORD = re.compile(
     r"(?:awq|gptq|gguf|exl2|exl3|bnb|nf4|marlin|int[48]|w\d+a\d+(?:fp8)?|fp8|fp4|nvfp4|mxfp4|fp16|bf16|\d+bits?|"
-    r"q\d(?:_k)?(?:_[sml])?|q\d_\d|dynamic|static|block|channel|quantized|autoround|instruct|chat|it|hf|"
+    r"i?q\d(?:_k)?(?:_[smlx]+)?|q\d_\d|ud|f16|f32|dynamic|static|block|channel|quantized|autoround|instruct|chat|it|hf|"
     r"\d{4}|v\d+(?:\.\d+)?|mlx|onnx|dense|kv|e4m3|e5m2|sym|asym|g\d+|tp\d+)"
 )
+
+
+def _name_parts(tail: str) -> list[str]:
+    """A repository or file name's words, lower case: split on '-' and spaces (GGUF's "Q4_K_M" stays one word),
+    a ".gguf" file suffix dropped."""
+    tail = re.sub(r"(?:-\d{5}-of-\d{5})?\.gguf$", "", tail.strip().lower())
+    return [p for p in re.split(r"[-\s]+", tail) if p]
 
 
 def catalog_entry(name: str) -> dict[str, Any] | None:
@@ -44,7 +51,7 @@ def catalog_entry(name: str) -> dict[str, Any] | None:
     if not name:
         return None
     wanted = name.strip().rstrip("/")
-    tail = wanted.split("/")[-1]
+    tail = re.sub(r"(?:-\d{5}-of-\d{5})?\.gguf$", "", wanted.split("/")[-1], flags=re.I)
     by_id = {m["hf_id"].lower(): m for m in _models()}
     if wanted.lower() in by_id:
         return by_id[wanted.lower()]
@@ -56,7 +63,7 @@ def catalog_entry(name: str) -> dict[str, Any] | None:
         return tails[key]
     # "Kimi-K2.5-INT4", "Qwen3-32B-AWQ": a catalog name followed only by words that name a checkpoint's
     # format or tuning, never a different model ("DeepSeek-R1-Distill-Qwen-7B" is not DeepSeek-R1)
-    parts = [p for p in re.split(r"[-_ ]+", tail.lower()) if p]
+    parts = _name_parts(tail)
     for cut in range(len(parts) - 1, 0, -1):
         if all(_CHECKPOINT_WORD.fullmatch(p) for p in parts[cut:]):
             m = tails.get(_norm("".join(parts[:cut])))
@@ -78,6 +85,7 @@ _NAME_QUANT = (
     (re.compile(r"mxfp4"), {"quant_method": "mxfp4"}),
     (re.compile(r"fp8|w8a8"), {"quant_method": "fp8", "weight_block_size": [128, 128]}),
     (re.compile(r"bnb|nf4"), {"quant_method": "bitsandbytes"}),
+    (re.compile(r"i?q\d(?:_k)?(?:_[smlx]+)?|q\d_\d"), {"quant_method": "gguf"}),  # not modelled: said, not sized
 )
 
 
@@ -86,7 +94,7 @@ def name_quantization(name: str, entry: dict[str, Any]) -> dict[str, Any] | None
     if (entry.get("config") or {}).get("quantization_config"):
         return None
     base = _norm(entry["hf_id"].split("/")[-1])
-    parts = [p for p in re.split(r"[-_ ]+", name.strip().rstrip("/").split("/")[-1].lower()) if p]
+    parts = _name_parts(name.strip().rstrip("/").split("/")[-1])
     for cut in range(len(parts), 0, -1):
         if _norm("".join(parts[:cut])) == base:
             extra = parts[cut:]

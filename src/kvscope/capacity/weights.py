@@ -338,7 +338,7 @@ def _quant_plan(cfg: dict[str, Any], override: str | None) -> QuantPlan:
         return QuantPlan("none")
     ignore, truncated = _ignore_list(q)
     plan = QuantPlan(method, ignore=ignore, ignore_is_sample=truncated)
-    if q.get("assumed_from_name") and not override:
+    if q.get("assumed_from_name") and not override and method != "gguf":  # gguf: said below as not modelled
         plan.notes.append(f"{method} assumed from the model name {q['assumed_from_name']!r} (the catalog has the "
                           "unquantized model; its usual layout counted): give the checkpoint's config.json for its "
                           "exact layout")

@@ -131,6 +131,7 @@ def parse_lines(lines: Iterable[Line | Bulk]) -> Iterator[ev.Event]:
     pending_line: Line | None = None
 
     def emit(text: str, line: Line) -> Iterator[ev.Event]:
+        ctx.file = line.file
         engine, parsed = _parse_one(text, order, ctx)
         if engine is None:
             return

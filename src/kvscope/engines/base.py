@@ -56,6 +56,7 @@ class LineContext:
     """Per-input state an engine parser may keep (e.g. a multi-line table being read)."""
 
     state: dict[str, Any] = field(default_factory=dict)
+    file: str | None = None  # the file the line being parsed came from (state about one log must not leak to the next)
 
 
 class EngineLines(Protocol):

@@ -241,6 +241,11 @@ def _failure(s: Startup) -> Finding | None:
     device = f.data.get("device") or "a device"
     size = f"{mib:,.2f} MiB" if mib else "a buffer"
     n_ctx = s.capacity.kv_tokens or _int(s, "n_ctx")
+    if f.kind == "not-enough-memory" and not mib and f.data.get("device") is None:
+        return Finding("llamacpp-gpu-oom", "error", "Startup failed: the GPU ran out of memory",
+                       "A CUDA allocation failed outside the buffers the log sizes (weights, KV cache, compute): "
+                       "the GPU was already full. Offload fewer layers (-ngl), lower -c or quantize the KV cache, "
+                       "or stop what else holds GPU memory.", _ubatch(s))
     if f.kind in ("compute-buffer-oom", "not-enough-memory"):
         copies = _int(s, "pipeline_parallel_copies")
         detail = (f"llama.cpp could not allocate {size} of compute buffer on {device} after the weights and the KV "

@@ -188,8 +188,11 @@ def _too_small(s: Startup, data: dict) -> Finding:
     detail = ("TensorRT-LLM needs room for at least one sequence of max_seq_len (× beam width) in the paged KV cache. "
               "Give the pool more memory (kv_cache_free_gpu_mem_fraction, or a larger max_tokens_in_paged_kv_cache if "
               "it is set), or rebuild the engine for a shorter max_seq_len / max_attention_window.")
-    sug = Suggestion("max_tokens_in_paged_kv_cache", have, need, kv_tokens_after=need) if have and need else \
-        Suggestion("kv_cache_free_gpu_mem_fraction", frac or DEFAULT_FRACTION, RAISED_FRACTION)
+    if have and need and s.settings.get("max_tokens_set"):  # max_tokens capped the pool: raising it is the fix
+        sug = Suggestion("max_tokens_in_paged_kv_cache", have, need, kv_tokens_after=need)
+    else:  # the fraction sized it: more memory, or a build for shorter sequences
+        sug = Suggestion("kv_cache_free_gpu_mem_fraction", frac or DEFAULT_FRACTION, RAISED_FRACTION,
+                         note=f"the pool must reach {need:,} tokens" if need else "")
     return Finding("trtllm-kv-below-one-sequence", "error", title, detail, sug)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from kvscope.engines.vllm import rules
+from kvscope.engines.vllm import eras, rules
 from kvscope.engines.vllm.finish import block_size, era_of, graphs_inside, setting_int, total_gib, util
 from kvscope.engines.vllm.rules import GIB
 from kvscope.ledger.model import Finding, Rank, Startup, Suggestion
@@ -193,10 +193,13 @@ def _killed(s: Startup) -> Finding:
     cap = s.capacity
     sized = (f" after the KV cache was sized ({cap.num_gpu_blocks:,} GPU blocks)" if cap.num_gpu_blocks is not None else
              " after the KV cache was sized" if cap.kv_tokens is not None or cap.available_kv_gib is not None else "")
+    v0 = era_of(s).engine == "V0"  # V1 has no CPU swap space
+    swap = "the CPU swap space (--swap-space, per GPU), " if v0 else ""
+    lower = "--gpu-memory-utilization (unified memory) or --swap-space" if v0 else "--gpu-memory-utilization (unified memory)"
     detail = (f"The process was killed{sized}: a bare 'Killed' is the shell reporting SIGKILL, almost always the kernel's "
-              "OOM killer. Host RAM ran out: the CPU swap space (--swap-space, per GPU), pinned buffers and the weights "
+              f"OOM killer. Host RAM ran out: {swap}pinned buffers and the weights "
               "being loaded all live there, and on unified-memory devices (Jetson, GB10) the KV cache does too. Lower "
-              "--gpu-memory-utilization (unified memory) or --swap-space, or free host memory; `dmesg` names the victim.")
+              f"{lower}, or free host memory; `dmesg` names the victim.")
     return Finding("process-killed", "error", "Startup failed: the process was killed (out of host memory?)", detail)
 
 
@@ -324,8 +327,10 @@ def _vllm_suggestion(s: Startup) -> Finding | None:
 
 
 def _has_kv_memory_flag(s: Startup) -> bool:
-    """Whether the log's release may have --kv-cache-memory-bytes (the newest release its wording allows)."""
-    return era_of(s).last >= rules.KV_CACHE_MEMORY_FROM
+    """Whether the log's release has --kv-cache-memory-bytes: the logged version when known, else the oldest
+    release its era allows (an era that straddles v0.10.2 may lack the flag)."""
+    version = eras.parse_version(s.engine_version)
+    return (version or era_of(s).first) >= rules.KV_CACHE_MEMORY_FROM
 
 
 def _overallocated(s: Startup) -> Finding | None:

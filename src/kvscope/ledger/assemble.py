@@ -188,7 +188,11 @@ def _apply(b: _Builder, s: Startup, e: ev.Event) -> None:
                 s.capacity.extras[key] = value
     elif kind == ev.FAILURE:
         weak = bool(e.data.get("weak"))
-        if s.failure is None or (s.failure.kind == "exception" and not weak):
+        if weak and s.runtime is not None:
+            # serving had begun (runtime samples read): a generic traceback now is not a failed startup
+            s.warnings.append({"code": "error-while-serving", "message": e.data.get("message", ""), "rank": e.rank,
+                               "line": e.line_no})
+        elif s.failure is None or (s.failure.kind == "exception" and not weak):
             extra = {k: v for k, v in e.data.items() if k not in ("kind", "message", "weak")}
             s.failure = Failure(e.data.get("kind", "unknown"), e.data.get("message", ""), _source(e), extra)
     elif kind == ev.WARNING:

@@ -45,45 +45,62 @@ _HTML_TAG = re.compile(r"</?[A-Za-z][^<>]{0,200}>")
 MAX_JSON_LINES = 20000  # logical lines read out of one JSON line (the line itself is at most MAX_LINE_BYTES)
 
 
-def _json_strings(text: str) -> Iterator[str]:
-    """The string values of a JSON document (or of a cut one: every string token, keys included)."""
+# A structured logger's own message fields: kept even without a newline (``{"message": "EngineCore failed to
+# start.", "exc_info": "Traceback …\n…"}`` keeps both, in field order). Other one-line values (level, stream,
+# logger name) are no log lines.
+_MESSAGE_KEYS = frozenset({"message", "msg", "log", "text", "content", "body", "error", "err", "event", "exception"})
+
+
+def _json_strings(text: str) -> Iterator[tuple[str | None, str]]:
+    """The string values of a JSON document with the key that holds each (None inside a list or at the top);
+    of a cut one, every string token that holds an escaped newline or follows a message key."""
     try:
         doc = json.loads(text)
     except (ValueError, RecursionError):
         doc = None
     if doc is not None:
-        stack = [doc]
+        stack: list[tuple[str | None, object]] = [(None, doc)]
         while stack:
-            item = stack.pop()
+            key, item = stack.pop()
             if isinstance(item, str):
-                yield item
+                yield key, item
             elif isinstance(item, dict):
-                stack.extend(reversed(list(item.values())))
+                stack.extend(reversed([(str(k), v) for k, v in item.items()]))
             elif isinstance(item, list):
-                stack.extend(reversed(item))
+                stack.extend(reversed([(key, v) for v in item]))
         return
+    key: str | None = None
     for m in _JSON_STRING.finditer(text):
         body = m.group(1)
-        if "\\n" not in body:
+        after = text[m.end() : m.end() + 8].lstrip()
+        if after.startswith(":"):  # a key: remember it for the value that follows
+            key = body
+            continue
+        holder, key = key, None
+        if "\\n" not in body and (holder is None or holder.lower() not in _MESSAGE_KEYS):
             continue
         try:
-            yield json.loads('"' + _PARTIAL_ESCAPE.sub("", body) + '"')
+            yield holder, json.loads('"' + _PARTIAL_ESCAPE.sub("", body) + '"')
         except ValueError:
             continue
 
 
 def json_lines(text: str) -> list[str] | None:
-    """The log lines held in a JSON line's string values, or None when it holds none."""
+    """The log lines held in a JSON line's string values, or None when it holds none (no value with a newline)."""
     out: list[str] = []
-    for value in _json_strings(text):
+    multi = False
+    for key, value in _json_strings(text):
         if "\n" not in value:
-            continue
+            if key is None or key.lower() not in _MESSAGE_KEYS or not value.strip():
+                continue
+        else:
+            multi = True
         if "</" in value or "<br" in value:
             value = html.unescape(_HTML_TAG.sub("", _HTML_BREAK.sub("\n", value)))
         out.extend(value.split("\n"))
         if len(out) >= MAX_JSON_LINES:
             return out[:MAX_JSON_LINES]
-    return out or None
+    return out if multi else None
 
 
 def strip_margin(text: str) -> str:

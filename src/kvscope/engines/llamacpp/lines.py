@@ -137,6 +137,9 @@ _FATAL = lazy_compile(
 )
 _METAL_ALLOC = lazy_compile(rf"error: failed to allocate buffer, size = {G}{MIB}")
 _VULKAN_ALLOC = lazy_compile(r"Device memory allocation of size (\d+) failed")
+# ggml-cuda's abort on a failed cudaMalloc outside the buffer allocator ("CUDA error: out of memory" then
+# "current device: 0, in function alloc at …ggml-cuda.cu" and GGML_ASSERT): ollama's runner prints it as an error
+_GGML_CUDA_OOM = lazy_compile(r"CUDA error: out of memory")
 _IK_SHORT = lazy_compile(rf"Free memory (\d+) MiB on device (\d+) is less the required compute buffer size {G}{MIB}")
 
 ANCHORS: tuple[bytes, ...] = (
@@ -192,6 +195,7 @@ ANCHORS: tuple[bytes, ...] = (
     b'msg="compute graph"',
     b'msg="model weights"',
     b"msg=offload",
+    b"CUDA error: out of memory",
     b"starting llama server",
 )
 
@@ -679,6 +683,8 @@ def failure_events(msg: str, backend: str = "CUDA") -> list[Parsed]:
         return [Parsed(ev.WARNING, {"code": "compute-buffer-exceeds-free", "message": msg.strip(),
                                     "free_mib": to_int(m.group(1)), "device": f"{backend}{m.group(2)}",
                                     "compute_mib": to_float(m.group(3))})]
+    if _GGML_CUDA_OOM.search(msg) and ("ggml" in msg or "running the model" in msg or "llama" in msg):
+        return [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": msg.strip()[:500]})]
     if _FATAL.search(msg):
         return [Parsed(ev.FAILURE, {"kind": "exception", "message": msg.strip(), "weak": True})]
     return []
@@ -697,6 +703,6 @@ _HANDLERS = (
     (("using device", " devices", "Device ", "memory_breakdown", "llama_params_fit"), _devices),
     (("VRAM", "mem required", "system memory used", "compute buffer total"), _old_era),
     (("build", "loaded meta data", "draft", "loading model", "general.name"), _boundary),
-    (("alloc", "failed", "unable to", "error loading model", "Free memory"), _failures),
+    (("alloc", "failed", "unable to", "error loading model", "Free memory", "CUDA error"), _failures),
 )
 _GATE = lazy_compile("|".join(re.escape(t) for triggers, _ in _HANDLERS for t in triggers))

@@ -266,7 +266,7 @@ def _device_error(msg: str) -> list[Parsed]:
     return [Parsed(ev.FAILURE, {"kind": "exception", "message": msg.strip()[:500], "device_error": m.group(1).strip()})]
 
 
-def _ranked_failure(msg: str, rank: str, text: str, ctx: LineContext) -> list[Parsed]:
+def _ranked_failure(msg: str, rank: str, ctx: LineContext) -> list[Parsed]:
     """Failures whose wording is generic, claimed when an SGLang rank prefix is on the line: an out-of-memory
     (the numbers engines/common.py reads; the startup it belongs to is this engine's) and a rank's traceback
     before the server was ready (weak: a later line may name the cause)."""
@@ -274,8 +274,6 @@ def _ranked_failure(msg: str, rank: str, text: str, ctx: LineContext) -> list[Pa
     if oom is not None:
         return [Parsed(ev.FAILURE, oom)]
     if not _TRACEBACK.match(msg) or ctx.state.get("sglang_ready"):
-        return []
-    if not (ctx.state.get("sglang_prefixed") or _labelled(text)):  # a bare "[12:00:00]" stamp is no proof of SGLang
         return []
     data = {"kind": "exception", "message": msg.strip(), "weak": True, "traceback": True}
     if rank in ctx.state.get("sglang_capturing", ()):
@@ -316,16 +314,20 @@ class SGLangLines:
     def parse(self, text: str, ctx: LineContext) -> list[Parsed]:
         rank, ts, msg = split_prefix(text)
         out = self._parse_message(msg)
-        if not out and (rank is not None or ctx.state.get("sglang_prefixed")):
-            out = _device_error(msg)  # generic wording: only inside a log SGLang's prefixes already claimed
-        if not out and rank is not None:
-            out = _ranked_failure(msg, rank, text, ctx)
+        if out and rank is not None:
+            ctx.state["sglang_prefixed"] = ctx.file  # SGLang's own wording under its prefix: this file is SGLang's
+        elif not out:
+            # generic wording (a device error, an OOM, a traceback) is SGLang's only under a rank label, or in a
+            # file SGLang's own lines already claimed: a bare "[12:00:00]" stamp proves nothing
+            claimed = _labelled(text) or ("sglang_prefixed" in ctx.state and ctx.state["sglang_prefixed"] == ctx.file)
+            if claimed:
+                out = _device_error(msg)
+                if not out and rank is not None:
+                    out = _ranked_failure(msg, rank, ctx)
         _track(out, rank, ctx)
         for p in out:
             p.rank = rank  # None: no prefix; the assembler attaches it to the startup's reference rank
             p.timestamp = ts
-        if out and rank is not None:
-            ctx.state["sglang_prefixed"] = True
         return out
 
     def _parse_message(self, msg: str) -> list[Parsed]:  # noqa: C901 - one flat table of line shapes

@@ -139,8 +139,15 @@ def parse_engine_banner(text: str) -> dict[str, Any]:
     return _normalise(raw)
 
 
+_INLINE_CODE = re.compile(r"`+([^`]*\bvllm serve\b[^`]*)`*")
+
+
 def parse_command(text: str) -> dict[str, Any]:
     """A pasted ``vllm serve MODEL --flag value …`` line → settings (model under 'model')."""
+    if "`" in text:  # inline code: the command is what the backticks hold (a closing one may be glued to a value)
+        m = _INLINE_CODE.search(text)
+        if m:
+            text = m.group(1)
     try:
         words = shlex.split(text)
     except ValueError:

@@ -51,12 +51,18 @@ def tp_size(s: Startup) -> int:
     if logged:
         return logged
     tps = {p for r in s.ranks for p in r.rank.split() if p.startswith("TP")}
+    tps |= set(_labels(s, "_vllm_tp_labels"))  # counted before ranks without figures were dropped
     workers = s.assumptions.get("_vllm_workers")
     if isinstance(workers, int) and not pp_size_logged(s):
         return max(1, workers)  # counted before ranks without figures were dropped (see _drop_empty_ranks)
     if any(r.rank.startswith("pid=") for r in s.ranks) and not pp_size_logged(s):
         return max(1, len(s.ranks))  # V0 / Ray workers carry only a pid: each is one more TP rank
     return max(1, len(tps))
+
+
+def _labels(s: Startup, key: str) -> list[str]:
+    value = s.assumptions.get(key)
+    return [str(v) for v in value] if isinstance(value, list) else []
 
 
 def pp_size_logged(s: Startup) -> int | None:
@@ -68,6 +74,7 @@ def pp_size(s: Startup) -> int:
     if logged:
         return logged
     pps = {p for r in s.ranks for p in r.rank.split() if p.startswith("PP")}
+    pps |= set(_labels(s, "_vllm_pp_labels"))
     return max(1, len(pps), 1 + max((int(p[2:]) for p in pps), default=0))
 
 
@@ -171,16 +178,36 @@ _FLAG_EXTRAS = frozenset({"graph_capture_started", "repeated_across_cluster"})
 def _drop_empty_ranks(s: Startup) -> None:
     """Ranks the log gave no figure (a worker that only announced graph capture, or the engine process of a
     Ray run whose workers print everything) are not shown. A pid-labelled one is still a worker: the count
-    of workers is kept for tp_size, and the capture flag for the failure rules."""
+    of workers and the TP/PP labels are kept for tp_size/pp_size, and the capture flag for the failure rules."""
     empty = [r for r in s.ranks if not r.has_figures() and set(r.extras) <= _FLAG_EXTRAS]
     if not empty or len(empty) == len(s.ranks):
         return
+    # The TP/PP labels of every rank seen, dropped ones included: a TP4 log whose TP1-3 only announced graph
+    # capture is still TP4 (tp_size, pp_size).
+    for key, prefix in (("_vllm_tp_labels", "TP"), ("_vllm_pp_labels", "PP")):
+        labels = sorted({p for r in s.ranks for p in r.rank.split() if p.startswith(prefix)})
+        if labels:
+            s.assumptions[key] = labels
     if any(r.rank.startswith("pid=") for r in s.ranks):
         kept = len(s.ranks) - len(empty)
         s.assumptions["_vllm_workers"] = kept + sum(r.rank.startswith("pid=") for r in empty)
     if any(r.extras.get("graph_capture_started") for r in empty):
         s.assumptions["_vllm_graph_capture_started"] = True
     s.ranks = [r for r in s.ranks if r not in empty]
+
+
+def _blocks_overflow_failed(s: Startup) -> bool:
+    """A failed startup whose error prices its KV memory ("X GiB needed for max_model_len tokens, Y GiB available"):
+    a block count (an override, say) holding far more tokens than Y GiB can is no capacity of this startup."""
+    f, cap = s.failure, s.capacity
+    if f is None or cap.num_gpu_blocks is None:
+        return False
+    need, avail, m = f.data.get("kv_needed_gib"), f.data.get("available_kv_gib"), f.data.get("max_model_len")
+    avail = avail if avail is not None else cap.available_kv_gib
+    if not need or avail is None or not m:
+        return False
+    holds = m * avail / need
+    return cap.num_gpu_blocks * block_size(s) > 2 * holds + block_size(s)
 
 
 def _total_from_oom(s: Startup) -> None:
@@ -313,7 +340,7 @@ def _capacity(s: Startup) -> None:
                     r.extras["available_kv_gib"] = fixed / GIB
     if cap.max_model_len is None and setting_int(s, "max_model_len"):
         cap.max_model_len = setting_int(s, "max_model_len")
-    if cap.kv_tokens is None and cap.num_gpu_blocks is not None:
+    if cap.kv_tokens is None and cap.num_gpu_blocks is not None and not _blocks_overflow_failed(s):
         cap.kv_tokens = cap.num_gpu_blocks * block_size(s)
         cap.extras["kv_tokens_derived"] = f"num_gpu_blocks {cap.num_gpu_blocks:,} × block_size {block_size(s)}"
     est = cap.extras.get("estimated_max_model_len")
@@ -588,10 +615,15 @@ def _printed_consistency(s: Startup, era: Era, arch: Architecture | None, checks
                      rules.max_len_that_fits(avail + HALF_CENT, int(lo * b), b)) for b in sizes]
             size, low, high = next(((b, lo_, hi_) for b, lo_, hi_ in fits if lo_ <= est <= hi_), fits[0])
             ok = low <= est <= high
-            verdicts.append(ok)
             how = f" with block_size {size} (not in the log)" if ok and size != bs else ""
-            checks.append(f"estimated max length: {avail} GiB / that ≈ {low:,}–{high:,} tokens{how}, log prints {est:,} → "
-                          f"{'inside' if ok else 'OUTSIDE'}")
+            if not ok and cap.extras.get("hybrid_signal"):
+                # a hybrid (Mamba) model's state is per request, not per token: the estimate is not linear
+                checks.append(f"estimated max length: {avail} GiB / that ≈ {low:,}–{high:,} tokens, log prints {est:,} "
+                              "(hybrid model: per-request state, not checked)")
+            else:
+                verdicts.append(ok)
+                checks.append(f"estimated max length: {avail} GiB / that ≈ {low:,}–{high:,} tokens{how}, log prints "
+                              f"{est:,} → {'inside' if ok else 'OUTSIDE'}")
     if f is not None and f.kind == "max-len-too-large" and f.data.get("kv_tokens") and cap.num_gpu_blocks:
         ok = f.data["kv_tokens"] == cap.num_gpu_blocks * bs
         verdicts.append(ok)

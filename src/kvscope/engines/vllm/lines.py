@@ -54,8 +54,10 @@ _DIMS = lazy_compile(r"^(DP|PP|PCP|TP|DCP|EP)(\d+)$")
 # --- weights -----------------------------------------------------------------------------------
 _WEIGHTS_OLD = lazy_compile(rf"Loading model weights took {G}{GB}")
 _WEIGHTS = lazy_compile(rf"Model loading took {G}{GB}(?: memory)?(?: and {G} ?s(?:econds)?)?")
-# Gaudi (HPU) V0 worker: ``Loading model weights took in total W GiB of device memory (U GiB/T GiB used) and …``
-_WEIGHTS_HPU = lazy_compile(rf"Loading model weights took in total {G}{GB} of device memory \({G}{GB}/{G}{GB} used\)")
+# Gaudi (HPU) V0 worker: ``Loading model weights took in total W GiB of device memory (U GiB/T GiB used) and …``,
+# the fork's ``Pre-loading model weights on hpu:0 took W GiB of device memory (U GiB/T GiB used) and …``.
+_WEIGHTS_HPU = lazy_compile(rf"(?:Pre-)?[Ll]oading model weights(?: on \w+:\d+)? took(?: in total)? {G}{GB} of device "
+                            rf"memory \({G}{GB}/{G}{GB} used\)")
 
 # --- memory profile (V0 and early V1) ---------------------------------------------------------------
 _PROFILE_KV = lazy_compile(rf"\b(\w+)=\s*{G}\s*(?:GiB|GB|Gib)?")
@@ -73,6 +75,12 @@ _TABLE_ROW = {  # the Dec-2024 "Memory profiling results:" table, one "name    v
     "gpu_memory_utilization": lazy_compile(rf"^gpu_memory_utilization\s+{G}\s*$"),
     "usable_gib": lazy_compile(rf"^the current vLLM instance can use\s+{G}{GB}"),
 }
+
+# The V0 profiling list as vLLM words it, on its own line (the continuation of "Memory profiling takes …"):
+# it starts with one of its items; a line that only mentions them mid-prose does not count.
+_PROFILE_SENTENCE = lazy_compile(r"\s*(?:model weights take|non_torch_memory takes|PyTorch activation peak memory takes|"
+                                 r"the rest of the memory reserved for KV Cache is|memory profiling takes|"
+                                 r"the current vLLM instance can use)\s", re.IGNORECASE)
 
 # --- V1 worker lines ------------------------------------------------------------------------------
 _AVAILABLE_KV = lazy_compile(rf"Available KV cache memory: {G}{GB}")
@@ -136,9 +144,11 @@ _ENGINE_BANNER = lazy_compile(r"Initializing (?:a V1|a V0|an) LLM engine(?: \(v(
 _API_VERSION = lazy_compile(r"vLLM API server version v?(\d+\.\d+[\w.+\-]*)")
 _LOGO_VERSION = lazy_compile(r"[\u2580-\u259f][^%]{0,80}?\bversion v?(\d+\.\d+[\w.+\-]*)")
 _LOGO_MODEL = lazy_compile(r"[\u2580-\u259f][^%]{0,80}?\bmodel\s+(\S+)\s*$")
-# A pasted command: an optional shell prompt ("(venv) user@host:~/dir$ ", "[user@host dir]# ", "$ "),
-# environment assignments (VLLM_USE_V1=1), then ``vllm serve MODEL``.
-_COMMAND = lazy_compile(r"^\s*(?:\([^()\s]*\) +)?(?:\[[^\]]*\][$#] +|[^\s$#]*[$#] +)?(?:[A-Za-z_][A-Za-z0-9_]*=\S+ +)*"
+# A pasted command: an optional inline-code backtick, an optional shell prompt ("(venv) user@host:~/dir$ ",
+# "[user@host dir]# ", "$ "), an optional interpreter word ("bash ", "sh -c '", "env "), environment assignments
+# (VLLM_USE_V1=1), then ``vllm serve MODEL``.
+_COMMAND = lazy_compile(r"^\s*`{0,3}\s*(?:\([^()\s]*\) +)?(?:\[[^\]]*\][$#] +|[^\s$#`]*[$#] +)?"
+                        r"(?:(?:bash|sh|zsh|env|exec|nohup|sudo)(?: -c)? +['\"]?)?(?:[A-Za-z_][A-Za-z0-9_]*=\S+ +)*"
                         r"vllm serve \S+")
 _MAX_MODEL_LEN = lazy_compile(r"Using max model len (\d+)")
 _BATCHED = lazy_compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)")
@@ -174,6 +184,10 @@ _WORKER_PLUMBING = frozenset({"worker_base.py", "multiproc_executor.py", "multip
 # The shell's report of a SIGKILL: alone on its line, or bash's "script: line N:  PID Killed  command".
 _KILLED = lazy_compile(r"^(?:\S.*: line \d+: +\d+ +)?Killed(?: +\S.*)?$")
 _INIT_DONE = lazy_compile(rf"init engine \(profile, create kv cache, warmup model\) took {G}")
+# Signs that the server is up and serving (V0 never prints "init engine … took"): the HTTP server's own lines and
+# the V0/V1 stats lines. A crash or "Killed" after one of these is a death while serving, not a failed startup.
+_SERVING = lazy_compile(r"Application startup complete|Uvicorn running on|Started server process|"
+                        r"Starting vLLM API server|Avg prompt throughput:")
 
 ANCHORS: tuple[bytes, ...] = (
     b"weights took", b"Model loading took", b"emory profiling", b"vLLM instance", b"weights take",
@@ -185,7 +199,8 @@ ANCHORS: tuple[bytes, ...] = (
     b"swap space", b"init engine", b"for KV cache", b"Starting to load model", b"gpu_memory_utilization",
     b"Requested memory", b"amba", b"hit an exception", b"Exception in worker", b"Error executing method",
     b"Traceback (most recent", b'File "', b"Killed", b"worker_base.py:", b"multiproc_executor.py:",
-    b"multiproc_worker_utils.py:", b"hbm=[",
+    b"multiproc_worker_utils.py:", b"hbm=[", b"loading model weights", b"Application startup complete", b"Uvicorn running on",
+    b"Started server process", b"Starting vLLM API server", b"Avg prompt throughput",
 )
 
 # Event kinds that mean "this startup has begun doing memory work" (a later banner is then a restart).
@@ -303,8 +318,9 @@ def _profile_line(msg: str) -> list[Parsed]:
     return out
 
 
-def _memory(msg: str) -> list[Parsed]:  # noqa: C901 - one flat table of line shapes
-    """Per-worker memory facts (RANK events, plus the capacity they imply)."""
+def _memory(msg: str, prefixed: bool = True) -> list[Parsed]:  # noqa: C901 - one flat table of line shapes
+    """Per-worker memory facts (RANK events, plus the capacity they imply). ``prefixed``: the line had vLLM's
+    header or a worker prefix (the V0 profiling list is believed without one only as vLLM's own sentence)."""
     out: list[Parsed] = []
     m = _WEIGHTS_HPU.search(msg)
     if m:
@@ -322,6 +338,8 @@ def _memory(msg: str) -> list[Parsed]:  # noqa: C901 - one flat table of line sh
         out.append(Parsed(ev.RANK, {"total_gib": _f(m, 1), "usable_gib": _f(m, 3)}))
         out.append(Parsed(ev.SETTINGS, {"gpu_memory_utilization": _f(m, 2)}))
     listed = {k: _f(pm, 1) for k, pm in ((k, p.search(msg)) for k, p in _PROFILE_LIST.items()) if pm}
+    if listed and not prefixed and not _PROFILE_SENTENCE.match(msg):
+        listed = {}  # prose paraphrasing the figures ("…, non_torch_memory takes 0.25GiB; …") is no measurement
     if listed and "Memory profiling results:" not in msg:
         out.append(Parsed(ev.RANK, listed))
         if listed.get("available_kv_gib") is not None:
@@ -585,13 +603,13 @@ def _own_oom(msg: str, prefixed: bool) -> list[Parsed]:
 
 
 def _died(text: str, msg: str, rank: str | None, ctx: LineContext) -> list[Parsed]:
-    """Weak failures with no message of their own, before the startup is ready: an ERROR-level traceback or worker
-    error from the engine or a worker (the first one of the startup), or the shell's "Killed" once memory was being
-    sized. The API server (rank None) is no engine."""
+    """Weak failures with no message of their own: an ERROR-level traceback or worker error from the engine or a
+    worker (the first one of the startup), or the shell's "Killed" once memory was being sized. The API server
+    (rank None) is no engine. Once the server is ready, ``parse`` turns these into an error-while-serving warning."""
     st = ctx.state
-    if st.get("vllm_ready"):
-        return []
-    if "Killed" in msg and st.get("vllm_content") and _KILLED.match(msg.strip()):
+    # Only the shell's bare report: a line under vLLM's own header ("INFO … Killed 3 stale requests") is not one.
+    if ("Killed" in msg and st.get("vllm_content") and len(msg.strip()) == len(text.strip())
+            and _KILLED.match(msg.strip())):
         return [Parsed(ev.FAILURE, {"kind": "killed", "weak": True, "message": "process killed (host/device OOM killer): "
                                     + msg.strip()[:200]})]
     if rank is None or st.get("vllm_traceback") or "ERROR" not in text[:GLUED_WINDOW]:
@@ -602,6 +620,20 @@ def _died(text: str, msg: str, rank: str | None, ctx: LineContext) -> list[Parse
     st["vllm_traceback"] = True
     return [Parsed(ev.FAILURE, {"kind": "exception", "weak": True, "engine_init": True, "error_source": m.group(1),
                                 "message": msg.strip()[:600]})]
+
+
+def _while_serving(out: list[Parsed], ctx: LineContext) -> list[Parsed]:
+    """After the server was ready a weak failure (a traceback, a worker error, "Killed") is no failed startup: the
+    first one becomes an error-while-serving warning, later ones are dropped."""
+    kept: list[Parsed] = []
+    for p in out:
+        if p.kind == ev.FAILURE and p.data.get("weak"):
+            if not ctx.state.get("vllm_serving_error"):
+                ctx.state["vllm_serving_error"] = True
+                kept.append(Parsed(ev.WARNING, {"code": "error-while-serving", "message": p.data.get("message", "")}))
+            continue
+        kept.append(p)
+    return kept
 
 
 class VLLMLines:
@@ -615,11 +647,14 @@ class VLLMLines:
 
     def parse(self, text: str, ctx: LineContext) -> list[Parsed]:
         rank, ip, ts, msg, repeated = _split(text[:MAX_MESSAGE])
-        out = _failures(msg) or _memory(msg) or _capacity(msg) or _settings(msg)
+        if _SERVING.search(msg):
+            ctx.state["vllm_ready"] = True
+            return []
+        out = _failures(msg) or _memory(msg, len(msg) < len(text.strip())) or _capacity(msg) or _settings(msg)
         if not out:
             out = _own_oom(msg, len(msg) < len(text.strip())) or _died(text, msg, rank, ctx)
-        elif ctx.state.get("vllm_ready"):
-            out = [p for p in out if not (p.kind == ev.FAILURE and p.data.get("weak"))]
+        if ctx.state.get("vllm_ready"):
+            out = _while_serving(out, ctx)
         m = _HYBRID_SIGNAL.search(msg) if "amba" in msg else None
         if m and not any(p.kind == ev.BOUNDARY for p in out):  # never from a config dump
             out.append(Parsed(ev.CAPACITY, {"hybrid_signal": m.group(0)}))
@@ -647,15 +682,32 @@ def _gate_boundary(out: list[Parsed], ts: str | None, ctx: LineContext) -> list[
     if any(p.kind == ev.BOUNDARY for p in out):
         earlier = ts is not None and last is not None and ts < last
         if st.get("vllm_content") and not earlier:
-            st["vllm_content"] = st["vllm_ready"] = st["vllm_traceback"] = False
+            st["vllm_content"] = st["vllm_ready"] = st["vllm_traceback"] = st["vllm_serving_error"] = False
+            st["vllm_kv_sized"] = False
         else:
             out = [p for p in out if p.kind != ev.BOUNDARY]
     if any(p.kind in _CONTENT for p in out):
         st["vllm_content"] = True
+    out = _profiling_override(out, st)
     if any(p.kind == ev.CAPACITY and p.data.get("ready") for p in out):
         st["vllm_ready"] = True
     if ts is not None and (last is None or ts > last):
         st["vllm_last_ts"] = ts
+    return out
+
+
+def _profiling_override(out: list[Parsed], st: dict[str, Any]) -> list[Parsed]:
+    """"Overriding num_gpu_blocks=0 with num_gpu_blocks_override=N" before the KV cache was sized (V1 prints it
+    while profiling) is no block count of this startup: kept only as an extra. After the sizing it is the count."""
+    for p in out:
+        if p.kind != ev.CAPACITY:
+            continue
+        if "num_gpu_blocks_profiled" in p.data and not st.get("vllm_kv_sized"):
+            data = {k: v for k, v in p.data.items() if k not in ("num_gpu_blocks", "num_gpu_blocks_profiled")}
+            data["num_gpu_blocks_override_profiling"] = p.data.get("num_gpu_blocks")
+            p.data = data
+        elif any(p.data.get(k) is not None for k in ("available_kv_gib", "kv_tokens", "num_gpu_blocks")):
+            st["vllm_kv_sized"] = True
     return out
 
 

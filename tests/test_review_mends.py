@@ -1,0 +1,42 @@
+"""Behaviour a review of the harvested-log mends found wrong, pinned on small logs built from real lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvscope.api import analyze
+from tests.conftest import case_dir, case_files
+
+SGLANG_SERVING = """\
+[2025-06-01 10:00:00 TP0] Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=60.10 GB, mem usage=15.02 GB.
+[2025-06-01 10:00:01 TP0] KV Cache is allocated. #tokens: 400000, K size: 24.41 GB, V size: 24.41 GB
+[2025-06-01 10:00:01 TP0] Memory pool end. avail mem=10.00 GB
+[2025-06-01 10:01:00 TP0] Decode batch. #running-req: 3, #token: 2000, token usage: 0.01, gen throughput (token/s): 100.00, #queue-req: 0,
+[2025-06-01 10:01:10 TP0] Decode batch. #running-req: 3, #token: 2100, token usage: 0.01, gen throughput (token/s): 100.00, #queue-req: 0,
+[2025-06-01 10:01:20 TP0] Traceback (most recent call last):
+"""
+
+
+def test_a_traceback_while_serving_is_not_a_failed_startup(tmp_path: Path):
+    log = tmp_path / "serving.log"
+    log.write_text(SGLANG_SERVING)
+    (s,) = analyze([str(log)]).startups
+    assert s.failure is None
+
+
+def test_a_bare_time_stamp_does_not_make_an_oom_sglangs(tmp_path: Path):
+    """A vLLM excerpt whose lines a pasting tool stamped "[14:02:11] " keeps its OOM (no SGLang startup)."""
+    lines = Path(case_files(case_dir("vllm", "025"))[0]).read_text().splitlines()
+    log = tmp_path / "stamped.log"
+    log.write_text("".join(f"[14:02:11] {line}\n" for line in lines) + "[14:02:11] torch.OutOfMemoryError: CUDA out of "
+                   "memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 44.39 GiB of which 1.05 GiB is free.\n")
+    startups = analyze([str(log)]).startups
+    assert [s.engine for s in startups] == ["vllm"]
+    assert startups[0].failure is not None and startups[0].failure.kind == "cuda-oom"
+
+
+def test_sglang_claims_do_not_carry_over_to_the_next_file(tmp_path: Path):
+    other = tmp_path / "other.log"
+    other.write_text("RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    analysis = analyze(case_files(case_dir("sglang", "033")) + [str(other)])
+    assert all(s.file != str(other) for s in analysis.startups)
