@@ -675,39 +675,30 @@ def vllm_activation_gib(cfg: dict[str, Any], tp: int, tokens: int, seqs: int) ->
     once. (On the V0 RTX 3090 Llama-3.1-8B log the forward gives 2.06 GiB at 20,000 tokens and 2.99
     at 29,000 vs the logged 2.07 and 2.99.)
     """
-    h = int(cfg["hidden_size"])
-    vocab = int(cfg.get("vocab_size") or 32000)
-    experts = cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts")
-    dense_i = int(cfg.get("intermediate_size") or 4 * h)
-    per_token = 3 * max(1, dense_i // tp)
-    if experts:
-        n = int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or h) // tp
-        topk = int(cfg.get("num_experts_per_tok") or 8)
-        per_token = max(per_token if cfg.get("first_k_dense_replace") else 0, topk * (3 * n + h))
-    forward, sampler = _vllm_profile_parts(cfg, tp, tokens, seqs, per_token, h, vocab)
-    return max(forward, sampler) / GIB
+    forward_bytes, sampler_bytes = _vllm_profile_bytes(cfg, tp, tokens, seqs)
+    return max(forward_bytes, sampler_bytes) / GIB
 
 
 def vllm_sampler_dominates(cfg: dict[str, Any], tp: int, tokens: int, seqs: int) -> bool:
-    """Whether the dummy sampler run, not the forward pass, sets the profile's activation peak."""
-    h, vocab = int(cfg["hidden_size"]), int(cfg.get("vocab_size") or 32000)
-    forward, sampler = _vllm_profile_parts(cfg, tp, tokens, seqs, None, h, vocab)
-    return sampler > forward
+    """Whether the dummy sampler run, not the forward pass, sets the profile's activation peak (its spread
+    is wider: which sampler path a deployment takes is not in the launch)."""
+    forward_bytes, sampler_bytes = _vllm_profile_bytes(cfg, tp, tokens, seqs)
+    return sampler_bytes > forward_bytes
 
 
-def _vllm_profile_parts(cfg: dict[str, Any], tp: int, tokens: int, seqs: int, per_token: int | None, h: int,
-                        vocab: int) -> tuple[int, int]:
-    """(forward, sampler) bytes of the profile run; ``per_token`` as vllm_activation_gib derives it."""
-    if per_token is None:
-        experts = cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts")
-        per_token = 3 * max(1, int(cfg.get("intermediate_size") or 4 * h) // tp)
-        if experts:
-            n = int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or h) // tp
-            topk = int(cfg.get("num_experts_per_tok") or 8)
-            per_token = max(per_token if cfg.get("first_k_dense_replace") else 0, topk * (3 * n + h))
-    forward = tokens * (per_token + 3 * h) * 2
-    sampler = seqs * vocab * VLLM_SAMPLER_BYTES_PER_LOGIT + seqs * h * 2
-    return forward, sampler
+def _vllm_profile_bytes(cfg: dict[str, Any], tp: int, tokens: int, seqs: int) -> tuple[int, int]:
+    """(forward, dummy sampler run) bytes of vLLM's profile run on one rank."""
+    h = int(cfg["hidden_size"])
+    vocab = int(cfg.get("vocab_size") or 32000)
+    mlp_values_per_token = 3 * max(1, int(cfg.get("intermediate_size") or 4 * h) // tp)
+    if cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts"):
+        n = int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or h) // tp
+        topk = int(cfg.get("num_experts_per_tok") or 8)
+        dense = mlp_values_per_token if cfg.get("first_k_dense_replace") else 0
+        mlp_values_per_token = max(dense, topk * (3 * n + h))
+    forward_bytes = tokens * (mlp_values_per_token + 3 * h) * 2
+    sampler_bytes = seqs * vocab * VLLM_SAMPLER_BYTES_PER_LOGIT + seqs * h * 2
+    return forward_bytes, sampler_bytes
 
 
 def vllm_encoder_profile(cfg: dict[str, Any], settings: dict[str, Any], batched_tokens: int

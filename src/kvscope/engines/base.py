@@ -29,7 +29,11 @@ def to_float(text: str | None) -> float | None:
 
 def _decimal_point(text: str) -> str:
     """Commas as printed: thousands separators ("1,234,567", "158,656") are dropped; a lone comma not
-    followed by exactly three digits is a decimal comma ("34,00 MiB" from a C locale with ',' decimals)."""
+    followed by exactly three digits is a decimal comma ("34,00 MiB" from a C locale with ',' decimals).
+
+    Ambiguous by construction: "0,125" reads as 125 (three digits look like thousands). No engine prints
+    three decimals after a comma (llama.cpp's sizes have two), so the thousands reading is the safe one.
+    """
     head, _, tail = text.partition(",")
     if "," not in tail and "." not in text and not (len(tail) == 3 and tail.isdigit()):
         return f"{head}.{tail}"

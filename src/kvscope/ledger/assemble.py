@@ -201,9 +201,9 @@ def _apply(b: _Builder, s: Startup, e: ev.Event) -> None:
         _runtime_add(s, e)
 
 
-# Capacity figures a startup may print more than once (once per worker in vLLM; an estimate, then the final
-# value in TensorRT-LLM): the last one is the startup's, and every one is kept in order (Capacity.printed) for
-# the engine's finish step to read as its engine means them.
+# Capacity figures a startup may print more than once (once per worker in vLLM): the last one is the
+# startup's here, and every one is kept in order (Capacity.printed) for the engine's finish step to read as its
+# engine means them (vLLM's takes the smallest worker's).
 PRINTED = ("kv_tokens", "kv_device", "max_concurrency")
 MAX_PRINTED = 1024
 

@@ -20,14 +20,10 @@ from typing import Any
 
 from kvscope import events as ev
 from kvscope.engines.base import NUM, LineContext, Parsed, cut_short, to_float, to_int
+from kvscope.engines.common import oom_failure
 from kvscope.engines.lazy import lazy_compile
 from kvscope.engines.vllm import args as vargs
 from kvscope.engines.vllm.rules import classify_shortfall
-
-try:  # the engine-neutral OOM reader, for an OOM under vLLM's own prefix (see _own_oom)
-    from kvscope.engines.common import oom_failure
-except ImportError:  # an older engines/common.py: such a line stays with the common parser
-    oom_failure = None  # type: ignore[assignment]
 
 ENGINE = "vllm"
 DRIVER_RANK = "TP0"
@@ -591,7 +587,7 @@ def _failures(msg: str) -> list[Parsed]:  # noqa: C901 - one flat table of error
 def _own_oom(msg: str, prefixed: bool) -> list[Parsed]:
     """A torch OOM under vLLM's own prefix or header (a worker's traceback): vLLM's failure, and the device total
     it names is that rank's total. A bare one is left to engines/common.py, whose startup it joins."""
-    if not prefixed or oom_failure is None or "emory" not in msg:
+    if not prefixed or "emory" not in msg:
         return []
     data = oom_failure(msg)
     if data is None:
