@@ -40,3 +40,16 @@ def test_sglang_claims_do_not_carry_over_to_the_next_file(tmp_path: Path):
     other.write_text("RuntimeError: CUDA error: an illegal memory access was encountered\n")
     analysis = analyze(case_files(case_dir("sglang", "033")) + [str(other)])
     assert all(s.file != str(other) for s in analysis.startups)
+
+
+def test_dsv4_pool_follows_the_pool_sizes_line_when_the_sizing_line_is_clipped():
+    """A terminal clipped 'full_token=…' on an Ascend log (harvested sglang/323): the pool is sized from the
+    'DSV4 pool sizes' count, marked derived, and agrees with the startup's capacity."""
+    from tests.conftest import FIXTURES
+
+    case = sorted((FIXTURES / "harvested" / "sglang").glob("323*"))[0]
+    (s,) = analyze([str(case / "log.txt")]).startups
+    ref = s.reference_rank
+    pool = next(p for p in ref.kv_pools if p.name == "DeepSeek-V4 pools")
+    assert pool.tokens == s.capacity.kv_tokens != 8529
+    assert "dsv4_pool_derived" in ref.extras

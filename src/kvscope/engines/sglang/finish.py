@@ -8,10 +8,11 @@ from kvscope.capacity.arch import dtype_bytes
 from kvscope.capacity.catalog import load_architecture
 from kvscope.engines.lazy import lazy_compile
 from kvscope.engines.sglang import rules
+from kvscope.engines.sglang.dsv4 import PAGE as DSV4_PAGE_TOKENS
 from kvscope.engines.sglang.eras import era_for, infer_version_range, parse_version
 from kvscope.engines.sglang.lines import DSV4_POOL
 from kvscope.engines.sglang.rules import GIB, Interval
-from kvscope.ledger.model import LedgerRow, LedgerRows, Rank, Reconciliation, Startup
+from kvscope.ledger.model import KvPool, LedgerRow, LedgerRows, Rank, Reconciliation, Startup
 
 _DATED_PREFIX = lazy_compile(r"\[(\d{4}-\d\d-\d\d)[ T]\d\d:\d\d")
 _LOAD_END_NO_USAGE = lazy_compile(r"Load weight end\..*avail mem=\d+\.\d\d ?GB\s*$")
@@ -165,12 +166,31 @@ def _dsv4_from_reference(s: Startup) -> None:
         v4 = [p for p in r.kv_pools if p.name == DSV4_POOL]
         for extra in v4[:-1]:
             r.kv_pools.remove(extra)
+        _dsv4_pool_from_sizes(r, v4[-1] if v4 else None)
     ref = s.reference_rank
     if ref is None or not ref.extras.get("dsv4_bytes_per_full_token"):
         return
     s.capacity.extras.update({k: v for k, v in ref.extras.items() if k.startswith("dsv4_")})
     if s.capacity.kv_tokens is None:
         s.capacity.kv_tokens = s.capacity.max_total_num_tokens or ref.extras.get("dsv4_full_tokens")
+
+
+def _dsv4_pool_from_sizes(r: Rank, pool: KvPool | None) -> None:
+    """The "DSV4 pool sizes: full=N" line counts the pool SGLang built. When the sizing line's full_token
+    disagrees by more than a page (a terminal clipped "full_token=852992" to "8529"), the pool is N tokens at
+    the sizing line's bytes per token plus its fixed states: derived, not read."""
+    sized = r.extras.pop("dsv4_sizes_full_tokens", None)
+    if sized is None:
+        return
+    calc = r.extras.get("dsv4_full_tokens")
+    if calc is not None and abs(sized - calc) <= DSV4_PAGE_TOKENS:
+        return
+    r.extras["dsv4_full_tokens"] = sized
+    bpft = r.extras.get("dsv4_bytes_per_full_token")
+    if pool is not None and bpft:
+        fixed = (r.extras.get("dsv4_c128_state_fixed_gib") or 0.0) + (r.extras.get("dsv4_swa_fixed_gib") or 0.0)
+        pool.tokens, pool.gib = sized, sized * bpft / GIB + fixed
+        r.extras["dsv4_pool_derived"] = "tokens from 'DSV4 pool sizes', bytes per token from the sizing line"
 
 
 def model_name(s: Startup) -> str | None:

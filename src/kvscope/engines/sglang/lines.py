@@ -369,7 +369,8 @@ class SGLangLines:
             return _dsv4_calc(msg)
         m = _DSV4_SIZES.search(msg)
         if m:
-            sizes = {f"dsv4_{k}_tokens": to_int(v) for k, v in _READY_FIELDS.findall(m.group(1))}
+            sizes = {f"dsv4_{'sizes_full' if k == 'full' else k}_tokens": to_int(v)
+                     for k, v in _READY_FIELDS.findall(m.group(1))}
             return [Parsed(ev.RANK, sizes)]
         m = _SWA_POOL.search(msg)
         if m:
