@@ -53,3 +53,17 @@ def test_dsv4_pool_follows_the_pool_sizes_line_when_the_sizing_line_is_clipped()
     pool = next(p for p in ref.kv_pools if p.name == "DeepSeek-V4 pools")
     assert pool.tokens == s.capacity.kv_tokens != 8529
     assert "dsv4_pool_derived" in ref.extras
+
+
+def test_a_draft_load_keeps_its_begin_figure(tmp_path: Path):
+    """An excerpt holding only the NextN draft's load: its 'Load weight begin' is the draft's free memory, not
+    the target's baseline."""
+    log = tmp_path / "draft.log"
+    log.write_text(
+        "[2026-09-21 13:38:14 TP0] Load weight begin. avail mem=18.59 GB\n"
+        "[2026-09-21 13:38:18 TP0] Load weight end. elapsed=3.86 s, type=Glm5NextForConditionalGenerationNextN, "
+        "quant=fp8, fmt=e4m3, avail mem=16.18 GB, mem usage=2.39 GB.\n")
+    (s,) = analyze([str(log)]).startups
+    r = s.reference_rank
+    assert r.pre_load_free_gib is None and r.weights_gib is None
+    assert r.extras["draft_pre_load_free_gib"] == 18.59 and r.extras["draft_weights_gib"] == 2.39

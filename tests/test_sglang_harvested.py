@@ -273,7 +273,7 @@ def test_draft_by_order_still_works_and_class_marks():
                        ("DFlashDraftModel", True), ("LlamaForCausalLMEagle3", True),
                        ("Eagle2_5_VLForConditionalGeneration", False), ("Qwen3NextForCausalLM", False)):
         (p,) = SGLangLines().parse(f"Load weight end. type={cls}, avail mem=10.00 GB, mem usage=1.00 GB.", LineContext())
-        assert (p.kind == ev.RANK) is draft, cls
+        assert (p.data["phase"] == "draft_weights_end") is draft, cls
 
 
 # 14. --max-total-tokens caps the pool: the budget check, the reserve and the +0.01 advice know it

@@ -91,7 +91,16 @@ def _apply_phase(b: _Builder, s: Startup, e: ev.Event) -> None:
     if phase == "weights_begin":
         key = "pre_load_free_gib" if st["loads"] == 0 else "draft_pre_load_free_gib"
         _set_rank(r, {key: data.get("pre_load_free_gib")}, e)
+        st["open_begin"] = key
+    elif phase == "draft_weights_end":
+        # a load the engine names as the draft's: the begin just read was the draft's too, not the target's
+        if st.pop("open_begin", None) == "pre_load_free_gib" and r.pre_load_free_gib is not None:
+            r.extras["draft_pre_load_free_gib"] = r.pre_load_free_gib
+            r.pre_load_free_gib = None
+            r.sources.pop("pre_load_free_gib", None)
+        _set_rank(r, data, e)
     elif phase == "weights_end":
+        st.pop("open_begin", None)
         st["loads"] += 1
         if st["loads"] == 1:
             _set_rank(r, data, e)

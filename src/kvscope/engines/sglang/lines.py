@@ -167,9 +167,9 @@ def _weights_end(rest: str) -> list[Parsed]:
         return []
     cls = data.get("model_class")
     if cls and _DRAFT_CLASS.search(cls):  # the draft's, wherever it comes (an excerpt may hold no target load)
-        return [Parsed(ev.RANK, {"draft_weights_gib": data["weights_gib"],
-                                 "avail_after_draft_weights_gib": data["avail_after_weights_gib"],
-                                 "draft_model_class": cls, "draft_load_seconds": data.get("load_seconds")})]
+        return [Parsed(ev.PHASE, {"phase": "draft_weights_end", "draft_weights_gib": data["weights_gib"],
+                                  "avail_after_draft_weights_gib": data["avail_after_weights_gib"],
+                                  "draft_model_class": cls, "draft_load_seconds": data.get("load_seconds")})]
     return [Parsed(ev.PHASE, {"phase": "weights_end", **data})]
 
 
