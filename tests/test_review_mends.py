@@ -67,3 +67,26 @@ def test_a_draft_load_keeps_its_begin_figure(tmp_path: Path):
     r = s.reference_rank
     assert r.pre_load_free_gib is None and r.weights_gib is None
     assert r.extras["draft_pre_load_free_gib"] == 18.59 and r.extras["draft_weights_gib"] == 2.39
+
+
+def test_fourth_harvest_sglang_shapes():
+    """Harvested sglang/402: a bare 'Capture cuda graph failed: CUDA out of memory' is a failed startup;
+    sglang/403 (≤0.1.x): 'Avail mem=' / 'Type=' and 'Initialization failed. router_init_state'."""
+    from tests.conftest import FIXTURES
+
+    def one(prefix: str):
+        case = sorted((FIXTURES / "harvested" / "sglang").glob(f"{prefix}*"))[0]
+        return analyze([str(case / "log.txt")]).startups
+
+    (oom,) = one("402")
+    assert oom.failure is not None and oom.failure.kind == "cuda-oom" and oom.failure.data["stage"] == "graph-capture"
+    (old,) = one("403")
+    assert {r.rank: r.avail_after_weights_gib for r in old.ranks}["rank=0"] == 5.64
+    assert old.failure is not None
+
+
+def test_quoted_messages_are_cut_at_a_word_with_an_ellipsis():
+    from kvscope.findings.common import excerpt
+
+    assert excerpt("this process has 47.35 GiB memory in use.   Of the allocated", 40) == "this process has 47.35 GiB memory in …"
+    assert excerpt("short   line", 40) == "short line"

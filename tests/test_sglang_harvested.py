@@ -175,9 +175,11 @@ def test_capture_failed_line_shapes():
                                LineContext())
     assert p.kind == ev.FAILURE and p.data["cause"] == "RMSNorm failed with error code no kernel image"
     assert "weak" not in p.data  # the cause outranks the scheduler's later "hit an exception"
-    # an OOM inside the wrapper is left to engines/common.py, which reads "Tried to allocate"
-    assert SGLangLines().parse("Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 2.00 GiB",
-                               LineContext()) == []
+    # an OOM inside SGLang's wrapper is SGLang's (the line alone starts a failed startup: harvested sglang/402),
+    # with the sizes torch printed, read by engines/common.py's OOM reader
+    (oom,) = SGLangLines().parse("Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 2.00 GiB",
+                                 LineContext())
+    assert oom.data["kind"] == "cuda-oom" and oom.data["stage"] == "graph-capture" and oom.data["tried_gib"] == 2.0
 
 
 # 7. a capture failure with ample memory free is not blamed on OOM

@@ -4,6 +4,16 @@ from __future__ import annotations
 
 from kvscope.ledger.model import Finding, Startup
 
+
+def excerpt(text: str, limit: int) -> str:
+    """A log message quoted in a finding: whitespace runs collapsed (terminal padding), and when it is longer
+    than ``limit`` cut at a word boundary with an ellipsis, so a cut never reads as a sentence's end."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit(" ", 1)[0] or text[:limit]
+    return cut.rstrip(" ,;:") + " …"
+
 IMBALANCE_GIB = 1.0  # a spread this large in free memory between ranks is worth a look
 
 

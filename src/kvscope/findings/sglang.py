@@ -8,6 +8,7 @@ from kvscope.capacity.weights import sglang_parallel, weights_delta_gib
 from kvscope.engines.sglang import dsv4, rules
 from kvscope.engines.sglang.finish import attn_tp_size, max_total_tokens, model_name, pool_capped, tp_size
 from kvscope.engines.sglang.rules import GIB
+from kvscope.findings.common import excerpt
 from kvscope.ledger.model import Finding, Startup, Suggestion
 
 SAFETY_MARGIN_GIB = 2.0
@@ -73,7 +74,10 @@ def _pool(s: Startup) -> Finding | None:
 def _sentences(*parts: str | None) -> str:
     """Join text fragments as sentences, skipping empty ones (no stray '. .')."""
     out = [p.strip().rstrip(".") for p in parts if p and p.strip().rstrip(".")]
-    return ". ".join(out) + "." if out else ""
+    text = ""
+    for part in out:  # a quoted excerpt cut with "…" takes no full stop after it
+        text = part if not text else text + (" " if text.endswith("…") else ". ") + part
+    return text + ("" if not text or text.endswith("…") else ".")
 
 
 def _headroom(s: Startup, mfs: float, pre: float, bpt: int) -> Finding | None:
@@ -182,7 +186,7 @@ def _exception(s: Startup, f, pre: float | None) -> Finding:
     """A crash: which step it stopped, and where the cause is written (the line itself, or a traceback)."""
     capture = f.data.get("stage") == "graph-capture"
     stage, hint = _stage(s, pre, capture, memory_hint=not f.data.get("device_error"))
-    message = f.message[:300]
+    message = excerpt(f.message, 300)
     device_error = f.data.get("device_error")
     if device_error:
         what = _NO_KERNEL_IMAGE if "no kernel image" in device_error else ""
@@ -268,7 +272,7 @@ def _oom(s: Startup, f, mfs: float | None, pre: float | None) -> Finding:
                        "--cuda-graph-max-bs.", Suggestion("--mem-fraction-static", mfs, to))
     phase = "while loading weights" if ref is not None and ref.weights_gib is None and ref.pre_load_free_gib else "during startup"
     return Finding("cuda-oom", "error", f"CUDA out of memory {phase}",
-                   _sentences(f.message[:240], "If the weights do not fit, raise --tp or use a quantized checkpoint; "
+                   _sentences(excerpt(f.message, 240), "If the weights do not fit, raise --tp or use a quantized checkpoint; "
                               "if it happened after the pool, lower --mem-fraction-static"))
 
 

@@ -11,6 +11,7 @@ import math
 from kvscope.engines.vllm import eras, rules
 from kvscope.engines.vllm.finish import block_size, era_of, graphs_inside, setting_int, total_gib, util
 from kvscope.engines.vllm.rules import GIB
+from kvscope.findings.common import excerpt
 from kvscope.ledger.model import Finding, Rank, Startup, Suggestion
 
 MAX_SANE_UTIL = 0.97  # above this nothing is left for the CUDA context, graphs and the sampler
@@ -217,7 +218,7 @@ def _failure(s: Startup) -> list[Finding]:
         return [_graph_oom(s)]
     if f.kind == "host-memory":
         return [Finding("host-memory", "error", "Startup failed: swap space larger than host RAM allows",
-                        f"{f.message[:200]} — --swap-space is per GPU and multiplied by the tensor-parallel size; lower it "
+                        f"{excerpt(f.message, 200)} — --swap-space is per GPU and multiplied by the tensor-parallel size; lower it "
                         "(it only matters for V0 preemption by swapping).")]
     if f.kind == "killed":
         return [_killed(s)]
@@ -225,7 +226,7 @@ def _failure(s: Startup) -> list[Finding]:
         ref = s.reference_rank
         loading = ref is not None and ref.weights_gib is None
         return [Finding("cuda-oom", "error", "CUDA out of memory " + ("while loading weights" if loading else "during startup"),
-                        f"{f.message[:240]}. " + ("The weights do not fit: more GPUs (--tensor-parallel-size) or a quantized "
+                        f"{excerpt(f.message, 240)}. " + ("The weights do not fit: more GPUs (--tensor-parallel-size) or a quantized "
                                                  "checkpoint." if loading else "Lower --gpu-memory-utilization."))]
     k = s.capacity.available_kv_gib
     detail = "The engine core died during startup; the cause is in the traceback after this line, not in this excerpt."

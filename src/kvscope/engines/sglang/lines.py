@@ -33,7 +33,7 @@ _LOAD_BEGIN = lazy_compile(rf"Load weight begin\. avail mem={G} ?GB")
 # "Load weight end. [elapsed=…, ]type=…, [dtype=…|quant=…, ]avail mem=… GB[, mem usage=… GB]." — fields read by
 # name, each optional (a pasted excerpt may shorten the line to "Load weight end ... type=X, mem usage=28.39 GB")
 _LOAD_END = lazy_compile(r"Load weight end(?:\.|\s*(?:\.\.\.|…)|\s)(.*)")
-_LOAD_END_WHOLE = lazy_compile(rf"Load weight end\b.*?(?:avail mem|mem usage)={G} ?GB")
+_LOAD_END_WHOLE = lazy_compile(rf"Load weight end\b.*?(?i:avail mem|mem usage)={G} ?GB")
 # the draft model of speculative decoding, by its class: DeepseekV3ForCausalLMNextN, Qwen3_5ForCausalLMMTP, MiMoMTP,
 # LlamaForCausalLMEagle3, Eagle3DeepseekV2ForCausalLM, DFlashDraftModel (Eagle2_5_VL… is a target VLM)
 _DRAFT_CLASS = lazy_compile(r"^(?:Eagle3|DFlash)|(?:NextN|MTP|Eagle\d*|DraftModel)$")
@@ -64,8 +64,8 @@ _GRAPH_BEGIN = lazy_compile(rf"Capture ((?:\w+ )*?){_DEVICE} graph begin\.(?:.*?
 _GRAPH_END = lazy_compile(rf"Capture ((?:\w+ )*?){_DEVICE} graph end\.(.*)")
 # SGLang wraps whatever capture raised: "Exception: Capture cuda graph failed: <error>" + "Possible solutions:"
 _GRAPH_FAILED = lazy_compile(rf"Capture (?:\w+ )*?{_DEVICE} graph failed:?\s*(.*)")
-_USAGE = lazy_compile(rf"mem usage={G} ?GB")
-_AVAIL = lazy_compile(rf"avail mem={G} ?GB")
+_USAGE = lazy_compile(rf"(?i:mem usage)={G} ?GB")
+_AVAIL = lazy_compile(rf"(?i:avail mem)={G} ?GB")  # ≤0.1.x wrote "Avail mem=" and "Type="
 _READY = lazy_compile(r"max_total_num_tokens=(\d+)")
 _READY_FIELDS = lazy_compile(rf"(\w+)=({NUM})")
 _READY_GPU = lazy_compile(rf"available_gpu_mem={G} ?GB")
@@ -92,6 +92,7 @@ _MRR_RESET = lazy_compile(r"Max running requests is reset to (\d+)")
 _EXCEPTION = lazy_compile(
     r"Scheduler hit an exception|TpModelWorker hit an exception|Exception in ModelRunner"
     r"|Exception in run_tp_server|Exception in ModelTpServer"  # 0.3.x / 0.2.x worker loops
+    r"|Initialization failed\. router_init_state"  # ≤0.1.x
 )
 # A device error names its own cause (flashinfer's "CUDA Error: … (209)", torch's "CUDA error: …", ROCm's "HIP error: …");
 # an out-of-memory is left to the engine-neutral parser (engines/common.py), which reads its sizes.
@@ -117,6 +118,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"Max running",
     b"DSV4",
     b"Mamba",
+    b"Initialization failed",
     b"CUDA Error",
     b"CUDA error",
     b"HIP error",
@@ -148,9 +150,9 @@ def _load_end(rest: str) -> dict | None:
     data: dict = {"avail_after_weights_gib": to_float(avail.group(1)) if avail else None,
                   "weights_gib": to_float(usage.group(1)) if usage else None}
     for key, value in _KV_FIELDS.findall(rest):
-        value = value.strip()
+        key, value = key.lower(), value.strip()
         if key == "type":
-            data["model_class"] = value.split()[0] if value.split() else None
+            data["model_class"] = value.split()[0].rstrip(".") if value.split() else None
         elif key == "dtype":
             data["weights_dtype"] = value
         elif key == "quant":
@@ -250,7 +252,10 @@ def _failures(msg: str) -> list[Parsed]:
         return [Parsed(ev.FAILURE, {"kind": "host-memory", "message": msg.strip(),
                                      "requested_gb": to_float(m.group(1)), "free_gb": to_float(m.group(2))})]
     m = _GRAPH_FAILED.search(msg)
-    if m and not _OOM_WORDS.search(msg):  # "failed: CUDA out of memory …" is the engine-neutral OOM's line
+    if m:  # SGLang's own wrapper around whatever capture raised; an OOM keeps the sizes torch printed
+        oom = oom_failure(msg) if _OOM_WORDS.search(msg) else None
+        if oom is not None:
+            return [Parsed(ev.FAILURE, {**oom, "stage": "graph-capture"})]
         return [Parsed(ev.FAILURE, {"kind": "exception", "message": msg.strip(), "stage": "graph-capture",
                                      "cause": m.group(1).strip() or None})]
     if _EXCEPTION.search(msg):
