@@ -148,3 +148,10 @@ def test_trtllm_round_two_shapes():
     assert "not in the log" in _codes(fake)["trtllm-kv-budget"].title
     encdec = _one("trtllm", "201")
     assert _codes(encdec)["trtllm-kv-budget"].suggestion is None  # no advice from a sub-GiB implied fraction
+
+
+def test_ollama_2024_quoted_offload_line():
+    """ollama#8922: 'msg="offload to cuda" … layers.model=81 … memory.required.kv="2.5 GiB"' (the 2024 wording)."""
+    s = _one("llamacpp", "509")
+    assert s.setting("n_layers_offloadable") == 81
+    assert s.setting("ollama_memory_required_kv_gib") == 2.5

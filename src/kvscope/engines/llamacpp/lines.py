@@ -195,6 +195,7 @@ ANCHORS: tuple[bytes, ...] = (
     b'msg="compute graph"',
     b'msg="model weights"',
     b"msg=offload",
+    b'msg="offload to',
     b"CUDA error: out of memory",
     b"starting llama server",
 )
@@ -608,7 +609,7 @@ def _ollama(msg: str, st: dict[str, Any]) -> list[Parsed]:
 def _ollama_scheduler(msg: str, st: dict[str, Any]) -> list[Parsed]:
     """ollama's offload estimate and runner command: the context, slots and layers it launched with."""
     data: dict[str, Any] = {}
-    if "msg=offload" in msg:
+    if "msg=offload" in msg or 'msg="offload to' in msg:  # 2025: msg=offload; 2024: msg="offload to cuda"
         available = _OLLAMA_AVAILABLE.search(msg)
         if available:
             data["ollama_memory_available_gib"] = sum(
@@ -693,7 +694,7 @@ def failure_events(msg: str, backend: str = "CUDA") -> list[Parsed]:
 _HANDLERS = (
     (("buffer size",), _buffers),
     (('msg="kv cache"', 'msg="compute graph"', 'msg="model weights"'), _ollama),
-    (("msg=offload", "starting llama server"), _ollama_scheduler),
+    (("msg=offload", 'msg="offload to', "starting llama server"), _ollama_scheduler),
     (("cells", "self size", "KV self indexer"), _summaries),
     (("n_ctx", "n_seq_max", "n_batch", "n_ubatch", "flash_attn", "kv_unified", "causal_attn", "mla_attn", "type_k",
       "type_v", "n_rs_seq", "print_info", "llm_load_print_meta", "llama_model_load_internal", "n_embd_k_gqa",
