@@ -39,11 +39,13 @@ _CHECKPOINT_WORD = re.compile(
 )
 
 
+_GGUF_FILE = re.compile(r"(?:-\d{5}-of-\d{5})?\.gguf$", re.IGNORECASE)  # a GGUF file (or split part) suffix
+
+
 def _name_parts(tail: str) -> list[str]:
     """A repository or file name's words, lower case: split on '-' and spaces (GGUF's "Q4_K_M" stays one word),
     a ".gguf" file suffix dropped."""
-    tail = re.sub(r"(?:-\d{5}-of-\d{5})?\.gguf$", "", tail.strip().lower())
-    return [p for p in re.split(r"[-\s]+", tail) if p]
+    return [p for p in re.split(r"[-\s]+", _GGUF_FILE.sub("", tail.strip().lower())) if p]
 
 
 def catalog_entry(name: str) -> dict[str, Any] | None:
@@ -51,7 +53,7 @@ def catalog_entry(name: str) -> dict[str, Any] | None:
     if not name:
         return None
     wanted = name.strip().rstrip("/")
-    tail = re.sub(r"(?:-\d{5}-of-\d{5})?\.gguf$", "", wanted.split("/")[-1], flags=re.I)
+    tail = _GGUF_FILE.sub("", wanted.split("/")[-1])
     by_id = {m["hf_id"].lower(): m for m in _models()}
     if wanted.lower() in by_id:
         return by_id[wanted.lower()]

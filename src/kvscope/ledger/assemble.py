@@ -35,8 +35,7 @@ class _Builder:
     def new(self, e: ev.Event) -> Startup:
         self.current = Startup(engine=e.engine, file=e.file, first_line=e.line_no, last_line=e.line_no)
         self.current.started_at = e.timestamp
-        self.state, self.ready, self.prefixed = {}, False, False
-        self.stamped = False
+        self.state, self.ready, self.prefixed, self.stamped = {}, False, False, False
         return self.current
 
     def rank_of(self, s: Startup, e: ev.Event) -> Rank:

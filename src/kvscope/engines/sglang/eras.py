@@ -9,8 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kvscope.engines.lazy import lazy_compile
-
 # (first version, last version) as tuples; None = open.
 Version = tuple[int, int, int]
 
@@ -74,7 +72,6 @@ BUILD_DATES: tuple[tuple[str, Version], ...] = (
 
 OLDEST: Version = (0, 3, 0)
 NEWEST: Version = (0, 9, 99)
-_DATED = lazy_compile(r"\d{4}-\d\d-\d\d")  # a log date (0.3.x stamps have the time only)
 
 
 def era_for(version: Version) -> Era:
@@ -141,7 +138,7 @@ def infer_version_range(features: dict[str, Any], log_date: str | None) -> Versi
     for key, low, high, clue in rules:
         if features.get(key):
             vr.narrow(low, high, clue)
-    if log_date and _DATED.match(log_date):  # 0.3.x prefixes carry the time only
+    if log_date:  # a dated stamp only: finish._log_date skips 0.3.x's time-only prefixes
         newest_built = None
         for date, version in BUILD_DATES:
             if date <= log_date[:10]:
