@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvscope.capacity.allocator import MIB, CachingAllocator, replay, round_size, segment_size
+from kvscope.model.allocator import MIB, CachingAllocator, replay, round_size, segment_size
 
 HERE = Path(__file__).parent / "fixtures" / "allocator"
 SEQUENCES = json.loads((HERE / "sequences.json").read_text())["sequences"]

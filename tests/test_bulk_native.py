@@ -18,8 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvscope.runtime import accumulate
-from kvscope.runtime.lines import BULK, NATIVE
+from kvscope.engines.serving import BULK, NATIVE, bulk_times
 from kvscope.runtime.stream import Stream
 
 FIX = Path(__file__).parent / "fixtures"
@@ -155,7 +154,7 @@ def _fold_both(view: bytes, before: list[dict] | None = None) -> tuple[Stream, S
     assert len(batch.labels()) == 1  # these journals have one scheduler: one stream takes every row
     rows = batch.rows()
     assert [(0, int(r[17])) for r in rows if r[17] is not None] == batch.retracts()
-    py.sample_rows([r for r in rows if r[17] is None], accumulate._times)  # retractions go elsewhere
+    py.sample_rows([r for r in rows if r[17] is None], bulk_times)  # retractions go elsewhere
     assert NATIVE.fold(batch, [c]) == 0
     return py, c
 
@@ -213,8 +212,8 @@ def test_flickering_queues_and_many_ranks_report_alike(tmp_path: Path, monkeypat
     import synth
 
     import kvscope.api as api
+    from kvscope.engines.serving import BULK_LANE, BulkLane
     from kvscope.render.json_out import render
-    from kvscope.runtime.lines import BULK_LANE, BulkLane
 
     path = tmp_path / "journal.log"
     synth.generate(path, 3 << 20, restarts=3, seed=5)
@@ -251,13 +250,13 @@ def _fold_compare(lines: list[str], setup=None) -> tuple:
         setup(c)
     rows = [r for r in batch.rows() if r[17] is None]
     try:
-        py.sample_rows(rows, accumulate._times)
+        py.sample_rows(rows, bulk_times)
         py_error = None
     except Exception as e:  # noqa: BLE001 - compared with what the C side does
         py_error = repr(e)
     result = NATIVE.fold(batch, [c])
     if result is None:
-        c.sample_rows(rows, accumulate._times)
+        c.sample_rows(rows, bulk_times)
     a, b = _state(py), _state(c)
     return result, py_error, {k: (a[k], b[k]) for k in a if a[k] != b[k]}
 
@@ -411,7 +410,7 @@ def test_anchor_scan_refuses_what_the_python_scanner_refuses():
 @settings(max_examples=int(os.environ.get("KVSCOPE_PROPERTY_EXAMPLES", "300")), deadline=None)
 @given(data=st.data(), word=st.sampled_from([b"Avg prompt throughput", b"ab", b"x", b"\xff\x00"]))
 def test_lines_with_is_the_python_search(data, word):
-    from kvscope.runtime.lines import _lines_with
+    from kvscope.engines.serving import _lines_with
 
     piece = st.one_of(st.just(word), st.binary(max_size=12), st.just(b"\n"), st.just(word[:-1]))
     body = data.draw(st.lists(piece, max_size=30).map(b"".join)) + b"\n"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvscope import events as ev
 from kvscope.api import analyze
+from kvscope.core import events as ev
 from kvscope.engines.base import LineContext
 from kvscope.engines.llamacpp.lines import LlamaCppLines, device_label
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kvscope.capacity.plan import PlanRequest, plan
+from kvscope.analysis.plan import PlanRequest, plan
 from kvscope.cli import main
-from kvscope.errors import InputError
+from kvscope.core.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -118,8 +118,8 @@ def test_vllm_encoder_profile_of_a_qwen_vit_and_how_to_turn_it_off():
 def test_sampler_peak_matches_vllm_s_own_measurement():
     """vLLM PR #21429's debug line: torch peak increase 5.62 GiB for Qwen3-235B-A22B-FP8 at TP4 with the
     API server's defaults (8,192 batched tokens, 1,024 sequences): the sampler, not the forward."""
-    from kvscope.capacity.plan import vllm_activation_gib
-    from kvscope.capacity.weights import load_model_config
+    from kvscope.engines.vllm.plan import vllm_activation_gib
+    from kvscope.model.weights import load_model_config
 
     cfg = load_model_config("Qwen/Qwen3-235B-A22B-FP8").cfg
     assert vllm_activation_gib(cfg, 4, 8192, 1024) == pytest.approx(5.62, rel=0.05)
@@ -129,7 +129,7 @@ def test_sampler_peak_matches_vllm_s_own_measurement():
 def test_communicators_by_gpu_kind_and_interconnect():
     """SGLang's "Init torch distributed ends. mem usage" per GPU kind where a log reports it; else the
     interconnect class's figure at the nearest TP size (H200 for NVSwitch, RTX 4090 / PRO 6000 for PCIe)."""
-    from kvscope.capacity.overheads import budget_basis
+    from kvscope.model.overheads import budget_basis
 
     def nccl(gpu, tp):
         f = budget_basis(gpu, tp).nccl
@@ -170,8 +170,8 @@ CONTEXT_FROM_LOGS = [
 def test_cuda_context_estimate_matches_public_logs(gpu, from_log):
     """Fixed part + the local memory the driver reserves per resident thread, by SM count (the H200,
     measured, keeps its measurement; the formula is checked on it too)."""
-    from kvscope.capacity.catalog import find_gpu
-    from kvscope.capacity.overheads import budget_basis, cuda_context_gib
+    from kvscope.model.catalog import find_gpu
+    from kvscope.model.overheads import budget_basis, cuda_context_gib
 
     assert cuda_context_gib(find_gpu(gpu), measured_kind=False).gib == pytest.approx(from_log, abs=0.07)
     ctx = budget_basis(gpu, 1).cuda_context
@@ -320,8 +320,8 @@ def test_cli_bad_input_exits_2(capsys):
     ("24 GB GPU", None),                                 # a size names no GPU kind
 ])
 def test_gpu_names_match_whole_words(name, expected):
-    from kvscope.capacity.catalog import find_gpu, match_gpus
-    from kvscope.capacity.overheads import resolve_gpu
+    from kvscope.model.catalog import find_gpu, match_gpus
+    from kvscope.model.overheads import resolve_gpu
 
     if expected is None:
         with pytest.raises(InputError):
@@ -336,8 +336,8 @@ def test_gpu_names_match_whole_words(name, expected):
 @pytest.mark.parametrize("name", ["A100", "RTX 6000", "6000"])
 def test_ambiguous_gpu_names_ask_which(name):
     """Two kinds fit equally (A100 40 GB / 80 GB; RTX 6000 Ada / RTX PRO 6000): say so, never guess."""
-    from kvscope.capacity.catalog import find_gpu
-    from kvscope.capacity.overheads import resolve_gpu
+    from kvscope.model.catalog import find_gpu
+    from kvscope.model.overheads import resolve_gpu
 
     with pytest.raises(InputError, match="could be any of"):
         resolve_gpu(name)
@@ -348,15 +348,15 @@ def test_ambiguous_gpu_names_ask_which(name):
                                            ("H100-SXM5-80GB", "NVIDIA H100 SXM"), ("H100", "NVIDIA H100 SXM"),
                                            ("NVIDIA A100-PCIE-40GB", "NVIDIA A100 40GB")])
 def test_gpu_name_spellings(name, expected):
-    from kvscope.capacity.catalog import find_gpu
-    from kvscope.capacity.overheads import resolve_gpu
+    from kvscope.model.catalog import find_gpu
+    from kvscope.model.overheads import resolve_gpu
 
     assert resolve_gpu(name)[0].startswith(expected) and find_gpu(name)["name"].startswith(expected)
 
 
 @pytest.mark.parametrize("bad", [None, "", "  ", ".", "1.5", "Tesla T4"])
 def test_bad_gpu_names_are_input_errors(bad):
-    from kvscope.capacity.overheads import resolve_gpu
+    from kvscope.model.overheads import resolve_gpu
 
     with pytest.raises(InputError):
         resolve_gpu(bad)
@@ -365,7 +365,7 @@ def test_bad_gpu_names_are_input_errors(bad):
 @pytest.mark.parametrize("engine,version", [("sglang", "0.5.9"), ("vllm", "0.24.0")])
 def test_every_catalog_model_plans_or_says_why(engine, version):
     """No catalog model makes plan raise anything but an InputError (one sentence, no traceback)."""
-    from kvscope.capacity.catalog import _models
+    from kvscope.model.catalog import _models
 
     for m in _models():
         if m["hf_id"].startswith("specforge"):
@@ -485,8 +485,8 @@ def test_deepseek_v4_fixed_states_can_leave_no_room():
 
 def test_mla_rope_keeps_three_tables_only_for_yarn():
     """SGLang's DeepSeek YaRN rope keeps three fp32 tables from 0.5.7; an MLA model without YaRN one."""
-    from kvscope.capacity.weights import load_model_config
     from kvscope.engines.sglang.load_memory import rope_table_bytes
+    from kvscope.model.weights import load_model_config
 
     kimi = load_model_config("moonshotai/Kimi-K2.5").cfg
     assert rope_table_bytes(kimi, (0, 5, 9)) == 3 * 262144 * 64 * 4

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvscope.capacity.plan import PlanRequest, plan
-from kvscope.errors import InputError
+from kvscope.analysis.plan import PlanRequest, plan
+from kvscope.core.errors import InputError
 
 pytest.importorskip("kvscope.engines.vllm.rules")
 

@@ -372,7 +372,7 @@ def test_stdin_reads_like_a_file(monkeypatch, gz):
 
 
 def test_closed_stdin_is_an_input_error(monkeypatch):
-    from kvscope.errors import InputError
+    from kvscope.core.errors import InputError
 
     monkeypatch.setattr(sys, "stdin", None)
     with pytest.raises(InputError):

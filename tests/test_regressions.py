@@ -32,7 +32,7 @@ CRASHES = {
     "sglang-v-size-1e308": [
         "[2025-03-27 21:33:31 TP0] KV Cache is allocated. #tokens: 834615, K size: 54.12 GB, V size: -1e308 GB",
     ],
-    # llamacpp/004: "n_ctx = 1e308" → int(inf) in the q8_0 suggestion (findings/llamacpp.py).
+    # llamacpp/004: "n_ctx = 1e308" → int(inf) in the q8_0 suggestion (engines/llamacpp/findings.py).
     "llamacpp-n-ctx-1e308": [
         "llama_new_context_with_model: n_ctx      = 1e308",
         "llama_new_context_with_model: KV self size  =  160.00 MiB, K (f16):   80.00 MiB, V (f16):   80.00 MiB",
@@ -47,7 +47,7 @@ CRASHES = {
     "trtllm-rank-400-digits": [
         "[TensorRT-LLM][INFO] TP group is intra-node for rank " + ONES,
     ],
-    # sglang/056: an unreadable "profiled value" left None in a finding's f"{:,}" (findings/sglang.py).
+    # sglang/056: an unreadable "profiled value" left None in a finding's f"{:,}" (engines/sglang/findings.py).
     "sglang-profiled-value-unreadable": [
         "[2025-12-26 -1:03:09] max_total_tokens=100000 is larger than the profiled value "
         "9999999999999999999999999999999999999999. Use the profiled value instead.",
@@ -55,14 +55,14 @@ CRASHES = {
         "allocated. #tokens: 23063, K size: 2.73 GB, V size: 2.73 GB",
     ],
     # vllm/003: "total_gpu_memory=0x10GiB" read as a 0 GiB device, then ΔU = need / total divided by
-    # zero in the utilization suggestion (findings/vllm.py, engines/vllm/rules.py).
+    # zero in the utilization suggestion (engines/vllm/findings.py, engines/vllm/rules.py).
     "vllm-total-gpu-memory-zero": [
         "Memory profiling results: total_gpu_memory=0x10GiB initial_memory_usage=15.34GiB peak_torch_memory=17.98GiB "
         "memory_usage_post_profile=15.35GiB non_torch_memory=0.35GiB kv_cache_size=2.89GiB gpu_memory_utilization=0.90",
         "The model's max seq len (29000) is larger than the maximum number of tokens that can be stored in KV cache "
         "(23648). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
     ],
-    # vllm/048: a 400-digit --kv-cache-memory suggestion became an int no float holds (findings/vllm.py).
+    # vllm/048: a 400-digit --kv-cache-memory suggestion became an int no float holds (engines/vllm/findings.py).
     "vllm-kv-cache-memory-400-digits": [
         "Free memory on device (177.66/178.36 GiB) on startup. Desired GPU memory utilization is (0.9, 160.53 GiB). "
         "Actual usage is 8.58 GiB for weight, 9.96 GiB for peak activation, 0.07 GiB for non-torch memory, and 0.65 "
@@ -75,7 +75,7 @@ CRASHES = {
         "available: 12.22 GiB",
         "[TensorRT-LLM][INFO] [MemUsageChange] Allocated 0 GiB for max tokens in paged KV cache (288384).",
     ],
-    # trtllm/008: a pool of 1e-10 GiB rounds the implied fraction to 0, then tokens / 0 (findings/trtllm.py).
+    # trtllm/008: a pool of 1e-10 GiB rounds the implied fraction to 0, then tokens / 0 (engines/trtllm/findings.py).
     "trtllm-pool-tiny-gib": [
         "[TensorRT-LLM][INFO] Memory usage when calculating max tokens in paged kv cache: total: 23.99 GiB, "
         "available: 12.22 GiB",

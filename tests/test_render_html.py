@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from kvscope.api import analyze
-from kvscope.ledger.model import GIB, Reconciliation
+from kvscope.core.startup import GIB, Reconciliation
 from kvscope.render import render_analysis
 from kvscope.render.html import CHARTJS_FILE, CHARTJS_VERSION, _asset, memory_segments, whatif_curve
 

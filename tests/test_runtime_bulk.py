@@ -1,6 +1,6 @@
 """The bulk lane gives exactly what the per-line path gives.
 
-``kvscope.runtime.lines.BULK`` takes the dominant SGLang serving lines out of the per-line path
+``kvscope.engines.serving.BULK`` takes the dominant SGLang serving lines out of the per-line path
 (reading/source.py hands them on as ``Bulk`` runs, runtime/accumulate.py folds them in one call).
 Its whole claim is equivalence, so every test here analyses the same input twice, once with the
 lane and once without it, and compares the full JSON report: real runtime fixtures, every real
@@ -19,11 +19,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvscope.api as api
-from kvscope.engines import _NEW_RECORD, BULK, BULK_LANE, ENGINES
 from kvscope.engines.base import LineContext
+from kvscope.engines.dispatch import _NEW_RECORD, BULK, BULK_LANE, ENGINES
+from kvscope.engines.serving import NATIVE, VLLM_BULK, BulkLane, RuntimeLines, VllmRows, _a_date
 from kvscope.reading import clean_line, source
 from kvscope.render.json_out import render
-from kvscope.runtime.lines import NATIVE, VLLM_BULK, BulkLane, RuntimeLines, VllmRows, _a_date
 
 FIX = Path(__file__).parent / "fixtures"
 RUNTIME = sorted((FIX / "runtime").glob("*.txt"))

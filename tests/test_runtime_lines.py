@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from kvscope import events as ev
+from kvscope.core import events as ev
 from kvscope.engines import ANCHORS, parse_lines
 from kvscope.engines.base import LineContext
+from kvscope.engines.serving import ANCHORS as RUNTIME_ANCHORS
+from kvscope.engines.serving import RuntimeLines
 from kvscope.reading import iter_candidate_lines
-from kvscope.runtime.lines import ANCHORS as RUNTIME_ANCHORS
-from kvscope.runtime.lines import RuntimeLines
 
 RUNTIME = Path(__file__).parent / "fixtures" / "runtime"
 CPU_RUN = Path(__file__).parent / "fixtures" / "logs" / "vllm" / "902-cpu-v0.32-tiny-qwen2-4MiB-kv-saturated"

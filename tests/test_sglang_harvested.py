@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from kvscope import events as ev
 from kvscope.api import analyze
+from kvscope.core import events as ev
 from kvscope.engines.base import LineContext
 from kvscope.engines.sglang import rules
 from kvscope.engines.sglang.lines import SGLangLines, split_prefix

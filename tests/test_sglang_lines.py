@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvscope import events as ev
+from kvscope.core import events as ev
 from kvscope.engines.base import LineContext
 from kvscope.engines.sglang.lines import SGLangLines, split_prefix
 

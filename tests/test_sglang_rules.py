@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from kvscope.capacity.catalog import load_architecture
 from kvscope.engines.sglang import rules
 from kvscope.engines.sglang.eras import ERAS, infer_version_range
 from kvscope.engines.sglang.rules import GIB, Interval
+from kvscope.model.catalog import load_architecture
 
 E1 = ERAS[1]
 
@@ -59,7 +59,7 @@ def test_version_clues_case_study():
 
 
 def _v4(model: str) -> dict:
-    from kvscope.capacity.weights import load_model_config
+    from kvscope.model.weights import load_model_config
 
     return load_model_config(model).cfg
 
@@ -93,7 +93,7 @@ def test_dsv4_later_eras_count_page_padding_and_the_b200_layout():
 def test_dsv4_plan_on_8xh200():
     """With the 8×H200 TP8 basis and mem_fraction_static 0.95, the pools get what V4's rules leave;
     at 0.88 (the InferenceX #2128 launch that failed) nothing is left."""
-    from kvscope.capacity.plan import PlanRequest, plan
+    from kvscope.analysis.plan import PlanRequest, plan
 
     def tokens(mfs: float, version: str = "0.5.19") -> dict:
         return plan(PlanRequest(model="deepseek-ai/DeepSeek-V4-Pro", gpu="H200", engine="sglang",
@@ -104,7 +104,7 @@ def test_dsv4_plan_on_8xh200():
     assert 120_000 < p["kv"]["kv_tokens"] < 200_000
     assert any(r["item"].startswith("KV pools:") and "ratio-128 states" in r["item"] for r in p["ledger"])
     assert tokens(0.88)["kv"]["kv_tokens"] == 0
-    from kvscope.errors import InputError
+    from kvscope.core.errors import InputError
 
     try:
         tokens(0.95, "0.5.9")

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from kvscope import events as ev
 from kvscope.api import analyze
+from kvscope.core import events as ev
 from kvscope.engines.base import LineContext
 from kvscope.engines.trtllm.lines import TRTLLMLines
 from tests.conftest import case_dir, case_files

@@ -5,8 +5,8 @@ prefixes glued behind progress bars, and the eras the wording implies."""
 
 from __future__ import annotations
 
-from kvscope import events as ev
 from kvscope.api import analyze
+from kvscope.core import events as ev
 from kvscope.engines.base import LineContext
 from kvscope.engines.vllm import eras
 from kvscope.engines.vllm.lines import VLLMLines, split_prefix
@@ -446,7 +446,7 @@ def test_json_line_keeps_its_message_field():
 
 
 def test_kv_cache_memory_flag_follows_the_logged_version():
-    from kvscope.findings.vllm import _has_kv_memory_flag
+    from kvscope.engines.vllm.findings import _has_kv_memory_flag
 
     s = _one("209")
     assert _has_kv_memory_flag(s)
@@ -455,7 +455,7 @@ def test_kv_cache_memory_flag_follows_the_logged_version():
 
 
 def test_killed_suggests_swap_space_only_to_v0():
-    from kvscope.findings.vllm import _killed
+    from kvscope.engines.vllm.findings import _killed
 
     s = _one("219")
     s.assumptions["_vllm_era"] = "V1 0.9.1–0.17"

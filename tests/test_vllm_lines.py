@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvscope import events as ev
+from kvscope.core import events as ev
 from kvscope.engines.base import LineContext
 from kvscope.engines.vllm.lines import VLLMLines, split_prefix
 from tests.conftest import LOGS

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvscope.capacity.arch import Architecture
 from kvscope.engines.vllm import eras, rules
 from kvscope.engines.vllm.rules import GIB
+from kvscope.model.arch import Architecture
 
 MIB = 1 << 20
 
@@ -191,7 +191,7 @@ def test_infer_from_wording():
 
 
 def _qwen36_35b() -> Architecture:
-    from kvscope.capacity.catalog import load_architecture
+    from kvscope.model.catalog import load_architecture
 
     arch, where = load_architecture("nvidia/Qwen3.6-35B-A3B-NVFP4")
     assert arch is not None and "catalog" in where
@@ -243,8 +243,8 @@ def test_case_006_capacity_from_the_printed_kv_memory():
 
 def test_mamba2_state_pads_groups_to_the_tp_size():
     """Nemotron-3-Nano: 64 heads × 64, state 128, 8 groups, kernel 4, SSM state fp32 (config)."""
-    from kvscope.capacity.arch import linear_state_elements
-    from kvscope.capacity.catalog import load_architecture
+    from kvscope.model.arch import linear_state_elements
+    from kvscope.model.catalog import load_architecture
 
     arch, _ = load_architecture("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
     assert arch is not None and (arch.full_attention_layers, arch.linear_layers) == (6, 23)

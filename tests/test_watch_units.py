@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from kvscope.watch import prom
-from kvscope.watch.adapters import Capacity, Reading, SGLangAdapter, VLLMAdapter, _schedulers
+from kvscope.engines.recording import WatchLines
+from kvscope.engines.sglang.watch import _schedulers
+from kvscope.reading import prom
+from kvscope.watch.adapters import Capacity, Reading, SGLangAdapter, VLLMAdapter
 from kvscope.watch.http import Malformed
-from kvscope.watch.lines import WatchLines
 from kvscope.watch.nvml import GPUMemory
 from kvscope.watch.recorder import line
 from kvscope.watch.sampler import Sampler

@@ -9,9 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvscope.capacity.plan import rope_cache_bytes
-from kvscope.capacity.weights import (
+from kvscope.model.planning import rope_cache_bytes
+from kvscope.model.weights import (
     GIB,
+    SGLANG_WEIGHTS,
+    VLLM_WEIGHTS,
     Parallel,
     Scheme,
     estimate_weights,
@@ -26,13 +28,13 @@ from tests.conftest import case_dir
 def est(model: str, **par):
     mc = load_model_config(model)
     assert mc is not None, model
-    return estimate_weights(mc, Parallel(**par), engine=par.pop("engine", "sglang") if "engine" in par else "sglang")
+    return estimate_weights(mc, Parallel(**par))
 
 
 def test_llama_8b_bf16_matches_vllm_model_loading_line_exactly():
     """vLLM logs torch-allocated bytes after loading: weights + the bf16 rope table (131072 × 128 × 2 B)."""
     mc = load_model_config("meta-llama/Llama-3.1-8B-Instruct")
-    w = estimate_weights(mc, Parallel(), engine="vllm")
+    w = estimate_weights(mc, Parallel(), rules=VLLM_WEIGHTS)
     assert w.bytes_per_rank == 8_030_261_248 * 2
     total = (w.bytes_per_rank + rope_cache_bytes(mc.cfg, 2)) / GIB
     for case in ("002", "025"):
@@ -49,8 +51,8 @@ def test_kimi_k25_int4_tp8_load_replay_matches_the_logged_mem_usage():
     allocator holds 0.39 GiB more: segment rounding, and the holes the WNA16 MoE's freed g_idx tensors
     and the rope's temporaries leave between live weights. Together 72.29.
     """
-    from kvscope.capacity.weights import sglang_parallel
     from kvscope.engines.sglang.load_memory import sglang_load_memory
+    from kvscope.model.weights import sglang_parallel
 
     meta = json.loads((case_dir("sglang", "000") / "meta.json").read_text())
     assert "72.33" in meta["notes"]
@@ -71,8 +73,8 @@ def test_sglang_load_replay_for_dense_and_moe_bf16():
     """sglang/031: Qwen3-30B-A3B bf16 TP4 logged mem usage 14.31 GiB (parameters 14.24 + rope 0.02 +
     0.05 of allocator rounding: its 1–10 MiB shards share 20 MiB segments). Llama-3.1-8B at TP1: every
     matrix is a multiple of 2 MiB, so params + rope alone (15.02, what public 0.5.x logs print)."""
-    from kvscope.capacity.weights import sglang_parallel
     from kvscope.engines.sglang.load_memory import sglang_load_memory
+    from kvscope.model.weights import sglang_parallel
 
     logged = _logged_load("sglang", "031", r"mem usage=([\d.]+) GB")
     mc = load_model_config("Qwen/Qwen3-30B-A3B")
@@ -186,7 +188,7 @@ _PARTS = ["model", "language_model", "layers", "0", "1", "12", "mlp", "experts",
        st.lists(st.sampled_from([p for p in _PARTS if p not in "*?"]), min_size=1, max_size=6).map(".".join))
 def test_target_index_matches_as_each_pattern_would(targets, module):
     """The set lookup for plain target names (MIXED_PRECISION lists thousands) = matching each one."""
-    from kvscope.capacity import weights as W
+    from kvscope.model import weights as W
 
     targets = [t if i % 3 else "model.language_model." + t for i, t in enumerate(targets)]
     assert W._Targets(tuple(targets)).matches(module) == any(W._matches(t, module) for t in targets)
@@ -194,7 +196,7 @@ def test_target_index_matches_as_each_pattern_would(targets, module):
 
 def test_moe_layer_freq_as_per_layer_flags():
     """MiMo-V2-Flash and MiniMax-M3 give moe_layer_freq as one 0/1 flag per layer: layer 0 (and 0–2) dense."""
-    from kvscope.capacity.weights import _moe_layer
+    from kvscope.model.weights import _moe_layer
 
     for model, dense in (("XiaomiMiMo/MiMo-V2-Flash", 1), ("MiniMaxAI/MiniMax-M3", 3)):
         cfg = load_model_config(model).cfg
@@ -205,16 +207,16 @@ def test_moe_layer_freq_as_per_layer_flags():
 def test_gpt_oss_mxfp4_experts_padded_to_the_kernel_tiles():
     """vLLM 0.19 on an A100 logged 'Model loading took 13.72 GiB' for gpt-oss-20b: Marlin pads the
     experts' 2,880 to 2,944 (intermediate) and 3,072 (hidden); unpadded they would be 12.83 GiB."""
-    from kvscope.capacity.plan import rope_cache_bytes
+    from kvscope.model.planning import rope_cache_bytes
 
     mc = load_model_config("openai/gpt-oss-20b")
     rope = rope_cache_bytes(mc.cfg, 2) / 2**30
-    a100 = estimate_weights(mc, Parallel(tp=1), engine="vllm", sm_major=8)
+    a100 = estimate_weights(mc, Parallel(tp=1), rules=VLLM_WEIGHTS, sm_major=8)
     assert a100.gib + rope == pytest.approx(13.72, abs=0.05)
     assert any("2,880 → 2,944" in n and "3,072" in n for n in a100.notes)
-    hopper = estimate_weights(mc, Parallel(tp=1), engine="vllm", sm_major=9)  # Triton: 2,880 is a multiple of 64
+    hopper = estimate_weights(mc, Parallel(tp=1), rules=VLLM_WEIGHTS, sm_major=9)  # Triton: 2,880 is a multiple of 64
     assert hopper.gib + rope == pytest.approx(12.83, abs=0.01) and not any("padded" in n for n in hopper.notes)
-    b200 = estimate_weights(mc, Parallel(tp=1), engine="sglang", sm_major=10)  # FlashInfer: 256 both ways
+    b200 = estimate_weights(mc, Parallel(tp=1), rules=SGLANG_WEIGHTS, sm_major=10)  # FlashInfer: 256 both ways
     experts = hopper.by_component["experts"]
     assert b200.by_component["experts"] / experts == pytest.approx((3072 / 2880) ** 2, rel=0.01)
     assert a100.by_component["experts"] / experts == pytest.approx(2944 * 3072 / 2880**2, rel=0.01)
@@ -233,10 +235,10 @@ VLLM_MODEL_LOADING = [
 
 @pytest.mark.parametrize("model,tp,logged", VLLM_MODEL_LOADING)
 def test_weights_match_vllm_model_loading_lines(model, tp, logged):
-    from kvscope.capacity.plan import rope_cache_bytes
+    from kvscope.model.planning import rope_cache_bytes
 
     mc = load_model_config(model)
-    est = estimate_weights(mc, Parallel(tp=tp), engine="vllm")
+    est = estimate_weights(mc, Parallel(tp=tp), rules=VLLM_WEIGHTS)
     assert est.gib + rope_cache_bytes(mc.cfg, 2) / 2**30 == pytest.approx(logged, abs=0.005)
 
 
@@ -253,14 +255,14 @@ def test_deepseek_v4_pro_sglang_h200_matches_the_load_line():
     """sglang/063: 8×H200, TP8 → 'Load weight end … mem usage=125.65 GB'. Experts are MXFP4 on disk
     (config.json expert_dtype fp4; quantization_config's fp8 covers the rest); SGLang's Hopper Marlin
     path keeps the loader's float32 scales too. As all-fp8 the estimate was 188 GiB, more than an H200."""
-    from kvscope.capacity.weights import sglang_parallel
+    from kvscope.model.weights import sglang_parallel
 
     mc = load_model_config("deepseek-ai/DeepSeek-V4-Pro")
     logged = _logged_load("sglang", "063", r"mem usage=([\d.]+) GB")
-    hopper = estimate_weights(mc, sglang_parallel(8), engine="sglang", sm_major=9)
+    hopper = estimate_weights(mc, sglang_parallel(8), rules=SGLANG_WEIGHTS, sm_major=9)
     assert hopper.gib + rope_cache_bytes(mc.cfg, 4) / GIB == pytest.approx(logged, abs=1.0)
     assert "mxfp4" in hopper.quantization and any("float32 expert scales" in n for n in hopper.notes)
-    plain = estimate_weights(mc, sglang_parallel(8), engine="sglang", sm_major=10)
+    plain = estimate_weights(mc, sglang_parallel(8), rules=SGLANG_WEIGHTS, sm_major=10)
     kept = hopper.bytes_per_rank - plain.bytes_per_rank
     assert kept / GIB == pytest.approx(95.70 / 0.53125 * 0.125, rel=0.01)  # 0.125 B on top of 0.53125 B per weight
 
@@ -269,7 +271,7 @@ def test_deepseek_v4_flash_vllm_pp2_tp4_matches_the_worker_ledger():
     """vllm/053: 8×RTX 3090 as PP2 × TP4 → '19.47 GiB for consumed memory (weights + non-torch)'."""
     mc = load_model_config("deepseek-ai/DeepSeek-V4-Flash")
     logged = _logged_load("vllm", "053", r"Actual usage is ([\d.]+) GiB for consumed memory")
-    w = estimate_weights(mc, Parallel(tp=4, pp=2), engine="vllm", sm_major=8)
+    w = estimate_weights(mc, Parallel(tp=4, pp=2), rules=VLLM_WEIGHTS, sm_major=8)
     ours = w.gib + rope_cache_bytes(mc.cfg, 2) / GIB
     assert ours < logged and ours == pytest.approx(logged, abs=0.5)  # the rest is non-torch memory
 
@@ -304,7 +306,7 @@ def test_deepseek_v4_attention_layout():
 def test_catalog_name_never_maps_to_a_different_model():
     """Only format/tuning words may follow a catalog name: a distilled 7B is not DeepSeek-R1 (a held-out
     public log planned R1's 629 GiB of weights onto one RTX 3090)."""
-    from kvscope.capacity.catalog import catalog_entry
+    from kvscope.model.catalog import catalog_entry
 
     assert catalog_entry("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B") is None
     assert catalog_entry("Kimi-K2.5-INT4")["hf_id"] == "moonshotai/Kimi-K2.5"
@@ -312,7 +314,7 @@ def test_catalog_name_never_maps_to_a_different_model():
 
 
 def test_quantization_named_but_not_in_the_catalog_entry_is_assumed_and_said():
-    from kvscope.capacity.weights import load_model_config, quant_plan
+    from kvscope.model.weights import load_model_config, quant_plan
 
     mc = load_model_config("Qwen3-32B-AWQ")
     plan = quant_plan(mc.cfg)
@@ -322,8 +324,8 @@ def test_quantization_named_but_not_in_the_catalog_entry_is_assumed_and_said():
 
 
 def test_gguf_file_names_find_their_model_and_say_the_format_is_not_sized():
-    from kvscope.capacity.catalog import catalog_entry
-    from kvscope.capacity.weights import load_model_config, quant_plan
+    from kvscope.model.catalog import catalog_entry
+    from kvscope.model.weights import load_model_config, quant_plan
 
     assert catalog_entry("/models/Llama-3.1-8B-Instruct-Q4_K_M.gguf")["hf_id"] == "meta-llama/Llama-3.1-8B-Instruct"
     assert catalog_entry("Qwen3-32B-UD-Q4_K_XL")["hf_id"] == "Qwen/Qwen3-32B"

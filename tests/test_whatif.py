@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kvscope.api import analyze
-from kvscope.capacity.predict import PredictionError, calibrate, predict
+from kvscope.engines.sglang.whatif import PredictionError, calibrate, predict
 from kvscope.examples import example_path
 
 
@@ -117,7 +117,7 @@ def test_dsv4_whatif_calibrates_on_the_sizing_line():
     """DeepSeek-V4: tokens = floor₂₅₆((budget − fixed states) / bytes per full token). +0.01
     mem_fraction_static adds F × 0.01 to the budget; 64 request slots keep 8,576 of 33,152 state rows."""
     from kvscope.api import analyze
-    from kvscope.capacity import predict_dsv4 as p4
+    from kvscope.engines.sglang import whatif_dsv4 as p4
 
     path = Path(__file__).parent / "fixtures" / "dsv4" / "constructed-sglang-v4pro-8xh200-startup.log"
     cal = p4.calibrate(analyze([str(path)]).startups[0])

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kvscope.api import analyze
-from kvscope.capacity import predict_vllm as pv
-from kvscope.capacity.predict import PredictionError
+from kvscope.engines.sglang.whatif import PredictionError
+from kvscope.engines.vllm import whatif as pv
 from tests.conftest import case_dir, case_files
 
 LINES = [

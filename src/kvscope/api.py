@@ -15,9 +15,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvscope.core.startup import Startup
 from kvscope.engines import ANCHORS, BULK_LANE, parse_lines
 from kvscope.ledger.assemble import assemble
-from kvscope.ledger.model import Startup
 from kvscope.reading import ReadStats, iter_candidate_lines
 
 
@@ -45,7 +45,7 @@ def no_cycle_collection() -> Iterator[None]:
 
 def analyze(paths: Iterable[str], assumptions: dict[str, Any] | None = None, model: str | None = None) -> Analysis:
     """Read logs and explain every startup in them."""
-    from kvscope.explain import finish_startup
+    from kvscope.analysis.explain import finish_startup
 
     stats = ReadStats()
     assumptions = dict(assumptions or {})

@@ -7,7 +7,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from kvscope.errors import InputError
+from kvscope.core.errors import InputError
 
 
 @dataclass(frozen=True)

@@ -6,21 +6,22 @@ Exit codes: 0 read and explained; 2 bad input or usage (one line on stderr); 1 i
 
 from __future__ import annotations
 
+import importlib
 import sys
 import traceback
 
 import click
 
 from kvscope import __version__
-from kvscope.errors import InputError
+from kvscope.core.errors import InputError
 
 VERBS = ("explain", "examples", "whatif", "plan", "watch")  # one module each: kvscope.cli.<verb>
 
 
 class _Verbs(click.Group):
     """Imports a verb's module only when that verb runs (or help lists them): ``kvscope explain``
-    need not load the HTTP client and live view of ``watch``; a verb whose module cannot be
-    imported is simply absent."""
+    need not load the HTTP client and live view of ``watch``. A verb module that fails to import is an
+    error that shows, never a verb that silently disappears."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return [name for name in VERBS if self.get_command(ctx, name) is not None]
@@ -28,10 +29,7 @@ class _Verbs(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in VERBS:
             return None
-        try:
-            module = __import__(f"kvscope.cli.{cmd_name}", fromlist=["command"])
-        except ImportError:
-            return None
+        module = importlib.import_module(f"kvscope.cli.{cmd_name}")
         return module.command
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from kvscope.errors import InputError
+from kvscope.core.errors import InputError
 
 
 def parse_assignments(items: tuple[str, ...], what: str = "--assume") -> dict[str, Any]:

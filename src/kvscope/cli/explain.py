@@ -8,7 +8,7 @@ import click
 
 from kvscope.api import analyze, no_cycle_collection
 from kvscope.cli.common import FORMATS, gather_inputs, write_output
-from kvscope.errors import InputError
+from kvscope.core.errors import InputError
 
 
 def render(analysis, fmt: str, redact: bool, extra=None) -> str:

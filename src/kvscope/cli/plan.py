@@ -7,10 +7,10 @@ from typing import Any
 
 import click
 
-from kvscope import __version__
-from kvscope.capacity.plan import PlanRequest, plan, summary_line
+from kvscope import __version__, engines
+from kvscope.analysis.plan import PlanRequest, plan, summary_line
 from kvscope.cli.common import FORMATS, parse_assignments, write_output
-from kvscope.errors import InputError
+from kvscope.core.errors import InputError
 
 SCHEMA = "kvscope.plan/1"
 _MD_REPLACEMENTS = (
@@ -86,13 +86,14 @@ def render_terminal(pred: dict[str, Any]) -> str:
     console.print(ledger)
     table = Table(title="flag → KV tokens per GPU → concurrent requests at context → reserve left (GiB)",
                   header_style="bold")
-    for col in ("flag", "KV tokens", "requests", "reserve left") + (("OOM risk",) if pred["engine"] == "sglang" else ()):
+    with_risk = any("oom_risk" in row for row in pred["table"])  # an engine whose plan rates the reserve
+    for col in ("flag", "KV tokens", "requests", "reserve left") + (("OOM risk",) if with_risk else ()):
         table.add_column(col)
     for row in pred["table"]:
         cells = [row["flag"], f"{row['kv_tokens']:,}", _fmt_conc(row["concurrency_at_context"]),
                  f"{row['reserve_left_gib']:.2f}"]
-        if pred["engine"] == "sglang":
-            cells.append(row["oom_risk"])
+        if with_risk:
+            cells.append(row.get("oom_risk", "—"))
         table.add_row(*cells, style="bold" if row["flag"] == "(as planned)" else None)
     console.print(table)
     prov = pred["measured_vs_estimated"]
@@ -113,7 +114,8 @@ def render_terminal(pred: dict[str, Any]) -> str:
 @click.option("--dp", type=int, default=1, show_default=True, help="Data-parallel size (DP attention with --set enable_dp_attention=true).")
 @click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel size.")
 @click.option("--ep", type=int, default=1, show_default=True, help="Expert-parallel size.")
-@click.option("--engine", type=click.Choice(["sglang", "vllm"]), default="sglang", show_default=True)
+@click.option("--engine", type=click.Choice([e.name for e in engines.with_capability("plan")]), default="sglang",
+              show_default=True)
 @click.option("--engine-version", metavar="V", help="Release to replay (default: the newest documented).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="An engine flag (mem_fraction_static=0.88, kv_cache_dtype=fp8_e4m3, gpu_memory_utilization=0.95, "

@@ -13,7 +13,7 @@ import sys
 import click
 from rich.console import Console
 
-from kvscope.errors import InputError
+from kvscope.core.errors import InputError
 from kvscope.watch.loop import EXIT_OK, Options, Watch
 from kvscope.watch.recorder import Recorder
 from kvscope.watch.view import LiveView, PlainView, QuietView, render_summary

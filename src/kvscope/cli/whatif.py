@@ -7,78 +7,19 @@ from typing import Any
 
 import click
 
+from kvscope import engines
 from kvscope.api import analyze
-from kvscope.capacity.predict import (
-    PredictionError,
-    Scenario,
-    calibrate,
-    mfs_curve,
-    normalise_changes,
-    predict,
-    standard_scenarios,
-    tokens_per_step,
-)
 from kvscope.cli.common import FORMATS, gather_inputs, parse_assignments, write_output
-from kvscope.errors import InputError
+from kvscope.core.errors import InputError
+from kvscope.engines.whatif_base import PredictionError, Scenario
 
 
 def build_prediction(startup, changes: dict[str, Any], context: int | None, host_ram_gb: float | None) -> dict[str, Any]:
-    """Calibrate on the startup and predict: the requested change, the standard knobs, the fraction curve."""
-    if startup.engine == "vllm":
-        return _build_vllm(startup, changes, host_ram_gb)
-    from kvscope.capacity import predict_dsv4
-
-    if predict_dsv4.is_dsv4(startup):
-        return _build_dsv4(startup, changes, context)
-    changes = normalise_changes(changes)
-    cal = calibrate(startup)
-    baseline = predict(cal, {}, context, host_ram_gb, label="as logged")
-    requested = predict(cal, changes, context, host_ram_gb) if changes else None
-    table = [predict(cal, ch, context, host_ram_gb) for ch in standard_scenarios(cal)]
-    return {
-        "engine": startup.engine,
-        "calibration": cal.as_dict(),
-        "tokens_per_0_01_mfs": tokens_per_step(cal),
-        "baseline": baseline.as_dict(),
-        "requested": requested.as_dict() if requested else None,
-        "table": [sc.as_dict() for sc in table],
-        "mfs_curve": mfs_curve(cal),
-    }
-
-
-def _assemble(engine: str, cal, predict_one, scenarios: list[dict[str, Any]], changes: dict[str, Any],
-              step: tuple[str, int], curve: tuple[str, list]) -> dict[str, Any]:
-    """The prediction object every engine's whatif returns: calibration, as logged, requested, table, curve."""
-    requested = predict_one(changes, None) if changes else None
-    return {
-        "engine": engine,
-        "calibration": cal.as_dict(),
-        step[0]: step[1],
-        "baseline": predict_one({}, "as logged").as_dict(),
-        "requested": requested.as_dict() if requested else None,
-        "table": [predict_one(ch, None).as_dict() for ch in scenarios],
-        curve[0]: curve[1],
-    }
-
-
-def _build_dsv4(startup, changes: dict[str, Any], context: int | None) -> dict[str, Any]:
-    """DeepSeek-V4 on SGLang: calibrated on its sizing line (capacity.predict_dsv4)."""
-    from kvscope.capacity import predict_dsv4 as p4
-
-    changes = {k.replace("-", "_"): v for k, v in changes.items()}
-    cal = p4.calibrate(startup)
-    return _assemble("sglang", cal, lambda ch, label: p4.predict(cal, ch, context, label=label),
-                     p4.standard_scenarios(cal), changes, ("tokens_per_0_01_mfs", p4.tokens_per_step(cal)),
-                     ("mfs_curve", []))
-
-
-def _build_vllm(startup, changes: dict[str, Any], host_ram_gb: float | None) -> dict[str, Any]:
-    from kvscope.capacity import predict_vllm as pv
-
-    cal = pv.calibrate(startup)
-    return _assemble("vllm", cal, lambda ch, label: pv.predict(cal, ch, host_ram_gb, label=label),
-                     pv.standard_scenarios(cal), changes, ("tokens_per_0_01_util", pv.tokens_per_step(cal)),
-                     ("util_curve", pv.util_curve(cal)))
+    """Calibrate on the startup and predict, with the startup's engine's whatif."""
+    whatif = engines.get(startup.engine).whatif
+    if whatif is None:
+        raise InputError(f"whatif does not model {engines.get(startup.engine).label} startups yet")
+    return whatif.build_prediction(startup, changes, context, host_ram_gb)
 
 
 def _row(sc: dict[str, Any]) -> list[str]:
@@ -100,16 +41,7 @@ def render_terminal(pred: dict[str, Any]) -> str:
     buf = StringIO()
     console = Console(file=buf, width=150, color_system=None)
     cal = pred["calibration"]
-    if pred["engine"] == "vllm":
-        step = pred.get("tokens_per_0_01_util")
-        console.print(f"Calibrated on the logged run: {cal['num_gpu_blocks']:,} blocks × {cal['block_size']} tokens, "
-                      f"{cal['block_bytes']:,} B per block, KV memory {cal['available_kv_gib_low']:.3f} – "
-                      f"{cal['available_kv_gib_high']:.3f} GiB" + (f"; +0.01 utilization = +{step:,} tokens" if step else ""))
-    else:
-        console.print(f"Calibrated on the logged run: {cal['kv_tokens']:,} tokens × {cal['bytes_per_token']:,} B, "
-                      f"mem_fraction_static {cal['mem_fraction_static']}, free before weights "
-                      f"{cal['pre_load_free_gib_low']:.3f} – {cal['pre_load_free_gib_high']:.3f} GiB; "
-                      f"+0.01 mfs = +{pred['tokens_per_0_01_mfs']:,} tokens")
+    console.print(engines.get(pred["engine"]).whatif.calibration_line(pred))
     for note in cal["notes"]:
         console.print(f"  · {note}")
     t = Table(title="flag → KV tokens per GPU → concurrent requests → reserve left (GiB) → OOM risk", header_style="bold")
@@ -163,8 +95,7 @@ def command(logs, example, sets, assume, model, host_ram, context, fmt, output, 
     changes = parse_assignments(sets, "--set")
     analysis = analyze(paths, assumptions, model)
     candidates = [s for s in analysis.startups if s.reconciliation is not None
-                  or (s.engine == "vllm" and (s.capacity.num_gpu_blocks or s.capacity.kv_tokens))
-                  or (s.engine == "sglang" and s.capacity.extras.get("dsv4_bytes_per_full_token"))]
+                  or (engines.get(s.engine).whatif is not None and engines.get(s.engine).whatif.can_calibrate(s))]
     if not candidates:
         raise InputError("no startup with a KV pool line to calibrate on" if analysis.startups else "no engine startup found")
     startup = candidates[-1]
@@ -178,12 +109,9 @@ def command(logs, example, sets, assume, model, host_ram, context, fmt, output, 
 
         text = dumps(to_dict(analysis, {"prediction": pred}))
         if not no_redact:
-            from kvscope.render import render_analysis  # noqa: F401 - redaction lives with the renderers
-            try:
-                from kvscope.render.redact import redact_text
-                text = redact_text(text, "json")
-            except ModuleNotFoundError:
-                pass
+            from kvscope.render.redact import redact_text
+
+            text = redact_text(text, "json")
     elif fmt == "terminal":
         text = render_terminal(pred)
     else:

@@ -1,170 +1,33 @@
-"""Per-engine knowledge: line patterns (cleaned text → events) and sizing rules.
+"""Per-engine knowledge, one package per engine, each behind one :class:`~kvscope.engines.base.Engine`.
 
-``parse_lines`` is the one place lines become events. Each engine contributes the anchor words
-the reader scans for and a ``parse`` method; the engine that matched the previous line is tried
-first, so a journal holding several engines' startups keeps each line with its engine.
+The registry below is the only list of engines: the neutral layers (ledger, runtime, findings,
+renderers, CLI) look an engine up here by the name its lines gave the startup and use the
+capabilities it has, never its name. Adding an engine is a package and one line here. Order
+matters for reading: the engine that matched the previous line is tried first, the others in this
+order (see ``dispatch``).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Iterator
+from kvscope.engines import llamacpp, sglang, trtllm, vllm
+from kvscope.engines.base import Engine
 
-from kvscope import events as ev
-from kvscope.engines.base import EngineLines, LineContext
-from kvscope.engines.common import CommonLines
-from kvscope.engines.sglang.lines import SGLangLines
-from kvscope.reading import Line, clean_line
-from kvscope.reading.source import Bulk
-
-try:  # the bulk lane for the dominant serving-line shapes (see kvscope.runtime.lines.BULK)
-    from kvscope.runtime.accumulate import _label as _bulk_label
-    from kvscope.runtime.accumulate import _times as _bulk_times
-    from kvscope.runtime.accumulate import _valid as _bulk_valid
-    from kvscope.runtime.lines import BULK, BULK_LANE, RuntimeLines, VllmRows
-except ImportError:
-    BULK = BULK_LANE = None
-    RuntimeLines = VllmRows = None  # type: ignore[assignment,misc]
+REGISTRY: dict[str, Engine] = {e.name: e for e in (sglang.ENGINE, vllm.ENGINE, llamacpp.ENGINE, trtllm.ENGINE)}
+NEUTRAL = Engine(name="unknown", label="the engine")  # a startup no registered engine claimed
 
 
-def _optional(module: str, cls: str) -> EngineLines | None:
-    try:
-        mod = __import__(module, fromlist=[cls])
-    except ImportError:
-        return None
-    return getattr(mod, cls)()
+def get(name: str | None) -> Engine:
+    """The engine of that name, or one with no capabilities (never a KeyError)."""
+    return REGISTRY.get(name or "", NEUTRAL)
 
 
-def _registry() -> list[EngineLines]:
-    # Serving-time lines (Decode batch, vLLM stats) are the bulk of a journal: try them first.
-    runtime = _optional("kvscope.runtime.lines", "RuntimeLines")
-    engines: list[EngineLines] = [runtime] if runtime else []
-    engines.append(SGLangLines())
-    for module, cls in (
-        ("kvscope.engines.vllm.lines", "VLLMLines"),
-        ("kvscope.engines.llamacpp.lines", "LlamaCppLines"),
-        ("kvscope.engines.trtllm.lines", "TRTLLMLines"),
-        ("kvscope.watch.lines", "WatchLines"),  # kvscope watch --record files
-    ):
-        engine = _optional(module, cls)
-        if engine is not None:
-            engines.append(engine)
-    engines.append(CommonLines())
-    return engines
+def with_capability(attr: str) -> list[Engine]:
+    """Engines that have a capability (``plan``, ``whatif``, ``watch``…), in registry order."""
+    return [e for e in REGISTRY.values() if getattr(e, attr) is not None]
 
 
-ENGINES: list[EngineLines] = _registry()
-ANCHORS: tuple[bytes, ...] = tuple(dict.fromkeys(a for e in ENGINES for a in e.anchors))
-_RUNTIME = next((e for e in ENGINES if RuntimeLines is not None and isinstance(e, RuntimeLines)), None)
-if _RUNTIME is None:
-    BULK = BULK_LANE = None
-# Engines whose wants_join can say yes (the others never re-join a wrapped line).
-_JOINERS = [e for e in ENGINES if getattr(e, "joins", True)]
-_NEW_RECORD = re.compile(r"^\s*(?:\[\d{4}-|\(\w|INFO|WARNING|ERROR|DEBUG|\d{4}-\d\d-\d\d|[A-Z][a-z]{2} +\d|\w+\s+\|)")
-MAX_JOIN = 3
+# Reading (lines → events) is re-exported here: kvscope.api and the benchmarks read through it.
+from kvscope.engines.dispatch import ANCHORS, BULK, BULK_LANE, ENGINES, parse_lines  # noqa: E402
 
-
-def _parse_one(text: str, order: list[EngineLines], ctx: LineContext) -> tuple[EngineLines | None, list]:
-    for engine in order:
-        try:
-            parsed = engine.parse(text, ctx)
-        except (ValueError, IndexError, KeyError, OverflowError, RecursionError):
-            parsed = []  # a mangled line never stops the read; it just says nothing
-        if parsed:
-            return engine, parsed
-    return None, []
-
-
-def _wants_join(text: str) -> bool:
-    for engine in _JOINERS:  # noqa: SIM110 - a plain loop is faster than any(genexpr); runs per line
-        if engine.wants_join(text):
-            return True
-    return False
-
-
-def _to_front(order: list[EngineLines], engine: EngineLines) -> None:
-    """The engine that matched a line is tried first on the next one."""
-    if order[0] is not engine:
-        order.remove(engine)
-        order.insert(0, engine)
-
-
-def _bulk_event(item: Bulk, order: list[EngineLines], ctx: LineContext) -> Iterator[ev.Event]:
-    """One RUNTIME event for a run of bulk-lane rows: what the per-line path would make of each
-    line, folded by ``kvscope.runtime.accumulate``. The event carries the first convertible row's
-    rank and stamp (a row whose numbers do not convert is no event on the per-line path either),
-    and the runtime parser moves to the front of ``order`` as it would after such a line."""
-    rows = item.rows
-    if rows.__class__ is VllmRows:
-        yield from _vllm_bulk_event(item, order, ctx)
-        return
-    listed = rows.__class__ is list  # the regex lane's tuples; else the C lane's Batch
-    first = next((i for i, row in enumerate(rows) if _bulk_valid(row)), None) if listed else rows.first_valid()
-    if first is None:
-        return
-    rows = rows[first:] if first else rows
-    runtime = _RUNTIME
-    _to_front(order, runtime)
-    runtime.engine = "sglang"
-    stamp, ranks = (_bulk_times(rows[0][0])[1], rows[0][1]) if listed else rows.head(0)
-    yield ev.Event("sglang", ev.RUNTIME, {"src": "bulk", "rows": rows}, _bulk_label(ranks), item.file,
-                   item.line_no, "", stamp, {"last_line": item.last_line})
-
-
-def _vllm_bulk_event(item: Bulk, order: list[EngineLines], ctx: LineContext) -> Iterator[ev.Event]:
-    """The vLLM lane's rows (every one a sample): their (sample, label, stamp) triples, read on
-    the runtime parser's clock, as one event."""
-    runtime = _RUNTIME
-    _to_front(order, runtime)
-    samples = runtime.stats_rows(item.rows, ctx)
-    _, label, stamp = samples[0]
-    yield ev.Event("vllm", ev.RUNTIME, {"src": "bulk", "samples": samples}, label, item.file, item.line_no, "",
-                   stamp, {"last_line": item.last_line})
-
-
-def parse_lines(lines: Iterable[Line | Bulk]) -> Iterator[ev.Event]:
-    """Events from candidate lines, re-joining lines a terminal hard-wrapped; a ``Bulk`` run of
-    serving lines becomes one RUNTIME event (the same samples, folded in one call)."""
-    ctx = LineContext()
-    order = list(ENGINES)
-    pending: list[str] = []
-    pending_line: Line | None = None
-
-    def emit(text: str, line: Line) -> Iterator[ev.Event]:
-        ctx.file = line.file
-        engine, parsed = _parse_one(text, order, ctx)
-        if engine is None:
-            return
-        if engine.engine != "common":
-            _to_front(order, engine)
-        for p in parsed:
-            yield ev.Event(engine.engine, p.kind, p.data, p.rank, line.file, line.line_no, text, p.timestamp)
-
-    for line in lines:
-        if line.__class__ is Bulk:
-            if pending and pending_line is not None:  # a bulk line starts a new record
-                yield from emit("".join(pending), pending_line)
-                pending, pending_line = [], None
-            yield from _bulk_event(line, order, ctx)  # type: ignore[arg-type]
-            continue
-        if line.context and not pending:  # a context line only ever completes a pending record
-            continue
-        for text in clean_line(line.text):
-            if pending and pending_line is not None:
-                if not _NEW_RECORD.match(text) and len(pending) < MAX_JOIN:
-                    pending.append(text)
-                    joined = "".join(pending)
-                    if not _wants_join(joined):
-                        yield from emit(joined, pending_line)
-                        pending, pending_line = [], None
-                    continue
-                yield from emit("".join(pending), pending_line)
-                pending, pending_line = [], None
-            if line.context:
-                continue
-            if _wants_join(text):
-                pending, pending_line = [text], line
-                continue
-            yield from emit(text, line)
-    if pending and pending_line is not None:
-        yield from emit("".join(pending), pending_line)
+__all__ = ["ANCHORS", "BULK", "BULK_LANE", "ENGINES", "NEUTRAL", "REGISTRY", "Engine", "get", "parse_lines",
+           "with_capability"]

@@ -1,11 +1,16 @@
-"""What every engine's line knowledge provides, and small number-parsing helpers they share."""
+"""The Engine protocol: what every engine package provides (lines, finish, findings, whatif, plan,
+watch, the knobs its advice names), and the small number-parsing helpers their line readers share."""
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Protocol
+
+from kvscope.model.weights import WeightRules
 
 NUM = r"[-+]?(?:\d[\d,]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)"
 
@@ -95,3 +100,57 @@ def first_match(patterns: list[re.Pattern[str]], text: str) -> re.Match[str] | N
         if m:
             return m
     return None
+
+
+class FractionBasis(str, Enum):
+    """What an engine's memory fraction is a fraction *of* (it decides what +0.01 is worth)."""
+
+    FREE_BEFORE_WEIGHTS = "free memory before weights"  # SGLang: mem_fraction_static × free at start
+    DEVICE_TOTAL = "device total"  # vLLM: gpu_memory_utilization × the GPU's total
+
+
+@dataclass(frozen=True)
+class MemoryKnob:
+    """The setting that decides how much memory an engine gives its KV cache."""
+
+    setting: str  # option name as the engine's config spells it: "mem_fraction_static"
+    flag: str  # as the user types it: "--mem-fraction-static"
+    basis: FractionBasis
+    default: float | None = None  # the release-independent default when the log omits it (vLLM 0.9)
+    reserve_label: str = "free after the KV pool (GiB)"  # what the memory left outside the budget is called
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """Engine settings the neutral layers name in their advice (runtime verdict, reports)."""
+
+    memory: MemoryKnob | None = None
+    request_cap: tuple[str, str] | None = None  # (flag, setting): "--max-running-requests", "max_running_requests"
+    fp8_kv_value: str = "fp8"  # the --kv-cache-dtype value that halves the KV bytes
+    host_tier: str | None = None  # how this engine keeps evicted prefixes in host RAM
+    dp_attention_for_mla: bool = False  # DP attention gives each rank its own MLA pool
+    graph_batch_flag: str | None = None  # the largest batch CUDA graphs cover
+    ranks_share_one_pool_size: bool = False  # every rank of one TP group sizes the same pool
+
+
+@dataclass(frozen=True)
+class Engine:
+    """Everything kvscope knows about one inference engine, behind one object.
+
+    Every capability but ``name`` is optional: an engine that only reads lines (a recording, the
+    common OOM lines) leaves the rest None, and the neutral layers skip what is absent instead of
+    asking which engine it is.
+    """
+
+    name: str  # the id in JSON and --engine: "sglang"
+    label: str  # as people write it: "SGLang"
+    lines: EngineLines | None = None
+    finish: Callable[[Any], None] | None = None  # reconcile an assembled startup (kvscope.core.startup.Startup)
+    findings: Callable[[Any], list] | None = None  # plain-words findings with the flag to change
+    whatif: Any = None  # module-like: can_calibrate(startup), build_prediction(startup, changes, context, host_ram_gb)
+    plan: Callable[[Any], dict] | None = None  # kvscope.model.planning.Context → the plan body
+    watch: type | None = None  # the adapter class kvscope watch uses
+    knobs: Knobs = field(default_factory=Knobs)
+    runtime_advice: Callable[..., Any] | None = None  # scheduler-limit advice for the runtime verdict
+    weights: WeightRules = field(default_factory=WeightRules)  # how it lays a checkpoint out in memory
+    plan_estimates: tuple[str, ...] = ()  # what its plan estimates beyond the weights (the plan's error bars)

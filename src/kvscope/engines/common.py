@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from kvscope import events as ev
+from kvscope.core import events as ev
 from kvscope.engines.base import NUM, LineContext, Parsed, to_float
 
 # \s+ between words: a terminal that hard-wrapped the message leaves runs of spaces inside it

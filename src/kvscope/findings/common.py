@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from kvscope.ledger.model import Finding, Startup
+from kvscope import engines
+from kvscope.core.startup import Finding, Startup
+from kvscope.core.text import excerpt
 
+__all__ = ["excerpt", "findings"]
 
-def excerpt(text: str, limit: int) -> str:
-    """A log message quoted in a finding: whitespace runs collapsed (terminal padding), and when it is longer
-    than ``limit`` cut at a word boundary with an ellipsis, so a cut never reads as a sentence's end."""
-    text = " ".join(text.split())
-    if len(text) <= limit:
-        return text
-    cut = text[:limit].rsplit(" ", 1)[0] or text[:limit]
-    return cut.rstrip(" ,;:") + " …"
 
 IMBALANCE_GIB = 1.0  # a spread this large in free memory between ranks is worth a look
 
@@ -43,7 +38,7 @@ def _inconsistencies(s: Startup) -> list[str]:
                 f"≠ free after weights {r.avail_after_weights_gib:.2f}"
             )
     tokens = {p.tokens for r in s.ranks for p in r.kv_pools if p.name == "target" and p.tokens is not None}
-    if len(tokens) > 1 and s.engine == "sglang" and not s.setting("enable_dp_attention") and s.setting("pp_size", 1) in (1, None):
+    if len(tokens) > 1 and engines.get(s.engine).knobs.ranks_share_one_pool_size and not s.setting("enable_dp_attention") and s.setting("pp_size", 1) in (1, None):
         problems.append(f"ranks report different target token counts ({', '.join(f'{t:,}' for t in sorted(tokens))})")
     return problems
 

@@ -11,13 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from kvscope import events as ev
-from kvscope.ledger.model import CAPACITY_FIELDS, RANK_FIELDS, Failure, KvPool, Rank, SourceRef, Startup
-
-try:  # serving-time samples are folded by the runtime package when it is present
-    from kvscope.runtime.accumulate import add_event as _runtime_add
-except ImportError:
-    _runtime_add = None
+from kvscope.core import events as ev
+from kvscope.core.startup import CAPACITY_FIELDS, RANK_FIELDS, Failure, KvPool, Rank, SourceRef, Startup
+from kvscope.runtime.accumulate import add_event as _runtime_add
 
 DEFAULT_RANK = "TP0"
 MAX_EVIDENCE = 400  # source lines kept per startup for reports; bounded so huge journals stay small
@@ -205,7 +201,7 @@ def _apply(b: _Builder, s: Startup, e: ev.Event) -> None:
             s.failure = Failure(e.data.get("kind", "unknown"), e.data.get("message", ""), _source(e), extra)
     elif kind == ev.WARNING:
         s.warnings.append({**e.data, "rank": e.rank, "line": e.line_no})
-    elif kind == ev.RUNTIME and _runtime_add is not None:
+    elif kind == ev.RUNTIME:
         _runtime_add(s, e)
 
 

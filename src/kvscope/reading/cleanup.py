@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterator
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\[\d{1,3}(?:;\d{1,3})*m")
-# journald's prefix, also the one the bulk lane accepts (kvscope.runtime.lines.BULK): the same text.
+# journald's prefix, also the one the bulk lane accepts (kvscope.engines.serving.BULK): the same text.
 JOURNALD_PREFIX = (
     r"(?:[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)?|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[\d.,:+\-]*)"
     r" [\w.\-]+ [\w.@/\-]+(?:\[\d+\])?: "

@@ -18,7 +18,7 @@ def _native() -> Any:
     if os.environ.get("KVSCOPE_PURE_PYTHON"):
         return None
     try:
-        from kvscope import _bulk
+        from kvscope import _bulk  # the optional C helper (see OPTIONAL in the test)
     except ImportError:
         return None
     return _bulk

@@ -28,7 +28,7 @@ from concurrent.futures import TimeoutError as FutureTimeout  # not the builtin 
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Protocol
 
-from kvscope.errors import InputError
+from kvscope.core.errors import InputError
 from kvscope.reading.native import NATIVE
 from kvscope.reading.scan import AnchorScanner
 
@@ -472,7 +472,7 @@ class _FileScan:
         if hi - lo > MAX_LINE_BYTES + 1 and _overlong_lines(buf, lo, hi):
             return None
         lane = getattr(self.bulk, "split_rows", None)
-        if lane is not None:  # an engine's lane object (kvscope.runtime.lines.BulkLane): it refuses the mark itself
+        if lane is not None:  # an engine's lane object (kvscope.engines.serving.BulkLane): it refuses the mark itself
             return lane(buf, lo, hi, self.scanner.native, clean)
         if not clean and buf.find(BULK_MARK, lo, hi) != -1:
             return None

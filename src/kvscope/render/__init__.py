@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from kvscope.errors import InputError
+from kvscope.core.errors import InputError
 
 MODULES = {"terminal": "terminal", "json": "json_out", "markdown": "markdown", "html": "html"}
 TEXT_PASS = ("terminal", "markdown")  # formats whose finished text holds no code or escaping to protect

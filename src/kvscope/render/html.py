@@ -18,8 +18,7 @@ Design, and why:
 * Every number is also in a table, so the report reads without JavaScript (mail previews, print).
 
 The figure helpers (``memory_segments``, ``whatif_curve``, ``runtime_series``) are shared with
-the markdown renderer and with ``whatif``/``plan`` through ``render(analysis, extra)``.
-"""
+the markdown renderer and with ``whatif``/``plan`` through ``render(analysis, extra)``."""
 
 from __future__ import annotations
 
@@ -35,17 +34,35 @@ from jinja2 import Environment, Template, select_autoescape
 from markupsafe import Markup
 
 from kvscope import __version__
-from kvscope.ledger.model import CAPACITY_FIELDS, GIB, KvPool, Rank, SourceRef, Startup, finite_number
+from kvscope.analysis.curve import (
+    _free_last,
+    _graphs,
+    _num,
+    _pool_sum,
+    bytes_per_token,
+    curve_from_prediction,
+    device_total,
+    pinned_kv,
+    whatif_curve,
+    whatif_rows,
+)
+from kvscope.core.startup import CAPACITY_FIELDS, Rank, SourceRef, Startup
 from kvscope.render.json_out import _clean  # no NaN/inf: JSON.parse in the page would reject them
 
 CHARTJS_FILE = "chart.umd.min.js"
+
+
 CHARTJS_VERSION = "4.6.1"
-SAFETY_MARGIN_GIB = 2.0  # same reserve margin as findings/sglang.py: max(2 GiB, 5 % of the basis)
-SAFETY_MARGIN_FRACTION = 0.05
-VLLM_HEADROOM_GIB = 2.0  # same as findings/vllm.py: context, CUDA graphs and sampler outside the budget
+
+
 MAX_CHART_RANKS = 128
+
+
 MAX_RUNTIME_POINTS = 1500
+
+
 MAX_RUNTIME_SERIES = 8
+
 
 # key, label, colour, what the part is (tooltip and legend text)
 SEGMENTS = (
@@ -58,6 +75,8 @@ SEGMENTS = (
     ("free", "free", "#d0d7de", "still free at the last figure the log printed: the reserve"),
     ("unlogged", "not logged for this rank", "#eceff1", "this rank's log lines do not itemize this memory"),
 )
+
+
 FIELD_LABELS = {
     "total_gib": "device total",
     "pre_load_free_gib": "free before weights",
@@ -70,11 +89,10 @@ FIELD_LABELS = {
     "cuda_graph_gib": "CUDA graphs",
     "avail_at_ready_gib": "free at ready",
 }
+
+
 RANK_COLUMNS = ("pre_load_free_gib", "weights_gib", "avail_after_weights_gib", "avail_after_pool_gib",
                 "cuda_graph_gib", "avail_at_ready_gib")
-
-
-# ---------------------------------------------------------------- figures shared with markdown
 
 
 def fmt_gib(x: float | None) -> str:
@@ -83,33 +101,6 @@ def fmt_gib(x: float | None) -> str:
 
 def fmt_int(x: Any) -> str:
     return f"{x:,}" if isinstance(x, int) and not isinstance(x, bool) else ("—" if x is None else str(x))
-
-
-def _num(x: Any) -> float | None:
-    """A finite float, or None: settings arrive as logged (strings, ints) or assumed."""
-    return finite_number(x)
-
-
-def device_total(s: Startup, r: Rank) -> float | None:
-    return r.total_gib if r.total_gib is not None else _num(s.assumptions.get("gpu_total_gib"))
-
-
-def _pool_sum(r: Rank, draft: bool) -> float:
-    return sum((p.size_gib() or 0.0) for p in r.kv_pools if (p.name == "draft") == draft and p.name != "host")
-
-
-def _free_last(r: Rank) -> float | None:
-    for value in (r.avail_at_ready_gib, r.extras.get("avail_after_graphs_gib"), r.avail_after_pool_gib,
-                  r.avail_after_weights_gib):
-        if _num(value) is not None:
-            return float(value)
-    return None
-
-
-def _graphs(r: Rank) -> float:
-    if r.cuda_graph_gib is not None:
-        return r.cuda_graph_gib
-    return sum(_num(g.get("graph_gib")) or 0.0 for g in r.extras.get("graphs", []) if isinstance(g, dict))
 
 
 def memory_segments(s: Startup, r: Rank) -> list[dict[str, Any]]:
@@ -171,132 +162,12 @@ def _segment_notes(r: Rank) -> dict[str, str]:
     return notes
 
 
-def _knob(s: Startup) -> tuple[str, float | None, str]:
-    """The memory fraction setting of the engine: its name, current value, and where the value came from."""
-    if s.engine == "vllm":
-        value = _num(s.setting("gpu_memory_utilization"))
-        origin = "logged" if s.settings.get("gpu_memory_utilization") is not None else "assumed"
-        return "gpu_memory_utilization", value if value is not None else 0.9, origin if value is not None else "default"
-    origin = "logged" if s.settings.get("mem_fraction_static") is not None else "assumed"
-    return "mem_fraction_static", _num(s.setting("mem_fraction_static")), origin
-
-
-def bytes_per_token(s: Startup) -> tuple[int | None, str]:
-    """Bytes of KV per token per GPU: the reconciled engine rule, else the logged pool ÷ tokens."""
-    if s.reconciliation is not None and s.reconciliation.bytes_per_token:
-        return s.reconciliation.bytes_per_token, "see the reconciliation below"
-    ref = s.reference_rank
-    target = _target_pool(ref) if ref is not None else None
-    if target is not None and target.tokens and target.size_gib():
-        return int(target.size_gib() * GIB / target.tokens), "logged pool ÷ tokens"
-    cap = s.capacity
-    if cap.available_kv_gib and cap.kv_tokens:
-        return int(cap.available_kv_gib * GIB / cap.kv_tokens), "logged KV memory ÷ tokens"
-    return None, ""
-
-
-def _target_pool(r: Rank) -> KvPool | None:
-    return r.pool("target") or r.pool("kv") or next((p for p in r.kv_pools if p.name not in ("draft", "host")), None)
-
-
-def _curve_basis(s: Startup) -> dict[str, Any] | None:
-    """The numbers the what-if line needs: basis GiB per 1.0 of the knob, tokens and free GiB now."""
-    ref = s.reference_rank
-    if ref is None:
-        return None
-    knob, current, origin = _knob(s)
-    if s.engine == "vllm":
-        basis = device_total(s, ref)
-        tokens = s.capacity.kv_tokens
-        free_now = basis * (1 - current) if basis is not None and current is not None else None
-        spent_after = 0.0
-    else:
-        basis = ref.pre_load_free_gib
-        target = _target_pool(ref)
-        tokens = target.tokens if target is not None else None
-        free_now = ref.avail_after_pool_gib
-        last = _free_last(ref)
-        spent_after = (free_now - last) if free_now is not None and last is not None else 0.0
-    if basis is None or current is None or free_now is None:
-        return None
-    ready_known = s.engine == "vllm" or ref.avail_at_ready_gib is not None or "avail_after_graphs_gib" in ref.extras
-    return {"knob": knob, "current": current, "origin": origin, "basis": basis, "tokens": tokens,
-            "free_now": free_now, "spent_after": max(0.0, spent_after), "ready_known": ready_known}
-
-
-PINNING = {  # settings that fix the KV size whatever the memory fraction
-    "max_total_tokens": "--max-total-tokens", "kv_cache_memory_bytes": "--kv-cache-memory",
-    "kv_cache_memory": "--kv-cache-memory", "num_gpu_blocks_override": "--num-gpu-blocks-override",
-}
-
-
-def pinned_kv(s: Startup) -> str | None:
-    """Why the memory-fraction knob does not size this KV cache (a flag that pins it), or None."""
-    for key, flag in PINNING.items():
-        if s.setting(key) not in (None, 0, False, ""):
-            return f"{flag} {s.setting(key)} fixes the KV cache size; {_knob(s)[0]} does not change it"
-    return None
-
-
-def whatif_curve(s: Startup) -> dict[str, Any] | None:
-    """KV tokens and reserve left against mem_fraction_static (SGLang) or gpu_memory_utilization (vLLM).
-
-    Each +0.01 of the knob moves 0.01 × basis GiB from the reserve into the KV pool, where the basis
-    is the free memory before weights (SGLang) or the device total (vLLM): tokens per step =
-    0.01 × basis × 2^30 / bytes per token. The OOM-risk region starts where the memory left after
-    the pool, less what CUDA graphs / the draft model took after it, falls under a safety margin:
-    SGLang max(2 GiB, 5 % of the basis), as in its findings; vLLM 2 GiB outside the budget for the
-    CUDA context, graphs and sampler (its graphs take 1–3 GiB), as in the vLLM findings.
-    No curve when a setting pins the KV size (see ``pinned_kv``): the knob would not move it.
-    """
-    b = _curve_basis(s)
-    bpt, bpt_how = bytes_per_token(s)
-    if b is None or not bpt or pinned_kv(s):
-        return None
-    m, basis = b["current"], b["basis"]
-    step = int(0.01 * basis * GIB // bpt)
-    margin = VLLM_HEADROOM_GIB if s.engine == "vllm" else max(SAFETY_MARGIN_GIB, SAFETY_MARGIN_FRACTION * basis)
-    need = margin + b["spent_after"]
-    risk_from = round(m + (b["free_now"] - need) / basis, 4)
-    tokens_now = b["tokens"]
-    if tokens_now is None:
-        return None
-    lo = max(0.05, round(m - 0.10, 2))
-    hi = min(0.99, round(max(m + 0.06, risk_from + 0.03), 2))
-    points = []
-    for i in range(round((hi - lo) * 100) + 1):
-        x = round(lo + i / 100, 2)
-        k = round((x - m) * 100)
-        free = b["free_now"] - (x - m) * basis - b["spent_after"]
-        points.append({"x": x, "tokens": max(0, tokens_now + k * step), "reserve_gib": round(free, 3),
-                       "risk": free < margin})
-    return {"knob": b["knob"], "current": m, "origin": b["origin"], "basis_gib": basis, "bytes_per_token": bpt,
-            "bytes_per_token_how": bpt_how, "tokens_now": tokens_now, "tokens_per_step": step, "margin_gib": margin,
-            "spent_after_gib": b["spent_after"], "risk_from": risk_from, "ready_known": b["ready_known"],
-            "basis_name": "device total" if s.engine == "vllm" else "free memory before weights", "points": points,
-            "reserve_label": _reserve_label(s.engine, b["spent_after"])}
-
-
-def _reserve_label(engine: str, spent_after: float) -> str:
-    if engine == "vllm":
-        return "outside the budget (GiB)"
-    return "free at ready, after graphs and draft (GiB)" if spent_after else "free after the KV pool (GiB)"
-
-
-def whatif_rows(curve: dict[str, Any]) -> list[dict[str, Any]]:
-    """A short table of the curve: a few steps around the current value and the edge of the risk region."""
-    m = curve["current"]
-    wanted = {round(m + d, 2) for d in (-0.04, -0.02, 0.0, 0.01, 0.02, 0.04, 0.06)}
-    edge = math.floor(curve["risk_from"] * 100) / 100
-    wanted |= {round(edge, 2), round(edge + 0.01, 2)}
-    return [p | {"current": abs(p["x"] - m) < 1e-9, "delta": p["tokens"] - curve["tokens_now"]}
-            for p in curve["points"] if round(p["x"], 2) in wanted]
-
-
-# ------------------------------------------------------------------------------ runtime series
-
 TIME_KEYS = ("offset", "t", "t_s", "time_s", "elapsed_s", "seconds", "time", "ts", "timestamp")
+
+
 SERIES_KEYS = ("timeline", "samples", "series", "points", "data")
+
+
 NOT_SERIES = ("line", "line_no", "rank", "samples")  # bookkeeping columns, not quantities
 
 
@@ -400,9 +271,6 @@ def runtime_facts(runtime: Any) -> list[tuple[str, str]]:
     return [(k, _cell(v)) for k, v in flat if isinstance(v, (str, int, float, bool)) and v is not None][:40]
 
 
-# ------------------------------------------------------------------ what-if predictions (extra)
-
-
 def _tokens_range(low: Any, high: Any) -> str:
     if low is None:
         return "—"
@@ -441,37 +309,6 @@ def prediction_view(pred: Any) -> dict[str, Any] | None:
             "startup": pred.get("startup_index")}
 
 
-def curve_from_prediction(pred: Any) -> dict[str, Any] | None:
-    """The calibrated ``mfs_curve`` of a whatif prediction, in the shape ``whatif_curve`` returns."""
-    if not isinstance(pred, dict) or not isinstance(pred.get("mfs_curve"), list):
-        return None
-    cal = pred.get("calibration") if isinstance(pred.get("calibration"), dict) else {}
-    current, pre = _num(cal.get("mem_fraction_static")), _num(cal.get("pre_load_free_gib"))
-    points = []
-    for p in pred["mfs_curve"]:
-        x = _num(p.get("mem_fraction_static")) if isinstance(p, dict) else None
-        left = _num(p.get("reserve_left_gib")) if x is not None else None
-        left = left if left is not None else _num(p.get("free_after_pool_gib")) if x is not None else None
-        if x is None or left is None or p.get("kv_tokens") is None:
-            continue
-        points.append({"x": round(x, 3), "tokens": int(p["kv_tokens"]), "reserve_gib": left,
-                       "risk": p.get("risk") not in ("low", "unknown")})
-    if len(points) < 2 or current is None or pre is None:
-        return None
-    risky = [p["x"] for p in points if p["risk"]]
-    known = all(_num(p.get("reserve_left_gib")) is not None for p in pred["mfs_curve"] if isinstance(p, dict))
-    return {"knob": "mem_fraction_static", "current": current, "origin": "calibrated by kvscope whatif",
-            "basis_gib": pre, "bytes_per_token": cal.get("bytes_per_token"), "bytes_per_token_how": "calibration",
-            "tokens_now": cal.get("kv_tokens"), "tokens_per_step": pred.get("tokens_per_0_01_mfs") or 0,
-            "margin_gib": max(SAFETY_MARGIN_GIB, SAFETY_MARGIN_FRACTION * pre), "spent_after_gib": 0.0,
-            "risk_from": min(risky) if risky else points[-1]["x"] + 0.01, "ready_known": known,
-            "basis_name": "free memory before weights", "points": points,
-            "reserve_label": "reserve left at ready (GiB)" if known else "free after the KV pool (GiB)"}
-
-
-# ---------------------------------------------------------------------- generic extra sections
-
-
 def generic_table(obj: Any) -> dict[str, Any]:
     """Any JSON-like value as a table: a list of dicts becomes rows × columns, a dict key → value."""
     if isinstance(obj, list) and obj and all(isinstance(r, dict) for r in obj):
@@ -503,9 +340,6 @@ def _cell(v: Any) -> str:
     if isinstance(v, (list, tuple)):
         return ", ".join(_cell(x) for x in v[:50])
     return "—" if v is None else str(v)
-
-
-# ------------------------------------------------------------------------------- view building
 
 
 def evidence_lines(s: Startup) -> list[dict[str, Any]]:
@@ -631,9 +465,6 @@ def startup_view(s: Startup, index: int) -> tuple[dict[str, Any], dict[str, Any]
     chart = {"memory": _chart_memory(s), "whatif": curve, "runtime": runtime}
     view["segments"] = [seg for seg in SEGMENTS if any(d["key"] == seg[0] for d in chart["memory"]["datasets"])]
     return view, chart
-
-
-# ------------------------------------------------------------------------------------- output
 
 
 @cache

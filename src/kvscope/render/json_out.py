@@ -12,7 +12,7 @@ from typing import Any
 
 from kvscope import __version__
 from kvscope.api import Analysis
-from kvscope.ledger.model import CAPACITY_FIELDS, RANK_FIELDS, KvPool, Rank, Startup
+from kvscope.core.startup import CAPACITY_FIELDS, RANK_FIELDS, KvPool, Rank, Startup
 
 SCHEMA = "kvscope.explain/1"
 SETTING_KEYS = ("mem_fraction_static", "tp_size", "kv_cache_dtype", "gpu_memory_utilization", "max_model_len")

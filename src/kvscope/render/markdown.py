@@ -19,7 +19,7 @@ import re
 from typing import Any
 
 from kvscope import __version__
-from kvscope.ledger.model import Startup
+from kvscope.core.startup import Startup
 from kvscope.render.html import (
     RANK_COLUMNS,
     capacity_rows,

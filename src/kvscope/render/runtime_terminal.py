@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.text import Text
 
-from kvscope.ledger.model import Startup
+from kvscope.core.startup import Startup
 
 BARS = "▁▂▃▄▅▆▇█"
 WIDTH = 60

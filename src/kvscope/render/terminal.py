@@ -10,7 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from kvscope.ledger.model import Rank, Startup
+from kvscope.core.startup import Rank, Startup
 from kvscope.render.runtime_terminal import render_runtime
 
 SEGMENTS = (  # (label, colour)

@@ -3,7 +3,7 @@
 The assembler calls ``add_event`` for every RUNTIME event (``kvscope.ledger.assemble``), so this
 is the second half of the per-line hot path: it routes the sample to the stream of the scheduler
 that printed it and updates constant-size state (``stream.Stream``). ``finish`` runs once per
-startup from ``kvscope.explain.finish_startup``: it replaces the live state on ``startup.runtime``
+startup from ``kvscope.analysis.explain.finish_startup``: it replaces the live state on ``startup.runtime``
 by the plain dict the JSON contract emits, and adds the verdict finding.
 
 Which lines count: with DP attention every DP group has its own scheduler, KV pool and queue, so
@@ -13,12 +13,11 @@ within a group only the first rank seen speaks (otherwise TP16 would count each 
 
 from __future__ import annotations
 
-import datetime as _dt
 import re
 from typing import Any
 
-from kvscope.ledger.model import Startup
-from kvscope.runtime.lines import NATIVE
+from kvscope.core.startup import Startup
+from kvscope.engines.serving import NATIVE, bulk_label, bulk_times, bulk_valid
 from kvscope.runtime.stream import Stream
 
 SAMPLES = frozenset(("decode", "prefill", "stats"))
@@ -81,7 +80,7 @@ class Accumulator:
             self.v0_hit = [self.v0_hit[0] + v, self.v0_hit[1] + 1, v] if self.v0_hit else [v, 1, v]
 
     def add_rows(self, rows: list[tuple]) -> None:
-        """Rows of the bulk lane (``kvscope.runtime.lines.BULK`` groups), in input order.
+        """Rows of the bulk lane (``kvscope.engines.serving.BULK`` groups), in input order.
 
         Each scheduler's rows go to its stream in one call; routes are made in order of first
         appearance, as ``add`` makes them line by line, so the same rank speaks for its group.
@@ -92,15 +91,15 @@ class Accumulator:
             rows = rows.rows()  # a stream holds a value the C fold does not take: fold the tuples
         if any(row[17] is not None for row in rows):
             for row in rows:
-                if row[17] is not None and _valid(row):
-                    self._retract(_label(row[1]), int(row[17]))
+                if row[17] is not None and bulk_valid(row):
+                    self._retract(bulk_label(row[1]), int(row[17]))
             rows = [row for row in rows if row[17] is None]
             if not rows:
                 return
-        labels = dict.fromkeys(row[1] for row in rows if _valid(row))  # a dropped line routes nothing
+        labels = dict.fromkeys(row[1] for row in rows if bulk_valid(row))  # a dropped line routes nothing
         if len(labels) <= 1:
             for ranks in labels:  # sample_rows drops the invalid rows of other labels
-                self._rows(_label(ranks), rows)
+                self._rows(bulk_label(ranks), rows)
             return
         buckets: dict[bytes, list[tuple]] = {ranks: [] for ranks in labels}
         for row in rows:
@@ -108,7 +107,7 @@ class Accumulator:
             if bucket is not None:
                 bucket.append(row)
         for ranks, bucket in buckets.items():
-            self._rows(_label(ranks), bucket)
+            self._rows(bulk_label(ranks), bucket)
 
     def _fold_native(self, batch: Any) -> bool:
         """The C lane's rows, folded in C into the same streams ``_rows`` would use (routes made in
@@ -117,7 +116,7 @@ class Accumulator:
         labels = batch.labels()
         streams: list[Stream | None] = [None] * len(labels)
         for k in batch.sample_labels():
-            label = _label(labels[k])
+            label = bulk_label(labels[k])
             stream = self.routes.get((label, True))
             if stream is None:
                 stream = self._route(label, True)
@@ -131,7 +130,7 @@ class Accumulator:
             return False
         self.ignored += ignored
         for k, retracted in batch.retracts():
-            self._retract(_label(labels[k]), retracted)
+            self._retract(bulk_label(labels[k]), retracted)
         return True
 
     def _retract(self, label: str | None, retracted: int) -> None:
@@ -148,9 +147,9 @@ class Accumulator:
             stream = self._route(label, True)
         self._label, self._stream = label, stream
         if stream.__class__ is Stream:
-            stream.sample_rows(rows, _times)  # type: ignore[union-attr]
+            stream.sample_rows(rows, bulk_times)  # type: ignore[union-attr]
         else:
-            self.ignored += sum(1 for row in rows if _valid(row))
+            self.ignored += sum(1 for row in rows if bulk_valid(row))
 
     def _route(self, label: str | None, sample: bool) -> Stream | str | None:
         """The stream a rank's lines go to; ``"skip"`` when another rank of its group already speaks."""
@@ -177,50 +176,6 @@ class Accumulator:
             stream = self.streams[group] = Stream(group or label)
         self.routes[key] = stream
         return stream
-
-
-_LABELS: dict[bytes, str | None] = {}
-_DAYS: dict[bytes, float] = {}
-
-
-def _label(ranks: bytes) -> str | None:
-    """``b" DP0 TP0"`` → ``"DP0 TP0"``, as ``_Clock.sglang`` makes it (cached: a journal has few)."""
-    label = _LABELS.get(ranks, _UNSET)
-    if label is _UNSET:
-        label = ranks.strip().decode() or None
-        if len(_LABELS) < 4096:
-            _LABELS[ranks] = label
-    return label  # type: ignore[return-value]
-
-
-def _times(stamp: bytes) -> tuple[float, str]:
-    """``b"2026-09-01 12:00:05"`` → (seconds on ``_Clock``'s scale for dated stamps, stamp text).
-
-    A dated SGLang stamp needs no clock state (only time-only and yearless stamps wrap), so the
-    bulk lane computes exactly what ``_Clock.sglang`` would. ValueError for an impossible date.
-    """
-    day = _DAYS.get(stamp[:10])
-    if day is None:
-        day = _dt.date(int(stamp[:4]), int(stamp[5:7]), int(stamp[8:10])).toordinal() * 86400.0
-        if len(_DAYS) < 100_000:
-            _DAYS[stamp[:10]] = day
-    return day + (int(stamp[11:13]) * 3600 + int(stamp[14:16]) * 60 + int(stamp[17:19])), stamp.decode()
-
-
-def _valid(row: tuple) -> bool:
-    """Whether the per-line path would have made an event of this row (its numbers convert)."""
-    try:
-        _times(row[0])
-        if row[17] is not None:
-            return True
-        if row[2] is not None:
-            int(row[2]), int(row[3]), float(row[4]), float(row[6]), int(row[8])
-        else:
-            int(row[14]), int(row[15]), float(row[13]), int(row[10]), int(row[11])
-            row[12] and float(row[12]), row[16] is not None and float(row[16])
-    except ValueError:
-        return False
-    return True
 
 
 def _group(label: str | None) -> str:

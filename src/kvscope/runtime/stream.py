@@ -286,7 +286,7 @@ class Stream:
             self._extras(d)
 
     def sample_rows(self, rows: list[tuple], times: Any) -> None:  # noqa: C901 - the hot loop, kept flat
-        """``sample`` for rows of the bulk lane (``kvscope.runtime.lines.BULK`` groups), in order.
+        """``sample`` for rows of the bulk lane (``kvscope.engines.serving.BULK`` groups), in order.
 
         Same arithmetic in the same order as ``sample`` on the events the per-line path makes of
         those lines, with the per-sample state held in locals for the length of the run: that is

@@ -17,14 +17,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kvscope.ledger.model import Finding, Startup, Suggestion
+from kvscope import engines
+from kvscope.core.margins import MAX_FRACTION, reserve_margin_gib
+from kvscope.core.startup import Finding, Startup, Suggestion
+from kvscope.engines.base import FractionBasis
 
 GIB = 1 << 30
-SAFETY_MARGIN_GIB = 2.0  # same margin as findings/sglang.py keeps free at ready
-SAFETY_MARGIN_FRACTION = 0.05
 SATURATED_SHARE = 0.05  # this share of the queued samples at ≥ 90 % usage makes the queue memory's doing
 CAP_SHARE = 0.98
-MAX_FRACTION = 0.95
 MIN_QUEUED_S = 5.0  # a queue must last this long (timed lines) before "not memory" names a limit,
 MIN_QUEUED_SAMPLES = 3  # or show on this many serving lines
 GRAPHLESS_SHARE = 0.5  # this share of decode batches without a CUDA graph names the graph batch as the limit  # a memory fraction above this leaves no room for activations and graphs  # running within 2 % of the cap counts as "at the cap"
@@ -76,12 +76,13 @@ def _fraction_step(s: Startup, extra: int, bpt: float | None) -> dict[str, Any] 
     ref = s.reference_rank
     if bpt is None or ref is None:
         return None
-    if s.engine == "sglang":
-        flag, value = "--mem-fraction-static", _num(s.setting("mem_fraction_static"))
-        base = ref.pre_load_free_gib  # SGLang's fraction is of the free memory before weights
-    else:
-        flag, value = "--gpu-memory-utilization", _num(s.setting("gpu_memory_utilization"))
-        base = ref.total_gib or _num(s.assumptions.get("gpu_total_gib"))  # vLLM's is of the whole GPU
+    knob = engines.get(s.engine).knobs.memory
+    if knob is None:
+        return None
+    flag, value = knob.flag, _num(s.setting(knob.setting))
+    before_weights = knob.basis is FractionBasis.FREE_BEFORE_WEIGHTS
+    # SGLang's fraction is of the free memory before weights, vLLM's of the whole GPU
+    base = ref.pre_load_free_gib if before_weights else ref.total_gib or _num(s.assumptions.get("gpu_total_gib"))
     if not base or value is None:
         return None
     per_step = int(0.01 * base * GIB // bpt)
@@ -91,8 +92,8 @@ def _fraction_step(s: Startup, extra: int, bpt: float | None) -> dict[str, Any] 
     out = {"flag": flag, "from": value, "to": round(value + steps / 100, 2), "tokens_per_step": per_step,
            "step_gib": round(0.01 * base, 3), "steps": steps, "safe_steps": None, "covers": None}
     free = ref.avail_at_ready_gib
-    if free is not None and s.engine == "sglang":
-        margin = max(SAFETY_MARGIN_GIB, SAFETY_MARGIN_FRACTION * base)
+    if free is not None and before_weights:
+        margin = reserve_margin_gib(base)
         safe = math.floor((free - margin) / (0.01 * base))
         out.update(safe_steps=max(0, safe), free_at_ready_gib=free, margin_gib=round(margin, 2), covers=steps <= safe)
     return out
@@ -138,7 +139,7 @@ def _options(s: Startup, extra: int, kv: int | None, bpt: float | None) -> tuple
         texts.append(text + ".")
     dtype = _kv_dtype(s)
     if kv and capped is None and not any(q in dtype.lower() for q in ("fp8", "int8", "fp4", "int4")):  # capped: same count
-        flag_to = "fp8_e4m3" if s.engine == "sglang" else "fp8"
+        flag_to = engines.get(s.engine).knobs.fp8_kv_value
         covers = kv >= extra
         numbers["fp8_kv"] = {"from": dtype, "tokens_added": kv, "covers": covers}
         texts.append(f"--kv-cache-dtype {flag_to}: an fp8 KV cache stores ≈ 2× the tokens in the same memory "
@@ -157,7 +158,8 @@ def _options(s: Startup, extra: int, kv: int | None, bpt: float | None) -> tuple
     if suggestion is None and kv:
         texts.append(f"No single change above covers {extra:,} tokens: combine them, or add a replica (each adds another "
                      f"{kv:,}-token pool) or GPUs (a higher --tp splits the weights and leaves more memory per GPU for KV).")
-    texts.append("A host KV tier (" + ("--enable-hierarchical-cache" if s.engine == "sglang" else "CPU offloading / LMCache")
+    host_tier = engines.get(s.engine).knobs.host_tier or "a host-RAM KV tier"
+    texts.append("A host KV tier (" + host_tier
                  + ") keeps evicted prefixes for reuse; it raises the prefix-cache hit rate but adds no room for running "
                  "requests, so it would not have emptied this queue.")
     return texts, suggestion, numbers
@@ -173,7 +175,7 @@ def _capped_by_setting(s: Startup, kv: int | None) -> tuple[int, int | None] | N
 
 
 def _dp_attention(s: Startup, kv: int | None) -> dict[str, Any] | None:
-    if s.engine != "sglang" or s.reconciliation is None or not kv:
+    if not engines.get(s.engine).knobs.dp_attention_for_mla or s.reconciliation is None or not kv:
         return None
     if s.reconciliation.architecture.get("attention") != "mla" or s.setting("enable_dp_attention"):
         return None
@@ -220,9 +222,8 @@ def _capacity_bound(s: Startup, rt: dict[str, Any]) -> tuple[Finding, dict[str, 
 
 
 def _cap(s: Startup) -> tuple[str, int | None]:
-    if s.engine == "vllm":
-        return "--max-num-seqs", s.capacity.max_running_requests or _int(s.setting("max_num_seqs"))
-    return "--max-running-requests", s.capacity.max_running_requests or _int(s.setting("max_running_requests"))
+    flag, setting = engines.get(s.engine).knobs.request_cap or ("--max-running-requests", "max_running_requests")
+    return flag, s.capacity.max_running_requests or _int(s.setting(setting))
 
 
 def _int(x: Any) -> int | None:
@@ -266,37 +267,24 @@ def _not_memory(s: Startup, rt: dict[str, Any]) -> tuple[Finding, dict[str, Any]
     running_txt = f" with at most {running:,} running" + (f" (cap {cap:,})" if cap else "") if running is not None else ""
     graph = rt.get("cuda_graph") or {}
     off, gmax = graph.get("decode_without_graph_fraction") or 0, graph.get("largest_batch_with_graph")
-    if s.engine == "sglang" and off >= GRAPHLESS_SHARE and gmax:
+    graph_flag = engines.get(s.engine).knobs.graph_batch_flag
+    if graph_flag and off >= GRAPHLESS_SHARE and gmax:
         numbers.update(limit="cuda_graph_batch", cap=cap, running_peak_while_queued=running, largest_graph_batch=gmax,
                        decode_without_graph_fraction=off)
         detail = (f"{head}{running_txt}. Not memory: {off:.0%} of the decode batches ran without a CUDA graph — more requests "
                   f"than the {gmax} the captured graphs cover — so every decode step was slower and requests waited longer. "
-                  f"Raise --cuda-graph-max-bs (each captured size takes a little of the reserve: see the 'Capture cuda graph "
+                  f"Raise {graph_flag} (each captured size takes a little of the reserve: see the 'Capture cuda graph "
                   f"end … mem usage' line), or keep --max-running-requests near {gmax}.")
-        sug = Suggestion("--cuda-graph-max-bs", gmax, _next_graph_bs(running or gmax), note="graphs take reserve memory")
+        sug = Suggestion(graph_flag, gmax, _next_graph_bs(running or gmax), note="graphs take reserve memory")
         return Finding("not-memory-bound", "warning", f"Not memory: decode outgrew the CUDA-graph batch ({gmax})", detail,
                        sug), numbers
     numbers.update(limit="scheduler", cap=cap, running_peak_while_queued=running)
     running_txt = f" with at most {running:,} running" + (f" (cap {cap:,})" if cap else "") if running is not None else ""
-    if s.engine == "sglang":
-        chunk, prefill = s.setting("chunked_prefill_size"), s.setting("max_prefill_tokens")
-        budget = ", ".join(f"{k} {v:,}" for k, v in (("--chunked-prefill-size", chunk), ("--max-prefill-tokens", prefill))
-                           if isinstance(v, int))
-        detail = (f"{head}{running_txt}. Not memory: the scheduler admitted requests slower than they arrived. SGLang admits "
-                  f"new requests one prefill budget at a time{' (' + budget + ')' if budget else ''} and holds back KV room for "
-                  "the tokens running requests may still generate (new_token_ratio × --schedule-conservativeness); with usage "
-                  "this low that reservation or the prefill budget was the limit. SGLang's tuning guide: with token usage < 0.9 "
-                  "and a queue, lower --schedule-conservativeness (e.g. 0.3); a larger --chunked-prefill-size admits prompts faster.")
-        sug = Suggestion("--schedule-conservativeness", s.setting("schedule_conservativeness", 1.0), 0.3)
+    advice = engines.get(s.engine).runtime_advice
+    if advice is not None:
+        detail, sug = advice(s, head, running_txt, rt)
     else:
-        tps = ((rt.get("throughput") or {}).get("prompt_tokens_per_s") or {}).get("mean")
-        budget = s.setting("max_num_batched_tokens")
-        detail = (f"{head}{running_txt}. Not memory: vLLM schedules at most --max-num-batched-tokens"
-                  f"{f' ({budget:,})' if isinstance(budget, int) else ''} per step, so a burst of long prompts waits for "
-                  f"prefill, not for KV blocks{f' (prompt throughput averaged {tps:,.0f} tokens/s)' if tps else ''}. A larger "
-                  "--max-num-batched-tokens (or more replicas) drains such a queue; more KV memory would not.")
-        sug = (Suggestion("--max-num-batched-tokens", budget, 2 * budget, note="admits prompts faster; KV usage had room")
-               if isinstance(budget, int) else None)
+        detail, sug = (f"{head}{running_txt}. Not memory: the scheduler admitted requests slower than they arrived."), None
     return Finding("not-memory-bound", "warning", "Not memory: requests waited while the KV pool had room", detail, sug), numbers
 
 

@@ -11,5 +11,6 @@ restarts), ``summary`` (peak / p95 / time above 90 % / verdict), ``view`` (rich 
 
 from __future__ import annotations
 
-MARKER = "kvscope_watch"  # key every recorded/streamed JSON line carries, with the format version
-FORMAT_VERSION = 1
+from kvscope.engines.recording import FORMAT_VERSION, MARKER
+
+__all__ = ["FORMAT_VERSION", "MARKER"]

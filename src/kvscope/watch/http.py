@@ -20,59 +20,21 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from kvscope.errors import InputError
+from kvscope.core.errors import (
+    AuthFailed,
+    ClientError,
+    InputError,
+    Malformed,
+    NotFound,
+    ServerError,
+    TimedOut,
+    TLSFailed,
+    Unreachable,
+    WatchError,
+)
 
 MAX_BODY_BYTES = 64 << 20  # a /metrics page of a large DP deployment is a few MB; more is not metrics
 _CHUNK = 1 << 16
-
-
-class WatchError(Exception):
-    """A failed request: ``message`` is for people, ``retry`` says whether waiting can help."""
-
-    retry = True
-    kind = "error"
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-class Unreachable(WatchError):
-    kind = "unreachable"
-
-
-class TimedOut(WatchError):
-    kind = "timeout"
-
-
-class ServerError(WatchError):
-    kind = "server-error"
-
-
-class NotFound(WatchError):
-    kind = "not-found"
-    retry = False
-
-
-class AuthFailed(WatchError):
-    kind = "auth"
-    retry = False
-
-
-class TLSFailed(WatchError):
-    kind = "tls"
-    retry = False
-
-
-class ClientError(WatchError):
-    kind = "client-error"
-    retry = False
-
-
-class Malformed(WatchError):
-    """The server answered, but not with what that endpoint serves (HTML error page, cut body)."""
-
-    kind = "malformed"
 
 
 @dataclass(slots=True)

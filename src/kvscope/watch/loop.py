@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from kvscope.watch import prom
+from kvscope.reading import prom
 from kvscope.watch.adapters import Adapter, Capacity, detect
 from kvscope.watch.http import Client, WatchError, is_loopback
 from kvscope.watch.nvml import GPUMemory

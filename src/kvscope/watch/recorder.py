@@ -1,7 +1,7 @@
 """JSON lines for scripts (``--format jsonl``) and for ``--record FILE``: one object per line.
 
 Every line carries ``"kvscope_watch": 1`` so ``kvscope explain`` recognises a recording among
-logs (``kvscope.watch.lines``), and a ``type``: ``capacity`` (first, and again after a server
+logs (``kvscope.engines.recording``), and a ``type``: ``capacity`` (first, and again after a server
 restart), ``sample``, ``event`` (unreachable, recovered, restart) and ``summary`` (last). Each line
 is flushed as written, so a watch killed mid-way leaves a readable file. No API key is ever
 written, and the URL loses any user:password.
@@ -16,7 +16,7 @@ import time
 from datetime import datetime, timezone
 from typing import IO, Any
 
-from kvscope.errors import InputError
+from kvscope.core.errors import InputError
 from kvscope.watch import FORMAT_VERSION, MARKER
 
 

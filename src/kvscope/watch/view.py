@@ -18,13 +18,13 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from kvscope import engines
 from kvscope.watch.adapters import Capacity
 from kvscope.watch.sampler import Sample
 from kvscope.watch.summary import HIGH, Summary
 
 SPARK = "▁▂▃▄▅▆▇█"
 HISTORY = 60
-ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
 
 
 def sparkline(values: list[float | None], hi: float | None = None) -> str:
@@ -77,7 +77,7 @@ def _clock(seconds: float) -> str:
 
 
 def title(cap: Capacity) -> str:
-    name = ENGINE_NAMES.get(cap.engine, cap.engine)
+    name = engines.get(cap.engine).label if cap.engine in engines.REGISTRY else cap.engine
     return f"kvscope watch · {name}{' ' + cap.version if cap.version else ''} · {cap.url}"
 
 

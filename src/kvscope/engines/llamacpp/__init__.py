@@ -1,0 +1,11 @@
+"""llama.cpp (llama-server, llama-cli, the bench tools, ik_llama.cpp, LLamaSharp, llama-cpp-python and the
+runner ollama embeds): line shapes (lines.py), the KV sizing rule (rules.py), finish and findings."""
+
+from __future__ import annotations
+
+from kvscope.engines.base import Engine
+from kvscope.engines.llamacpp import findings, finish
+from kvscope.engines.llamacpp.lines import LlamaCppLines
+
+ENGINE = Engine(name="llamacpp", label="llama.cpp", lines=LlamaCppLines(), finish=finish.finish,
+                findings=findings.findings)

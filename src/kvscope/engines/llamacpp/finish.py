@@ -14,11 +14,11 @@ import re
 from collections import defaultdict
 from typing import Any
 
-from kvscope.capacity.catalog import load_architecture
+from kvscope.core.startup import KvPool, LedgerRow, LedgerRows, Rank, Reconciliation, Startup
 from kvscope.engines.base import MAX_PLAUSIBLE
 from kvscope.engines.llamacpp import rules
 from kvscope.engines.llamacpp.lines import BUF_PREFIX, HOST_RANK, SUMMARY_RANK, failure_events
-from kvscope.ledger.model import KvPool, LedgerRow, LedgerRows, Rank, Reconciliation, Startup
+from kvscope.model.catalog import load_architecture
 
 AGGREGATE_RANK = "(all devices)"
 KIND_ORDER = ("target", "swa", "draft", "recurrent")

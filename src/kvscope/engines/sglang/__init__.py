@@ -1,0 +1,32 @@
+"""SGLang: line shapes of every release (lines.py), eras and defaults as data (eras.py, defaults.py),
+the sizing rule (rules.py, dsv4.py), finish/reconcile, findings, whatif, plan and the watch adapter."""
+
+from __future__ import annotations
+
+from kvscope.engines.base import Engine, FractionBasis, Knobs, MemoryKnob
+from kvscope.engines.sglang import findings, finish, plan, whatif
+from kvscope.engines.sglang.lines import SGLangLines
+from kvscope.engines.sglang.watch import SGLangAdapter
+from kvscope.model.weights import SGLANG_WEIGHTS
+
+ENGINE = Engine(
+    name="sglang",
+    label="SGLang",
+    lines=SGLangLines(),
+    finish=finish.finish,
+    findings=findings.findings,
+    whatif=whatif,
+    plan=plan.plan_sglang,
+    watch=SGLangAdapter,
+    knobs=Knobs(
+        memory=MemoryKnob("mem_fraction_static", "--mem-fraction-static", FractionBasis.FREE_BEFORE_WEIGHTS),
+        request_cap=("--max-running-requests", "max_running_requests"),
+        fp8_kv_value="fp8_e4m3",
+        host_tier="--enable-hierarchical-cache",
+        dp_attention_for_mla=True,
+        graph_batch_flag="--cuda-graph-max-bs",
+        ranks_share_one_pool_size=True,
+    ),
+    runtime_advice=findings.scheduler_advice,
+    weights=SGLANG_WEIGHTS,
+)

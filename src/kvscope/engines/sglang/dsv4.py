@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from kvscope.capacity.weights import compress_ratios, stage_layers
+from kvscope.model.weights import compress_ratios, stage_layers
 
 Version = tuple[int, int, int]
 

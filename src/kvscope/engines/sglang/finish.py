@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvscope.capacity.arch import dtype_bytes
-from kvscope.capacity.catalog import load_architecture
+from kvscope.core.startup import KvPool, LedgerRow, LedgerRows, Rank, Reconciliation, Startup
 from kvscope.engines.lazy import lazy_compile
 from kvscope.engines.sglang import rules
 from kvscope.engines.sglang.dsv4 import PAGE as DSV4_PAGE_TOKENS
 from kvscope.engines.sglang.eras import era_for, infer_version_range, parse_version
 from kvscope.engines.sglang.lines import DSV4_POOL
 from kvscope.engines.sglang.rules import GIB, Interval
-from kvscope.ledger.model import KvPool, LedgerRow, LedgerRows, Rank, Reconciliation, Startup
+from kvscope.model.arch import dtype_bytes
+from kvscope.model.catalog import load_architecture
 
 _DATED_PREFIX = lazy_compile(r"\[(\d{4}-\d\d-\d\d)[ T]\d\d:\d\d")
 _LOAD_END_NO_USAGE = lazy_compile(r"Load weight end\..*avail mem=\d+\.\d\d ?GB\s*$")

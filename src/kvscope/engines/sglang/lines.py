@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from kvscope import events as ev
+from kvscope.core import events as ev
 from kvscope.engines.base import NUM, LineContext, Parsed, cut_short, to_float, to_int
 from kvscope.engines.common import oom_failure
 from kvscope.engines.lazy import lazy_compile

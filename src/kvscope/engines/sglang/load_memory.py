@@ -3,7 +3,7 @@
 SGLang's "Load weight end … mem usage=B GB" is free memory before minus after ``load_model``, read
 after ``empty_cache`` (sgl-project/sglang model_executor/model_runner.py), so B holds the allocator's
 segments: the parameters, the rope tables built at init, MLA's absorbed copies, and the room the
-allocator cannot hand back (kvscope.capacity.allocator). This module lists the tensors one rank
+allocator cannot hand back (kvscope.model.allocator). This module lists the tensors one rank
 allocates, in the order SGLang creates them and in the shapes it fuses them to (q/k/v into one
 qkv_proj, gate/up into gate_up_proj, experts stacked per projection, DeepSeek's q_a and kv_a into
 one fused_qkv_a_proj_with_mqa; each quantized weight as data plus scales), the load-time tensors
@@ -19,8 +19,9 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kvscope.capacity.allocator import replay
-from kvscope.capacity.weights import (
+from kvscope.model.allocator import replay
+from kvscope.model.weights import (
+    SGLANG_WEIGHTS,
     Parallel,
     QuantPlan,
     Tensor,
@@ -201,7 +202,7 @@ def sglang_load_events(cfg: dict[str, Any], par: Parallel, plan: QuantPlan, vers
     for nbytes in repacked:  # Marlin repack: a same-size temporary, copied back into the weight's storage
         key = book(nbytes)
         events.append(("free", key, 0))
-    for nbytes in mla_absorbed_parts(cfg, par, plan, "sglang", stage):
+    for nbytes in mla_absorbed_parts(cfg, par, plan, SGLANG_WEIGHTS, stage):
         book(nbytes)
     return events
 

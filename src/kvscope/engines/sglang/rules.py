@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvscope.capacity.arch import Architecture, kv_heads_per_rank, mla_row_bytes
 from kvscope.engines.sglang.eras import Era
+from kvscope.model.arch import Architecture, kv_heads_per_rank, mla_row_bytes
 
 GIB = 1 << 30
 HALF_CENT = 0.005  # half a unit of the last printed digit of "x.xx GB"

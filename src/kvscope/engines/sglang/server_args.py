@@ -10,7 +10,7 @@ import ast
 import re
 from typing import Any
 
-from kvscope import events as ev
+from kvscope.core import events as ev
 from kvscope.engines.base import Parsed
 
 _KEY_EQ = re.compile(r"(?:^|,\s*)(\w+)=")

@@ -1,0 +1,11 @@
+"""TensorRT-LLM (the C++ runtime under Triton's tensorrtllm_backend, gptManagerBenchmark, the PyTorch
+backend and AutoDeploy): line shapes (lines.py), the KV sizing replay (finish.py) and findings."""
+
+from __future__ import annotations
+
+from kvscope.engines.base import Engine
+from kvscope.engines.trtllm import findings, finish
+from kvscope.engines.trtllm.lines import TRTLLMLines
+
+ENGINE = Engine(name="trtllm", label="TensorRT-LLM", lines=TRTLLMLines(), finish=finish.finish,
+                findings=findings.findings)

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import math
 
+from kvscope.core.startup import GIB, LedgerRow, LedgerRows, Rank, Reconciliation, Startup
 from kvscope.engines.trtllm.lines import POOL_NAME
-from kvscope.ledger.model import GIB, LedgerRow, LedgerRows, Rank, Reconciliation, Startup
 
 DEFAULT_FRACTION = 0.9  # KvCacheConfig::kDefaultGpuMemFraction
 HALF_CENT = 0.005

@@ -9,12 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kvscope.capacity.arch import Architecture, dtype_bytes, linear_state_from_config
-from kvscope.capacity.catalog import catalog_entry, load_architecture
-from kvscope.engines.vllm import eras, rules
-from kvscope.engines.vllm.eras import Era
-from kvscope.engines.vllm.rules import GIB, HALF_CENT
-from kvscope.ledger.model import (
+from kvscope.core.startup import (
     Failure,
     KvPool,
     LedgerRow,
@@ -24,6 +19,11 @@ from kvscope.ledger.model import (
     Startup,
     finite_number,
 )
+from kvscope.engines.vllm import eras, rules
+from kvscope.engines.vllm.eras import Era
+from kvscope.engines.vllm.rules import GIB, HALF_CENT
+from kvscope.model.arch import Architecture, dtype_bytes, linear_state_from_config
+from kvscope.model.catalog import catalog_entry, load_architecture
 
 THIN_HEADROOM_GIB = 1.0  # vLLM's own warning: "CUDA graphs can take additional 1~3 GiB memory per GPU"
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvscope.capacity.arch import (
+from kvscope.model.arch import (
     Architecture,
     dtype_bytes,
     kv_heads_per_rank,

@@ -1,1 +1,0 @@
-"""The capacity model: bytes per token from a model's architecture, and each engine's sizing rules."""

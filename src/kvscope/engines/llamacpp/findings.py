@@ -1,0 +1,309 @@
+"""llama.cpp findings: what -c, -np, -ngl, the cache types and -ub cost, and why a start failed.
+
+llama.cpp does not size its KV cache from free memory: the cache is exactly -c cells (padded), so
+every finding is phrased as "this flag costs that many MiB" rather than as a budget fraction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvscope.core.startup import Finding, Startup, Suggestion
+from kvscope.engines.llamacpp import rules
+from kvscope.engines.llamacpp.finish import AGGREGATE_RANK
+from kvscope.engines.llamacpp.lines import HOST_RANK
+
+BIG_COMPUTE_GIB = 1.0  # compute buffers above this per device are worth a word
+
+
+def _int(s: Startup, key: str) -> int | None:
+    value = s.setting(key)
+    if isinstance(value, bool):
+        return None
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _setting_str(s: Startup, key: str, cache: dict[str, Any]) -> str | None:
+    """The context's type_k/type_v (kv_size line or context parameters): they describe the main cache only."""
+    value = s.setting(key)
+    return str(value) if value and cache.get("name") == "target" else None
+
+
+def _cache_gib(cache: dict[str, Any]) -> float:
+    return cache.get("gib") or cache.get("buffers_gib") or 0.0
+
+
+def _target_cache(s: Startup) -> dict[str, Any] | None:
+    """The main (full-context) cache, when it holds any bytes.
+
+    DeepSeek-V4 builds print an empty non-SWA cache (0 layers, 0.00 MiB) beside the SWA cache that
+    holds every layer; an empty cache has no cost per token to speak of.
+    """
+    return next((c for c in s.capacity.extras.get("kv_caches", []) if c.get("name") == "target" and _cache_gib(c) > 0),
+                None)
+
+
+def _costed_cache(s: Startup) -> tuple[dict[str, Any], int | None] | None:
+    """The cache whose cost per cell is worth stating, with its cell count: the main cache, else the
+    largest non-empty one (its own cells, never the context length it does not grow with)."""
+    target = _target_cache(s)
+    if target is not None:
+        return target, s.capacity.kv_tokens
+    others = [c for c in s.capacity.extras.get("kv_caches", []) if _cache_gib(c) > 0]
+    if not others:
+        return None
+    cache = max(others, key=_cache_gib)
+    return cache, cache.get("tokens") or cache.get("cells") or _int(s, f"kv_cells_{cache.get('name')}")
+
+
+def _gpus(s: Startup) -> list:
+    return [r for r in s.ranks if r.rank not in (HOST_RANK, AGGREGATE_RANK)]
+
+
+def _kv_cost(s: Startup) -> Finding | None:
+    """What the KV cache costs per cell and per 1,024 tokens of -c, and what q8_0 would save."""
+    costed = _costed_cache(s)
+    if costed is None:
+        return None
+    cache, tokens = costed
+    mib = _cache_gib(cache) * 1024
+    k_type = cache.get("k_type") or cache.get("dtype") or _setting_str(s, "type_k", cache)
+    v_type = cache.get("v_type") or cache.get("dtype") or _setting_str(s, "type_v", cache)
+    if cache.get("layout") == "mla":
+        types = f"MLA latent c^KV {k_type}"
+    else:
+        types = "/".join(t for t in (k_type, v_type) if t) or "cache types not in the log"
+    if cache.get("name") != "target":
+        types += f", {cache.get('name')} cache; the main cache is empty"
+    devices = cache.get("devices") or []
+    where = (", ".join(devices) if len(devices) <= 4 else f"{len(devices)} devices") or "the device"
+    if not tokens:
+        what = "n_ctx" if cache.get("name") == "target" else f"the {cache.get('name')} cache's cell count"
+        return Finding("llamacpp-kv-cost", "info", f"KV cache: {mib:,.2f} MiB ({types}) on {where}",
+                       f"The log does not print {what}, so the cost per token is unknown; llama.cpp allocates the whole "
+                       "cache (-c cells) at start, whatever the requests use.")
+    per_cell = mib * rules.MIB / tokens
+    title = f"KV cache: {tokens:,} cells × {per_cell:,.0f} B = {mib:,.2f} MiB ({types}) on {where}"
+    if cache.get("name") != "target":
+        return Finding("llamacpp-kv-cost", "info", title,
+                       f"The {cache.get('name')} cache keeps {tokens:,} cells whatever -c is (the window each sequence "
+                       "needs, padded): it does not grow with the context.")
+    detail = (f"llama.cpp allocates the whole cache at start: -c {tokens:,} cells, whatever the requests use. "
+              f"Each 1,024 tokens of -c cost {per_cell * 1024 / rules.MIB:,.1f} MiB.")
+    suggestion = None
+    size_k, size_v = rules.type_size(k_type), rules.type_size(v_type)
+    q8 = rules.type_size("q8_0")
+    if size_k and size_v and q8 and (size_k > q8 or size_v > q8) and cache.get("layout") is None:
+        # only the types wider than q8_0 change: a q4_0 K stays q4_0
+        new_k, new_v = ("q8_0" if size > q8 else name for size, name in ((size_k, k_type), (size_v, v_type)))
+        after_mib = mib * (min(size_k, q8) + min(size_v, q8)) / (size_k + size_v)
+        flags = " ".join(f"--cache-type-{kv} q8_0" for kv, size in (("k", size_k), ("v", size_v)) if size > q8)
+        detail += (f" With {flags} the same -c takes ≈ {after_mib:,.1f} MiB "
+                   f"(q8_0 stores 32 elements in 34 bytes), or the same memory holds ≈ {int(tokens * mib / after_mib):,} cells.")
+        suggestion = Suggestion("--cache-type-k/--cache-type-v", f"{k_type}/{v_type}", f"{new_k}/{new_v}",
+                                kv_tokens_after=int(tokens * mib / after_mib),
+                                note="a quantized V cache needs flash attention (-fa)")
+    return Finding("llamacpp-kv-cost", "info", title, detail, suggestion)
+
+
+def _slots(s: Startup) -> Finding | None:
+    """-np N: unless the cache is unified, each slot owns n_ctx / N cells."""
+    n_ctx = s.capacity.kv_tokens or _int(s, "n_ctx")
+    slots = _int(s, "n_slots") or _int(s, "n_seq_max")
+    per_seq = s.capacity.context_len
+    if not n_ctx or not slots or slots < 2:
+        return None
+    unified = s.setting("kv_unified")
+    if unified is True:
+        return Finding("llamacpp-unified-slots", "info",
+                       f"{slots} parallel slots share one unified cache of {n_ctx:,} cells",
+                       f"With kv_unified the {slots} slots (-np {slots}) draw from the same {n_ctx:,} cells: one request "
+                       f"may use up to {per_seq or n_ctx:,} tokens, but together they cannot hold more than {n_ctx:,}.")
+    each = per_seq or n_ctx // slots
+    return Finding(
+        "llamacpp-slots-divide-context", "warning",
+        f"-np {slots} divides -c {n_ctx:,}: each slot gets {each:,} tokens",
+        f"llama-server splits the context between its {slots} slots, so a single request is cut at {each:,} tokens "
+        f"although the cache holds {n_ctx:,} cells. To give every slot {n_ctx:,} tokens set -c {n_ctx * slots:,} "
+        "(per-request context × -np), or lower -np, or use --kv-unified so the slots share the cells.",
+        Suggestion("-c", n_ctx, n_ctx * slots, kv_tokens_after=n_ctx * slots,
+                   note=f"keeps {n_ctx:,} tokens per slot with -np {slots}; KV memory grows {slots}×"),
+    )
+
+
+def _train_context(s: Startup) -> Finding | None:
+    """Per-request context below the training context; with private slots (-np N, not unified) the
+    training context for every slot needs -c N × n_ctx_train, not n_ctx_train."""
+    train, per_seq = _int(s, "n_ctx_train"), s.capacity.context_len
+    if not train or not per_seq or per_seq >= train:
+        return None
+    n_ctx = s.capacity.kv_tokens or _int(s, "n_ctx")
+    slots = _int(s, "n_slots") or _int(s, "n_seq_max") or 1
+    shared = slots < 2 or s.setting("kv_unified") is True
+    want = train if shared else train * slots
+    detail = f"The model was trained for {train:,} tokens; this start allows {per_seq:,} per request."
+    if not shared:
+        detail += (f" Each of the {slots} slots owns 1/{slots} of -c, so the training context in every slot needs "
+                   f"-c {want:,}.")
+    cache = _target_cache(s)
+    if cache and n_ctx and want > n_ctx:
+        extra_mib = _cache_gib(cache) * 1024 * (want - n_ctx) / n_ctx
+        detail += f" That would cost ≈ {extra_mib:,.0f} MiB more KV cache (at the current cache types)."
+    return Finding("llamacpp-context-below-training", "info", f"Context {per_seq:,} < training context {train:,}", detail,
+                   Suggestion("-c", n_ctx or per_seq, want, kv_tokens_after=want))
+
+
+def _offload(s: Startup) -> Finding | None:
+    """Layers left on the CPU, and whether the GPUs could take them: each layer's share of the weights
+    (all model buffers, host ones included, over the layer count) against the GPU memory the log shows."""
+    done, total = _int(s, "n_gpu_layers_offloaded"), _int(s, "n_layers_offloadable")
+    if done is None or not total or done >= total:
+        return None
+    weights = sum(r.weights_gib or 0.0 for r in s.ranks if r.rank != AGGREGATE_RANK)
+    weights = weights or s.settings.get("ollama_memory_weights_total_gib") or 0.0
+    detail = f"{total - done} layers run on the CPU from host memory, which dominates token latency."
+    suggestion = Suggestion("-ngl", done, total)
+    if weights:
+        per_layer = weights / total
+        need = per_layer * (total - done)
+        detail += (f" The weights are {weights:,.1f} GiB, ≈ {per_layer:,.2f} GiB a layer: the {total - done} layers "
+                   f"on the CPU need ≈ {need:,.1f} GiB more GPU memory, plus their share of the KV cache.")
+        suggestion = Suggestion("-ngl", done, total, note=f"only with ≈ {need:,.1f} GiB more free on the GPUs")
+        full, available = s.settings.get("ollama_memory_required_full_gib"), s.settings.get("ollama_memory_available_gib")
+        free = _gpu_free_gib(s)
+        if isinstance(full, float) and isinstance(available, float):
+            fits = total - done if full <= available else 0
+            detail += (f" ollama's own estimate: the whole model needs {full:,.1f} GiB on the GPUs, which have "
+                       f"{available:,.1f} GiB available.")
+            if fits < total - done:
+                detail += " It cannot all fit: a smaller quantization, more GPUs or a smaller num_ctx would."
+                suggestion = None
+        elif free is not None:
+            used = sum((r.weights_gib or 0.0) + sum(p.gib or 0.0 for p in r.kv_pools) + (r.extras.get("compute_gib") or 0.0)
+                       for r in _gpus(s))
+            kv_per_layer = sum(_cache_gib(c) for c in s.capacity.extras.get("kv_caches", [])) / total
+            fits = max(0, min(total - done, int((free - used) // (per_layer + kv_per_layer))))
+            detail += f" The log shows {free:,.1f} GiB free on the GPUs before loading, {used:,.1f} of it used now."
+            if fits < total - done:
+                detail += (f" That is room for ≈ {fits} more layer(s), not all: a smaller quantization, more GPUs "
+                           "or a shorter -c are the ways to put the whole model on the GPU.")
+                suggestion = Suggestion("-ngl", done, done + fits, note="what the free memory shown could hold") \
+                    if fits else None
+    else:
+        detail += " Raise -ngl if the GPU has room (each layer's weights plus its share of the KV cache move with it)."
+    return Finding("llamacpp-partial-offload", "warning", f"Only {done}/{total} layers are on the GPU", detail,
+                   suggestion)
+
+
+def _gpu_free_gib(s: Startup) -> float | None:
+    """Free GPU memory before the load, summed over the GPUs: llama.cpp's "using device … MiB free" lines, or
+    the GPU memory ollama's scheduler counted as available."""
+    free = [r.pre_load_free_gib for r in _gpus(s) if r.pre_load_free_gib is not None]
+    if free:
+        return sum(free)
+    available = s.settings.get("ollama_memory_available_gib")
+    return float(available) if isinstance(available, (int, float)) else None
+
+
+def _ubatch(s: Startup) -> Suggestion:
+    """Halve -ub; when the log does not print it, say so rather than pretend to know it."""
+    ub = _int(s, "n_ubatch")
+    if ub:
+        return Suggestion("-ub", ub, max(32, ub // 2), note="halves the activation part of the compute buffers")
+    return Suggestion("-ub", None, 256, note="-ub is not in the log (llama.cpp's default is 512); halve what you run with")
+
+
+def _compute(s: Startup) -> Finding | None:
+    heavy = [(r.rank, r.extras.get("compute_gib")) for r in _gpus(s) if (r.extras.get("compute_gib") or 0) >= BIG_COMPUTE_GIB]
+    if not heavy:
+        return None
+    total = sum(g for _, g in heavy)
+    copies = _int(s, "pipeline_parallel_copies")
+    detail = (f"{len(heavy)} device(s) reserve {total:,.2f} GiB of compute buffers "
+              f"(largest {max(g for _, g in heavy):.2f} GiB on {max(heavy, key=lambda x: x[1])[0]}). They are sized for "
+              "the worst-case batch of -ub tokens over the full context, so they shrink with a smaller -ub (and -c).")
+    if copies and copies > 1:
+        detail += f" Pipeline parallelism keeps {copies} copies of them (GGML_SCHED_MAX_COPIES lowers that)."
+    cache = _target_cache(s)
+    if cache and cache.get("gib") and total > cache["gib"]:
+        detail += f" That is more than the KV cache itself ({cache['gib']:.2f} GiB)."
+    return Finding("llamacpp-compute-buffers", "info", f"Compute buffers: {total:,.2f} GiB on the GPUs", detail, _ubatch(s))
+
+
+def _failure(s: Startup) -> Finding | None:
+    f = s.failure
+    if f is None:
+        return None
+    mib = f.data.get("alloc_mib") or ((f.data.get("alloc_bytes") or 0) / rules.MIB or None)
+    device = f.data.get("device") or "a device"
+    size = f"{mib:,.2f} MiB" if mib else "a buffer"
+    n_ctx = s.capacity.kv_tokens or _int(s, "n_ctx")
+    if f.kind == "not-enough-memory" and not mib and f.data.get("device") is None:
+        return Finding("llamacpp-gpu-oom", "error", "Startup failed: the GPU ran out of memory",
+                       "A CUDA allocation failed outside the buffers the log sizes (weights, KV cache, compute): "
+                       "the GPU was already full. Offload fewer layers (-ngl), lower -c or quantize the KV cache, "
+                       "or stop what else holds GPU memory.", _ubatch(s))
+    if f.kind in ("compute-buffer-oom", "not-enough-memory"):
+        copies = _int(s, "pipeline_parallel_copies")
+        detail = (f"llama.cpp could not allocate {size} of compute buffer on {device} after the weights and the KV "
+                  "cache were placed. The compute buffer grows with -ub (micro-batch) and with the context.")
+        if copies and copies > 1:
+            detail += (f" Pipeline parallelism was on with {copies} copies: each device holds {copies} compute "
+                       "buffers; GGML_SCHED_MAX_COPIES=1 or --split-mode row/none avoids that.")
+        detail += " Lower -ub (and -b), lower -c, or move a layer off that device (-ngl / --tensor-split)."
+        return Finding("llamacpp-compute-oom", "error", f"Startup failed: {size} compute buffer did not fit on {device}",
+                       detail, _ubatch(s))
+    if f.kind == "kv-cache-oom":
+        sug = Suggestion("-c", n_ctx, n_ctx // 2, kv_tokens_after=n_ctx // 2) if n_ctx else \
+            Suggestion("--cache-type-k/--cache-type-v", "f16", "q8_0")
+        return Finding("llamacpp-kv-oom", "error", f"Startup failed: the KV cache did not fit on {device}",
+                       "The KV cache is -c cells × bytes per cell; lower -c, quantize it (--cache-type-k/-v q8_0), "
+                       "offload fewer layers (-ngl) or keep it in host memory (--no-kv-offload).", sug)
+    if f.kind == "weights-oom":
+        layers = _int(s, "n_gpu_layers_offloaded")
+        return Finding("llamacpp-weights-oom", "error", f"Startup failed: the model weights did not fit on {device}",
+                       "Lower -ngl so fewer layers go to the GPU, or spread them with --tensor-split.",
+                       Suggestion("-ngl", layers, max(0, layers - 4)) if layers else None)
+    return Finding("llamacpp-startup-failed", "error", f"Startup failed ({f.kind})", f.message)
+
+
+def _recovered(s: Startup) -> Finding | None:
+    w = next((w for w in s.warnings if w.get("code") == "compute-oom-recovered"), None)
+    if w is None:
+        return None
+    mib = w.get("alloc_mib")
+    size = f"{mib:,.2f} MiB" if mib else "a"
+    return Finding("llamacpp-pipeline-parallelism-dropped", "warning",
+                   f"A {size} compute buffer did not fit on {w.get('device') or 'a GPU'}; llama.cpp went on without "
+                   "pipeline parallelism",
+                   "The first compute-buffer reservation (one copy per pipeline stage) ran out of memory, and llama.cpp "
+                   "retried with a single copy. The server runs, but multi-GPU prompt processing is slower. Lower -ub "
+                   "or -c to get pipeline parallelism back.", _ubatch(s))
+
+
+def _drop_aggregate_noise(s: Startup) -> None:
+    """Engine-neutral checks that misread llama.cpp: unequal free memory across GPUs is normal (layers are
+    split by --tensor-split, nothing is sized from the poorest GPU), and the whole-cache rank may hold more
+    KV than one GPU because it spans all of them."""
+    kept = []
+    for f in s.findings:
+        if f.code == "rank-imbalance":
+            continue
+        if f.code == "log-inconsistent" and ": " in f.detail:
+            head, problems = f.detail.split(": ", 1)
+            real = [p for p in problems.split("; ") if not p.startswith(AGGREGATE_RANK)]
+            if not real:
+                continue
+            f.detail = f"{head}: {'; '.join(real)}"
+        kept.append(f)
+    s.findings[:] = kept
+
+
+def findings(s: Startup) -> list[Finding]:
+    _drop_aggregate_noise(s)
+    out = [f for f in (_failure(s), _recovered(s), _kv_cost(s), _slots(s), _train_context(s), _offload(s),
+                       _compute(s)) if f is not None]
+    return out

@@ -1,0 +1,347 @@
+"""SGLang findings: what mem_fraction_static budgets, what the reserve is for, what each knob buys."""
+
+from __future__ import annotations
+
+import math
+
+from kvscope.core.margins import RESERVE_MARGIN_GIB, reserve_margin_gib
+from kvscope.core.startup import Finding, Startup, Suggestion
+from kvscope.core.text import excerpt
+from kvscope.engines.sglang import dsv4, rules
+from kvscope.engines.sglang.finish import attn_tp_size, max_total_tokens, model_name, pool_capped, tp_size
+from kvscope.engines.sglang.rules import GIB
+from kvscope.model.weights import sglang_parallel, weights_delta_gib
+
+
+def _margin(pre: float) -> float:
+    return reserve_margin_gib(pre)
+
+
+def _reserve(s: Startup, mfs: float, pre: float, bpt: int) -> Finding | None:
+    ref = s.reference_rank
+    if ref is None or ref.avail_after_pool_gib is None:
+        return None
+    reserve = pre * (1 - mfs)
+    after_pool = ref.avail_after_pool_gib
+    derived = "pre_load_free_gib" in ref.derived
+    basis = "derived from the reserve" if derived else "read from 'Load weight begin'"
+    takers = ["CUDA graphs", "runtime activations (chunked prefill, sampling, MoE workspaces)"]
+    if ref.pool("draft") or s.setting("speculative_algorithm"):
+        takers.insert(1, "the draft model (weights, KV pool, its graphs)")
+    detail = (
+        f"mem_fraction_static={mfs} lets weights + KV pool take {mfs:.0%} of the free memory measured before "
+        f"weights load (F ≈ {pre:.2f} GiB, {basis}), not {mfs:.0%} of what is left after weights. The "
+        f"{after_pool:.2f} GiB free after the pool is the intended (1 − {mfs}) × {pre:.2f} = {reserve:.2f} GiB reserve, "
+        f"less the request table and allocator rounding. It is spent after the pool on: {', '.join(takers)}."
+    )
+    if ref.avail_at_ready_gib is not None:
+        detail += f" At ready {ref.avail_at_ready_gib:.2f} GiB was still free."
+    return Finding("reserve-is-not-waste", "info",
+                   f"The {after_pool:.2f} GiB free after the KV pool is the reserve, not unused KV budget", detail)
+
+
+def _capped(s: Startup, mfs: float | None) -> Finding:
+    """--max-total-tokens, not the memory budget, set the pool size: what was left over, and the knob that counts."""
+    cap = max_total_tokens(s) or 0
+    ref = s.reference_rank
+    room = s.capacity.extras.get("kv_tokens_budget_uncapped")
+    budget = f"mem_fraction_static={mfs}" if mfs is not None else "the mem_fraction_static budget"
+    detail = f"SGLang sizes the pool as min(what {budget} leaves room for, --max-total-tokens {cap:,})"
+    detail += f"; the budget had room for {room[0]:,} … {room[1]:,} tokens, so the cap decided" if room else "; the cap decided"
+    if ref is not None and ref.avail_after_pool_gib is not None:
+        detail += (f". The {ref.avail_after_pool_gib:.2f} GiB free after the pool is the (1 − mem_fraction_static) reserve "
+                   "plus the budget the cap left unused")
+    detail += (". Raising --mem-fraction-static adds no tokens here; to give the pool more, raise or drop "
+               "--max-total-tokens.")
+    return Finding("max-total-tokens-caps-pool", "info", f"--max-total-tokens {cap:,} set the KV pool size, not memory", detail)
+
+
+def _pool(s: Startup) -> Finding | None:
+    rec, ref = s.reconciliation, s.reference_rank
+    target = ref.pool("target") if ref else None
+    if rec is None or target is None or target.tokens is None:
+        return None
+    size = target.size_gib()
+    verdict = {True: "reconciles with SGLang's rule", False: "does NOT reconcile", None: "(not checked)"}[rec.consistent]
+    title = f"KV pool: {target.tokens:,} tokens × {rec.bytes_per_token:,} B/token = {size:.2f} GiB per GPU — {verdict}"
+    sev = "warning" if rec.consistent is False else "info"
+    return Finding("kv-pool-reconciled", sev, title, _sentences(rec.method, rec.detail))
+
+
+def _sentences(*parts: str | None) -> str:
+    """Join text fragments as sentences, skipping empty ones (no stray '. .')."""
+    out = [p.strip().rstrip(".") for p in parts if p and p.strip().rstrip(".")]
+    text = ""
+    for part in out:  # a quoted excerpt cut with "…" takes no full stop after it
+        text = part if not text else text + (" " if text.endswith("…") else ". ") + part
+    return text + ("" if not text or text.endswith("…") else ".")
+
+
+def _headroom(s: Startup, mfs: float, pre: float, bpt: int) -> Finding | None:
+    ref = s.reference_rank
+    target = ref.pool("target") if ref else None
+    if ref is None or target is None or target.tokens is None:
+        return None
+    per_step = rules.tokens_per_mfs_step(pre, bpt)
+    step_gib = 0.01 * pre
+    table = ", ".join(f"{mfs + k / 100:.2f} → {target.tokens + k * per_step:,}" for k in (1, 2, 4))
+    detail = f"Each +0.01 of mem_fraction_static moves {step_gib:.2f} GiB from the reserve into the pool: +{per_step:,} tokens ({table})."
+    free_ready = ref.avail_at_ready_gib
+    if free_ready is None:
+        detail += (" The log does not show what CUDA graphs and the draft model took from the reserve, so how far it is "
+                   "safe to go is unknown: check the 'Capture cuda graph end … avail mem' line or nvidia-smi at idle, "
+                   f"and keep at least {_margin(pre):.1f} GiB free at ready.")
+        return Finding("mfs-headroom", "info", f"+0.01 mem_fraction_static = +{per_step:,} KV tokens", detail)
+    margin = _margin(pre)
+    steps = math.floor((free_ready - margin) / step_gib)
+    if steps >= 1:
+        to = round(mfs + steps / 100, 2)
+        after = target.tokens + steps * per_step
+        detail += (f" {free_ready:.2f} GiB was still free at ready; keeping a {margin:.1f} GiB safety margin, "
+                   f"{to} is safe: {after:,} tokens (+{after - target.tokens:,}).")
+        return Finding("mfs-headroom", "info", f"{free_ready - margin:.2f} GiB could be reclaimed for the KV pool", detail,
+                       Suggestion("--mem-fraction-static", mfs, to, after))
+    if free_ready < margin:
+        back = math.ceil((margin - free_ready) / step_gib)
+        to = round(mfs - back / 100, 2)
+        detail += f" Only {free_ready:.2f} GiB is free at ready, under a {margin:.1f} GiB safety margin: a long prefill can OOM."
+        return Finding("thin-reserve", "warning", f"Only {free_ready:.2f} GiB free at ready", detail,
+                       Suggestion("--mem-fraction-static", mfs, to, max(0, target.tokens - back * per_step)))
+    return Finding("mfs-headroom", "info", "mem_fraction_static is about right", detail)
+
+
+def _mla_replicated(s: Startup, bpt: int, mfs: float | None, pre: float | None) -> Finding | None:
+    rec, ref = s.reconciliation, s.reference_rank
+    tp, attn_tp = tp_size(s), attn_tp_size(s)
+    if rec is None or rec.architecture.get("attention") != "mla" or tp <= 1 or attn_tp < tp or ref is None:
+        return None
+    tokens = s.capacity.kv_tokens or 0
+    head = (f"With MLA every TP rank stores the full latent cache of every request, so the server holds {tokens:,} tokens "
+            f"in total, not {tp}×. --enable-dp-attention --dp-size {tp} gives each rank its own pool for its own requests")
+    tail = "; it pays off with many concurrent requests, not for single-request latency."
+    title = f"The MLA KV cache is replicated on all {tp} TP ranks"
+    growth = weights_delta_gib(model_name(s), sglang_parallel(tp), sglang_parallel(tp, 1))
+    if growth is None or not bpt:
+        return Finding("mla-replicated", "info", title,
+                       f"{head} (≈ {tp * tokens:,} tokens across the node, somewhat less per GPU because attention "
+                       f"weights are then replicated){tail}",
+                       Suggestion("--enable-dp-attention", False, True, tp * tokens,
+                                  note=f"also --dp-size {tp}; tokens are node-wide"))
+    per_gpu = max(0, tokens - int(growth * GIB / bpt))
+    cost = (f"but every GPU then holds the whole attention and the input embedding: +{growth:.2f} GiB of weights "
+            f"per GPU (from the model's config), taken from its pool")
+    if per_gpu > 0:
+        return Finding("mla-replicated", "info", title,
+                       f"{head}, {cost}: {per_gpu:,} tokens per GPU, ≈ {tp * per_gpu:,} across the node{tail}",
+                       Suggestion("--enable-dp-attention", False, True, tp * per_gpu,
+                                  note=f"also --dp-size {tp}; tokens are node-wide"))
+    need = f"; it needs --mem-fraction-static above {mfs + (growth - tokens * bpt / GIB) / pre:.3f}" if mfs and pre else ""
+    return Finding("mla-replicated", "info", title,
+                   f"{head}, {cost} — more than the whole {tokens * bpt / GIB:.2f} GiB pool: at this "
+                   f"mem_fraction_static DP attention leaves no KV room{need}.")
+
+
+def _failure(s: Startup, mfs: float | None, pre: float | None) -> Finding | None:
+    f = s.failure
+    if f is None:
+        return None
+    ref = s.reference_rank
+    if f.kind == "not-enough-memory":
+        after = ref.avail_after_weights_gib if ref else None
+        detail = "The weights left no room for the KV pool inside mem_fraction_static × (free memory before weights)."
+        profiled = f.data.get("profiled_tokens")
+        if profiled is not None:
+            detail = (f"SGLang's profile came out at {profiled:,} tokens: the weights plus the reserve it keeps "
+                      "((1 − mem_fraction_static) × free memory before weights) exceed the memory there is, so no KV "
+                      "cache fits and startup stops with 'Not enough memory'.")
+            if mfs is None:
+                detail += (" Raise --mem-fraction-static, or make the weights smaller per GPU (more GPUs, a quantized "
+                           "checkpoint); the launch settings are not in this excerpt, so no value is suggested.")
+        sug = None
+        if pre and after is not None and mfs is not None:
+            minimum = 1 - after / pre
+            to = math.ceil((minimum + 0.03) * 100) / 100
+            detail += (f" Weights left {after:.2f} GiB of {pre:.2f} GiB; the minimum viable value is {minimum:.3f}. "
+                       f"At {to}, about {(to - minimum) * pre:.2f} GiB goes to KV and {(1 - to) * pre:.2f} GiB stays in reserve.")
+            if to > 0.95:
+                detail += " That leaves too little reserve: use more GPUs (higher --tp), a quantized checkpoint, or a smaller model."
+            sug = Suggestion("--mem-fraction-static", mfs, min(to, 0.95))
+        elif f.data.get("raise_above"):
+            sug = Suggestion("--mem-fraction-static", f.data.get("mem_fraction_static"), round(f.data["raise_above"] + 0.02, 2))
+        return Finding("not-enough-memory", "error", "Startup failed: no GPU memory left for the KV cache", detail, sug)
+    if f.kind == "cuda-oom":
+        return _oom(s, f, mfs, pre)
+    if f.kind == "host-memory":
+        req, free = f.data.get("requested_gb"), f.data.get("free_gb")
+        return Finding("host-memory", "error", "Startup failed: not enough host RAM for the hierarchical cache",
+                       f"Asked for {req} GB of pinned host memory per rank with {free} GB free. Lower --hicache-ratio or set "
+                       f"--hicache-size below {free} GB ÷ ranks per host (each TP rank allocates its own host pool).")
+    return _exception(s, f, pre)
+
+
+def _exception(s: Startup, f, pre: float | None) -> Finding:
+    """A crash: which step it stopped, and where the cause is written (the line itself, or a traceback)."""
+    capture = f.data.get("stage") == "graph-capture"
+    stage, hint = _stage(s, pre, capture, memory_hint=not f.data.get("device_error"))
+    message = excerpt(f.message, 300)
+    device_error = f.data.get("device_error")
+    if device_error:
+        what = _NO_KERNEL_IMAGE if "no kernel image" in device_error else ""
+        return Finding("startup-exception", "error", " ".join(("Startup failed with a GPU error", stage)).strip(),
+                       _sentences(f"{message} — this line names the cause, and it is not an out-of-memory", what, hint))
+    if capture and f.data.get("traceback"):  # the rank's own traceback, no SGLang wrapper line
+        return Finding("startup-exception", "error", " ".join(("Startup failed: CUDA graph capture raised an exception",
+                                                                stage if stage != _CAPTURING else "")).strip(),
+                       _sentences(f"'{message.rstrip(':')}' after 'Capture cuda graph begin' and no capture end: "
+                                  "the traceback's last lines name the error capture raised", hint))
+    if capture:
+        cause = f.data.get("cause")
+        where = (f"the error it wraps is '{cause[:200]}'" if cause else
+                 "the error it wraps is not on this line: the traceback above it (before 'During handling of the "
+                 "above exception') names it")
+        return Finding("startup-exception", "error", " ".join(("Startup failed: CUDA graph capture raised an exception",
+                                                                stage if stage != _CAPTURING else "")).strip(),
+                       _sentences(f"{message} — SGLang wraps whatever capture raised, and {where}. The 'Possible "
+                                  "solutions' it prints after this line are generic", hint))
+    return Finding("startup-exception", "error", " ".join(("Startup failed with an exception", stage)).strip(),
+                   _sentences(f"{message} — the traceback after this line in the log names the cause", hint))
+
+
+_CAPTURING = "while capturing CUDA graphs"
+_NO_KERNEL_IMAGE = ("'no kernel image is available' means a library's kernels (the path on the line names it) were "
+                      "not built for this GPU's compute capability: install a build that supports this GPU, or choose "
+                      "a backend that does (e.g. another --attention-backend)")
+GRAPH_AMPLE_GIB = 8.0  # free at capture beyond what CUDA graphs take in the logs we know (largest seen: 8.6 GiB at bs 512+)
+
+
+def _capture_hint(free: float | None, pre: float | None, what: str) -> str:
+    """What the free memory at capture says about an out-of-memory, graded: thin, middling, ample."""
+    if free is None:
+        return ("The log does not show the free memory at capture; an out-of-memory is one common cause (lower "
+                "--mem-fraction-static or --cuda-graph-max-bs), an unsupported kernel or torch.compile another: "
+                "--disable-cuda-graph confirms that capture is the failing step.")
+    thin = _margin(pre) if pre else RESERVE_MARGIN_GIB
+    if free < thin:
+        return (f"Only {free:.2f} GiB was free {what}; an out-of-memory here is the usual cause: lower "
+                "--mem-fraction-static or --cuda-graph-max-bs, or --disable-cuda-graph to confirm.")
+    if free >= GRAPH_AMPLE_GIB:
+        return (f"{free:.2f} GiB was free {what}, more than CUDA graphs usually take, so an out-of-memory is unlikely: "
+                "the exception text names the cause (often a kernel or attention backend this GPU or model does not "
+                "support, or torch.compile); --disable-cuda-graph confirms that capture is the failing step.")
+    return (f"{free:.2f} GiB was free {what}: if the exception is an out-of-memory, lower --mem-fraction-static or "
+            "--cuda-graph-max-bs; otherwise the exception text names the cause. --disable-cuda-graph confirms that "
+            "capture is the failing step.")
+
+
+def _stage(s: Startup, pre: float | None = None, capture: bool = False, memory_hint: bool = True) -> tuple[str, str]:
+    """Where in SGLang's startup sequence a crash happened, from the last lifecycle line of the reference rank
+    (or from the failure itself: 'Capture cuda graph failed')."""
+    ref = s.reference_rank
+    if ref is None:
+        return (_CAPTURING, _capture_hint(None, pre, "") if memory_hint else "") if capture else ("", "")
+    began = ref.extras.get("avail_before_graphs_gib") is not None or ref.extras.get("graph_capture_began")
+    if (began or capture) and not ref.extras.get("graphs"):
+        free, what = ref.extras.get("avail_before_graphs_gib"), "when capture began"
+        if free is None and ref.avail_after_pool_gib is not None:
+            free, what = ref.avail_after_pool_gib, "after the KV pool, just before capture"
+        return _CAPTURING, _capture_hint(free, pre, what) if memory_hint else ""
+    if ref.pre_load_free_gib is not None and ref.weights_gib is None and ref.avail_after_weights_gib is None:
+        return ("while loading weights",
+                f"{ref.pre_load_free_gib:.2f} GiB was free before loading: check that the checkpoint's weights per GPU "
+                "fit (quantization, --tp) and that the quantization method is supported on this GPU.")
+    if ref.avail_after_weights_gib is not None and not ref.kv_pools:
+        return "while allocating the KV pool", ""
+    return "during startup", ""
+
+
+def _oom(s: Startup, f, mfs: float | None, pre: float | None) -> Finding:
+    ref = s.reference_rank
+    capturing = ref is not None and ref.cuda_graph_gib is None and (
+        ref.extras.get("avail_before_graphs_gib") is not None or bool(ref.extras.get("graph_capture_began")))
+    tried = f.data.get("tried_gib")
+    if capturing and mfs is not None and pre:
+        need = (tried or 1.0) + 0.5
+        steps = max(1, math.ceil(need / (0.01 * pre)))
+        to = round(mfs - steps / 100, 2)
+        return Finding("oom-cuda-graph", "error", "CUDA out of memory while capturing CUDA graphs",
+                       f"Graphs come out of the (1 − mem_fraction_static) reserve; it was too small. Lower "
+                       f"--mem-fraction-static by {steps / 100:.2f} (frees {steps * 0.01 * pre:.2f} GiB) or cap "
+                       "--cuda-graph-max-bs.", Suggestion("--mem-fraction-static", mfs, to))
+    phase = "while loading weights" if ref is not None and ref.weights_gib is None and ref.pre_load_free_gib else "during startup"
+    return Finding("cuda-oom", "error", f"CUDA out of memory {phase}",
+                   _sentences(excerpt(f.message, 240), "If the weights do not fit, raise --tp or use a quantized checkpoint; "
+                              "if it happened after the pool, lower --mem-fraction-static"))
+
+
+def _dsv4_pools(s: Startup) -> Finding | None:
+    """DeepSeek-V4: tokens are what the budget buys at its bytes per full token once the fixed
+    ratio-128 states for every request slot are paid; fewer slots buy tokens back."""
+    x = s.capacity.extras
+    bpft, fixed = x.get("dsv4_bytes_per_full_token"), x.get("dsv4_c128_state_fixed_gib")
+    tokens = s.capacity.kv_tokens or x.get("dsv4_full_tokens")
+    if not bpft or tokens is None:
+        return None
+    title = f"DeepSeek-V4 pools: {tokens:,} tokens × {bpft:,.2f} B" + (f" + {fixed:.2f} GiB of fixed states" if fixed else "")
+    swa, full = x.get("dsv4_swa_tokens"), x.get("dsv4_full_tokens")
+    share = f"{swa / full:.0%} of the tokens" if swa and full else "a fraction of the tokens (0.1 by default)"
+    detail = (f"V4 keeps no full-resolution latent: a token of context costs {bpft:,.2f} B across the sliding-window "
+              f"pool ({share}, every layer), the ratio-4 and ratio-128 compressed rows, the indexer rows and "
+              "the compress states")
+    slots = s.capacity.max_running_requests  # per rank (per DP group under DP attention)
+    if not fixed or not slots or slots < 8 or bpft < 100:
+        return Finding("dsv4-pools", "info", title, detail + ".")
+    groups = max(1, tp_size(s) // attn_tp_size(s))  # the flag counts every DP group's slots
+    spec = bool(s.setting("speculative_algorithm"))
+    fewer = max(1, slots // 4)
+    freed = fixed - dsv4.fixed_for(fixed, slots, fewer, spec)
+    gain = int(freed * GIB / bpft) // dsv4.PAGE * dsv4.PAGE
+    cap = s.setting_number("max_total_tokens")
+    per = f" per DP rank ({slots * groups} in all)" if groups > 1 else ""
+    detail += (f". The ratio-128 compress states are a fixed {fixed:.2f} GiB for {slots} request slots{per}, paid "
+               f"before any token")
+    if cap is not None and tokens + gain > cap:
+        return Finding("dsv4-pools", "info", title, detail + f"; fewer slots would not add tokens here: "
+                       f"--max-total-tokens {int(cap):,} caps the pool.")
+    detail += (f": --max-running-requests {fewer * groups} keeps {fixed - freed:.2f} GiB of them and gives the "
+               f"{freed:.2f} GiB to the pools, ≈ {gain:,} more tokens per GPU, if {fewer * groups} concurrent "
+               "requests are enough.")
+    return Finding("dsv4-pools", "info", title, detail,
+                   Suggestion("--max-running-requests", slots * groups, fewer * groups, tokens + gain,
+                              note=f"frees {freed:.2f} GiB of fixed compress states per GPU"))
+
+
+def findings(s: Startup) -> list:
+    out: list = []
+    ref = s.reference_rank
+    mfs = s.setting_number("mem_fraction_static")
+    pre = ref.pre_load_free_gib if ref else None
+    bpt = s.reconciliation.bytes_per_token if s.reconciliation else None
+    fail = _failure(s, mfs, pre)
+    if fail:
+        out.append(fail)
+    if pool_capped(s):  # the reserve and the +0.01 steps do not size this pool: the cap does
+        out.append(_capped(s, mfs))
+    elif mfs is not None and pre and bpt:
+        out.extend(f for f in (_reserve(s, mfs, pre, bpt), _headroom(s, mfs, pre, bpt)) if f)
+    out.extend(f for f in (_pool(s), _mla_replicated(s, bpt or 0, mfs, pre), _dsv4_pools(s)) if f)
+    for w in s.warnings:
+        if (w.get("code") == "max-total-tokens-above-profile" and None not in (w.get("requested"), w.get("profiled"))
+                and w["profiled"] > 0):  # ≤ 0: no KV room at all, the not-enough-memory failure says so
+            out.append(Finding("max-total-tokens-clamped", "warning",
+                               f"--max-total-tokens {w.get('requested'):,} was more than memory allows",
+                               f"SGLang profiled room for {w.get('profiled'):,} tokens and used that. To get more, raise "
+                               "--mem-fraction-static or use an fp8 KV cache; --max-total-tokens can only lower the pool."))
+    return out
+
+
+def scheduler_advice(s: Startup, head: str, running_txt: str, rt: dict) -> tuple[str, Suggestion | None]:
+    """Requests queued while the pool had room: what SGLang's scheduler was limited by, and the flag."""
+    chunk, prefill = s.setting("chunked_prefill_size"), s.setting("max_prefill_tokens")
+    budget = ", ".join(f"{k} {v:,}" for k, v in (("--chunked-prefill-size", chunk), ("--max-prefill-tokens", prefill))
+                       if isinstance(v, int))
+    detail = (f"{head}{running_txt}. Not memory: the scheduler admitted requests slower than they arrived. SGLang admits "
+              f"new requests one prefill budget at a time{' (' + budget + ')' if budget else ''} and holds back KV room for "
+              "the tokens running requests may still generate (new_token_ratio × --schedule-conservativeness); with usage "
+              "this low that reservation or the prefill budget was the limit. SGLang's tuning guide: with token usage < 0.9 "
+              "and a queue, lower --schedule-conservativeness (e.g. 0.3); a larger --chunked-prefill-size admits prompts faster.")
+    return detail, Suggestion("--schedule-conservativeness", s.setting("schedule_conservativeness", 1.0), 0.3)

@@ -1,0 +1,201 @@
+"""TensorRT-LLM findings: what kv_cache_free_gpu_mem_fraction took, what it buys, and why a start failed.
+
+TensorRT-LLM gives the KV cache a fraction (default 0.9) of the memory that is *free after* the
+engine, execution context and runtime buffers are in place — not of the device total. That one fact
+explains most "TensorRT-LLM took all my GPU memory" reports, so the budget finding leads.
+"""
+
+from __future__ import annotations
+
+from kvscope.core.startup import Finding, Startup, Suggestion
+from kvscope.engines.trtllm.finish import DEFAULT_FRACTION, effective_fraction
+
+RAISED_FRACTION = 0.95
+LARGE_CONTEXT_GIB = 1.0
+
+
+
+def _budget(s: Startup) -> Finding | None:
+    ref = s.reference_rank
+    target = ref.pool("target") if ref else None
+    tokens = s.capacity.kv_tokens
+    if ref is None or target is None or target.gib is None or not tokens:
+        return None
+    avail = ref.extras.get("kv_sizing_free_gib")
+    frac, how = effective_fraction(s)
+    blocks, tpb = s.capacity.num_gpu_blocks, s.capacity.extras.get("tokens_per_block")
+    shape = f" ({blocks:,} blocks × {tpb} tokens)" if blocks and tpb else ""
+    title = f"KV cache: {target.gib:.2f} GiB per GPU = {tokens:,} tokens{shape}"
+    if s.settings.get("fake_cache_manager") and target.gib < 0.005:
+        return Finding("trtllm-kv-budget", "info", f"KV cache: {tokens:,} tokens{shape}; its size is not in the log",
+                       "AutoDeploy logged a fake cache manager (head_dim=0): its 'Allocated 0.00 GiB' line counts pages, "
+                       "not memory, so the KV cache's real size is not shown here.")
+    if avail is None or frac is None:
+        detail = ("TensorRT-LLM sizes the pool from kv_cache_free_gpu_mem_fraction (default 0.9) of the GPU memory "
+                  "still free after the engine and its buffers, or from max_tokens_in_paged_kv_cache when that is "
+                  "smaller. The log does not show the free memory it measured.")
+        return Finding("trtllm-kv-budget", "info", title, detail)
+    capped = _capped_by_max_tokens(s, tokens)
+    if capped:
+        detail = (f"max_tokens_in_paged_kv_cache = {tokens:,} capped the pool: the smaller of the two limits wins, and "
+                  f"kv_cache_free_gpu_mem_fraction = {frac:g} ({how}) of the {avail:.2f} GiB free would have allowed "
+                  f"{frac * avail:.2f} GiB. {avail - target.gib:.2f} GiB stays free.")
+        more = int(tokens * frac * avail / target.gib) if target.gib > 0 else None
+        sug = Suggestion("max_tokens_in_paged_kv_cache", tokens, more, kv_tokens_after=more,
+                         note="or leave it unset to let the fraction decide") if more and more > tokens else None
+        return Finding("trtllm-kv-budget", "info", title, detail, sug)
+    detail = (f"kv_cache_free_gpu_mem_fraction = {frac:g} ({how}) of the {avail:.2f} GiB free after the engine, "
+              f"execution context and runtime buffers = {frac * avail:.2f} GiB for KV; "
+              f"{avail - target.gib:.2f} GiB stays free for everything else.")
+    if ref.total_gib:
+        detail += f" The pool is {target.gib / ref.total_gib:.0%} of the device's {ref.total_gib:.2f} GiB."
+    # a fraction implied from sub-GiB figures printed to two decimals, or from one of an encoder-decoder's two
+    # caches (cross_kv_cache_fraction splits the budget), is no basis for advice
+    implied = how == "implied by the log"
+    shaky = implied and (target.gib < 1.0 or len(ref.extras.get("estimation_kv_gib") or []) > 0)
+    after = int(tokens * RAISED_FRACTION / frac) if 0 < frac < RAISED_FRACTION and not shaky else None
+    sug = Suggestion("kv_cache_free_gpu_mem_fraction", frac, RAISED_FRACTION, kv_tokens_after=after,
+                     note="more tokens, less headroom; lower it instead to leave memory to other processes") if after else None
+    return Finding("trtllm-kv-budget", "info", title, detail, sug)
+
+
+def _capped_by_max_tokens(s: Startup, tokens: int) -> bool:
+    """The log says max_tokens was set, and the pool has exactly that many tokens."""
+    return bool(s.settings.get("max_tokens_set")) and s.setting_number("max_tokens_in_paged_kv_cache") == tokens
+
+
+def _greedy(s: Startup) -> Finding | None:
+    """The default grabs almost everything free: say how to cap it at what the engine can actually use."""
+    ref = s.reference_rank
+    target = ref.pool("target") if ref else None
+    if ref is None or target is None or target.gib is None:
+        return None
+    frac, _ = effective_fraction(s)
+    others = ref.weights_gib or (ref.extras.get("trt_managed_gpu_mib") or 0) / 1024 or None
+    if frac is None:
+        big = (ref.total_gib and target.gib >= 0.5 * ref.total_gib) or (others and target.gib >= 4 * others)
+        if not big:
+            return None
+    elif abs(frac - DEFAULT_FRACTION) > 0.01 or (ref.total_gib and target.gib < 0.5 * ref.total_gib):
+        return None
+    batch, seq = s.setting_number("max_batch_size") or s.setting_number("max_num_sequences"), s.setting_number("max_seq_len")
+    need = int(batch * seq) if batch and seq else None
+    tokens = s.capacity.kv_tokens
+    basis = f" ({others:.2f} GiB of engine / TensorRT allocations)" if others else ""
+    detail = ("TensorRT-LLM gives the KV cache kv_cache_free_gpu_mem_fraction of whatever is free once the engine is "
+              f"loaded{basis} — 0.9 unless set — so the pool grows to fill the GPU and another process cannot share it. "
+              "Cap it with kv_cache_free_gpu_mem_fraction or max_tokens_in_paged_kv_cache (the smaller wins).")
+    sug = None
+    if need and tokens and need < tokens:
+        detail += (f" max_batch_size {int(batch):,} × max_seq_len {int(seq):,} = {need:,} tokens is all the engine can "
+                   f"hold at once; the pool has {tokens:,}.")
+        sug = Suggestion("max_tokens_in_paged_kv_cache", None, need, kv_tokens_after=need)
+    elif tokens:
+        detail += " Set max_tokens_in_paged_kv_cache to max_batch_size × max_seq_len of the engine."
+    return Finding("trtllm-default-fraction-takes-free-memory", "info",
+                   f"The KV pool took {target.gib:.2f} GiB: the fraction applies to free memory, 0.9 by default", detail, sug)
+
+
+def _concurrency(s: Startup) -> Finding | None:
+    tokens, seq = s.capacity.kv_tokens, s.setting_number("max_seq_len")
+    batch = s.setting_number("max_batch_size") or s.setting_number("max_num_sequences") or s.setting_number("max_num_requests")
+    if not tokens or not seq or not batch:
+        return None
+    full = tokens / seq
+    if full >= batch:
+        return None
+    raise_what = ("Raise max_tokens_in_paged_kv_cache (it capped the pool)" if _capped_by_max_tokens(s, tokens)
+                  else "Raise kv_cache_free_gpu_mem_fraction")
+    return Finding("trtllm-kv-below-batch", "warning",
+                   f"The KV cache holds {full:,.2f} full-length sequences; max_batch_size is {int(batch)}",
+                   f"{tokens:,} tokens / max_seq_len {int(seq):,} = {full:,.2f}: at full length the scheduler can run only "
+                   f"that many of the {int(batch)} requests the engine was built for (shorter requests fit more). "
+                   f"{raise_what}, or rebuild with a smaller max_seq_len / max_batch_size.")
+
+
+def _window(s: Startup) -> Finding | None:
+    w = next((w for w in s.warnings if w.get("code") == "attention-window-reduced"), None)
+    if w is None:
+        return None
+    return Finding("trtllm-attention-window-reduced", "warning",
+                   f"The KV cache cannot hold one max-length sequence: the attention window was cut to {w.get('to'):,} tokens",
+                   "TensorRT-LLM reduced max_attention_window / max_seq_len to what the KV pool holds; longer requests "
+                   "will be rejected or truncated. Give the KV cache more memory or build for a shorter max_seq_len.",
+                   Suggestion("kv_cache_free_gpu_mem_fraction", effective_fraction(s)[0], RAISED_FRACTION))
+
+
+def _context(s: Startup) -> Finding | None:
+    ref = s.reference_rank
+    ctx = ref.extras.get("execution_context_gib") if ref else None
+    if ctx is None or ctx < LARGE_CONTEXT_GIB:
+        return None
+    tokens = s.setting_number("max_num_tokens")
+    detail = (f"The TensorRT execution context (activation memory) takes {ctx:.2f} GiB before the KV cache is sized. "
+              "It is fixed at engine build by max_num_tokens (and max_batch_size); rebuilding with a smaller "
+              "max_num_tokens shrinks it and leaves that memory to the KV cache.")
+    return Finding("trtllm-large-execution-context", "info", f"Execution context: {ctx:.2f} GiB", detail,
+                   Suggestion("max_num_tokens (trtllm-build)", int(tokens) if tokens else None,
+                              int(tokens) // 2 if tokens else None))
+
+
+def _limits(s: Startup) -> Finding | None:
+    """No KV line in the log: say what the engine's build limits demand of the KV cache."""
+    batch, seq = s.setting_number("max_batch_size") or s.setting_number("max_num_sequences"), s.setting_number("max_seq_len")
+    if s.capacity.kv_tokens is not None or not batch or not seq:
+        return None
+    need = int(batch * seq)
+    tp = s.settings.get("tp_size")
+    detail = (f"The log stops before the KV cache is sized. The engine was built for max_batch_size {int(batch)} × "
+              f"max_seq_len {int(seq):,}: {need:,} KV tokens for a full batch of maximum-length sequences"
+              + (f", on each of the {tp} TP ranks (each holds its share of the heads)" if tp and tp > 1 else "")
+              + ". TensorRT-LLM will cap the attention window to what fits and warn if that is less than max_seq_len.")
+    return Finding("trtllm-engine-limits", "info", f"Engine limits: {int(batch)} × {int(seq):,} = {need:,} tokens at full length",
+                   detail)
+
+
+def _failure(s: Startup) -> Finding | None:
+    f = s.failure
+    if f is None:
+        return None
+    if f.kind == "max-len-too-large":
+        return _too_small(s, f.data)
+    frac, _ = effective_fraction(s)
+    lower = round(max(0.1, (frac or DEFAULT_FRACTION) - 0.1), 2)
+    component = f.data.get("component")
+    requested = f.data.get("requested_bytes")
+    what = f"the {component}" if component else (f"{requested / (1 << 30):.2f} GiB" if requested else "an allocation")
+    if s.capacity.kv_tokens is None and not any(r.kv_pools for r in s.ranks) and "tllmBuffers" in f.message:
+        return Finding("trtllm-oom", "error", f"Startup failed: out of GPU memory ({f.kind}) before the KV cache was sized",
+                       "TensorRT-LLM ran out of GPU memory allocating its runtime buffers, before it sized the KV cache, "
+                       "so kv_cache_free_gpu_mem_fraction is not the cause: the engine and the buffers its build limits "
+                       "need (max_batch_size, max_num_tokens, max_beam_width) do not fit in what is free. Rebuild with "
+                       "smaller limits or more TP, or free the GPU of other processes.")
+    detail = (f"TensorRT-LLM ran out of GPU memory creating {what}. The KV cache takes kv_cache_free_gpu_mem_fraction "
+              "of the memory free at that point, so anything allocated after it (CUDA graphs, sampler, decoder, "
+              "another process) must fit in the rest: lower the fraction or cap max_tokens_in_paged_kv_cache; if the "
+              "engine itself does not fit, rebuild with a smaller max_batch_size / max_num_tokens or more TP.")
+    return Finding("trtllm-oom", "error", f"Startup failed: out of GPU memory ({f.kind})", detail,
+                   Suggestion("kv_cache_free_gpu_mem_fraction", frac or DEFAULT_FRACTION, lower))
+
+
+def _too_small(s: Startup, data: dict) -> Finding:
+    """Triton refused a pool smaller than one sequence of beam × tokensPerBlock × maxBlocksPerSeq."""
+    have, need = data.get("kv_tokens"), data.get("needed_tokens")
+    title = "Startup failed: the KV cache cannot hold one maximum-length sequence"
+    if have and need:
+        title += f" ({have:,} < {need:,} tokens)"
+    frac, _ = effective_fraction(s)
+    detail = ("TensorRT-LLM needs room for at least one sequence of max_seq_len (× beam width) in the paged KV cache. "
+              "Give the pool more memory (kv_cache_free_gpu_mem_fraction, or a larger max_tokens_in_paged_kv_cache if "
+              "it is set), or rebuild the engine for a shorter max_seq_len / max_attention_window.")
+    if have and need and s.settings.get("max_tokens_set"):  # max_tokens capped the pool: raising it is the fix
+        sug = Suggestion("max_tokens_in_paged_kv_cache", have, need, kv_tokens_after=need)
+    else:  # the fraction sized it: more memory, or a build for shorter sequences
+        sug = Suggestion("kv_cache_free_gpu_mem_fraction", frac or DEFAULT_FRACTION, RAISED_FRACTION,
+                         note=f"the pool must reach {need:,} tokens" if need else "")
+    return Finding("trtllm-kv-below-one-sequence", "error", title, detail, sug)
+
+
+def findings(s: Startup) -> list[Finding]:
+    found = (_failure(s), _budget(s), _greedy(s), _concurrency(s), _window(s), _context(s), _limits(s))
+    return [f for f in found if f is not None]

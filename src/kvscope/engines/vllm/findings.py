@@ -1,0 +1,423 @@
+"""vLLM findings: why a startup failed and what to change, what the budget paid for, what a knob buys.
+
+Every suggestion rests on vLLM's own arithmetic (../shared/docs/vllm-memory.md §1, §2.7, §7.5):
+the non-KV terms do not depend on gpu_memory_utilization, so K moves by exactly ΔU × total.
+"""
+
+from __future__ import annotations
+
+import math
+
+from kvscope.core.startup import Finding, Rank, Startup, Suggestion
+from kvscope.core.text import excerpt
+from kvscope.engines.vllm import eras, rules
+from kvscope.engines.vllm.finish import block_size, era_of, graphs_inside, setting_int, total_gib, util
+from kvscope.engines.vllm.rules import GIB
+
+MAX_SANE_UTIL = 0.97  # above this nothing is left for the CUDA context, graphs and the sampler
+GRAPH_HEADROOM_GIB = 2.0  # what to leave outside the budget when graphs are captured there
+
+
+def _bytes_per_token(s: Startup) -> int | None:
+    rec = s.reconciliation
+    return rec.bytes_per_token if rec is not None and rec.bytes_per_token > 0 else None
+
+
+def _block_bytes(s: Startup) -> int | None:
+    bpt = _bytes_per_token(s)
+    return bpt * block_size(s) if bpt else None
+
+
+def _tokens_for(s: Startup, kv_gib: float) -> int | None:
+    block = _block_bytes(s)
+    return rules.blocks_for(kv_gib, block) * block_size(s) if block else None
+
+
+def _round_down(x: float) -> float:
+    return math.floor(round(x * 100, 6)) / 100
+
+
+# --- failures --------------------------------------------------------------------------------------------
+
+
+def _max_len(s: Startup) -> list[Finding]:
+    f, cap = s.failure, s.capacity
+    assert f is not None
+    m = f.data.get("max_model_len") or cap.max_model_len
+    k = f.data.get("available_kv_gib") or cap.available_kv_gib
+    bpt = _bytes_per_token(s)
+    need = f.data.get("kv_needed_gib") or (m * bpt / GIB if m and bpt else None)
+    fit = f.data.get("estimated_max_model_len") or f.data.get("kv_tokens") or f.data.get("max_model_len_fits")
+    if fit is None and k is not None and _block_bytes(s):
+        exact = s.capacity.extras.get("available_kv_exact")
+        fit = rules.max_len_that_fits(k if exact else k - rules.HALF_CENT, _block_bytes(s) or 0, block_size(s))
+    inferred = " (inferred from the log; the error line itself is not in it)" if f.data.get("inferred") else ""
+    title = f"Startup failed: max_model_len {m:,} does not fit in the KV cache" if m else "Startup failed: KV cache too small"
+    detail = (f"vLLM refuses to start unless one request of max_model_len tokens fits in the KV cache{inferred}. "
+              + (f"It needs {need:.2f} GiB; the KV cache got {k:.2f} GiB per GPU. " if need and k is not None else ""))
+    out: list[Finding] = []
+    if fit:
+        detail += f"The largest max_model_len that fits is {fit:,} tokens."
+        out.append(Finding("max-len-too-large", "error", title, detail,
+                           Suggestion("--max-model-len", m, int(fit), int(fit), note="same memory, shorter context")))
+    else:
+        out.append(Finding("max-len-too-large", "error", title, detail))
+    raise_util = _util_for_need(s, need, k)
+    if raise_util is not None:
+        out.append(raise_util)
+    return out
+
+
+def _util_for_need(s: Startup, need: float | None, k: float | None) -> Finding | None:
+    u, total = util(s), total_gib(s)
+    if need is None or k is None or u is None or not total:  # a total of 0 is a mangled line, not a device
+        return None
+    to = rules.util_for_kv(need, k, total, u)
+    after = rules.kv_after_util(k, total, u, to)
+    detail = (f"K grows by exactly ΔU × total ({total:.2f} GiB): reaching {need:.2f} GiB needs "
+              f"gpu_memory_utilization ≥ {to} (K ≈ {after:.2f} GiB).")
+    if era_of(s).engine == "V0" and not s.setting("enable_chunked_prefill"):
+        detail += (" V0 without chunked prefill profiles max(max_model_len, 2048) tokens, so a longer max_model_len "
+                   "also raises the activation peak: allow a little more.")
+    if to > MAX_SANE_UTIL:
+        detail += (f" That leaves less than {1 - MAX_SANE_UTIL:.0%} of the GPU outside the budget: use --kv-cache-dtype "
+                   "fp8 (halves KV bytes per token), more GPUs (--tensor-parallel-size), or a shorter context instead.")
+        return Finding("raise-utilization", "warning", f"gpu_memory_utilization would have to reach {to}", detail)
+    return Finding("raise-utilization", "info", f"Or raise gpu_memory_utilization to {to}", detail,
+                   Suggestion("--gpu-memory-utilization", u, to, _tokens_for(s, after)))
+
+
+def _no_memory(s: Startup) -> Finding:
+    f = s.failure
+    assert f is not None
+    u, total = util(s), total_gib(s)
+    free, requested = f.data.get("free_gib"), f.data.get("requested_gib")
+    if free is not None and requested is not None and total:
+        fits = _round_down(free / total) - 0.01
+        device = "node" if f.data.get("device") == "CPU" else "GPU"
+        detail = (f"vLLM asks for gpu_memory_utilization × total = {requested:.2f} GiB up front, but only {free:.2f} of "
+                  f"{total:.2f} GiB was free on the {device} at startup. The budget is a fraction of the total, not of free "
+                  f"memory, so it must satisfy util ≤ free / total = {free / total:.3f}.")
+        return Finding("not-enough-memory", "error", f"Startup failed: {requested:.2f} GiB requested, {free:.2f} GiB free",
+                       detail, Suggestion("--gpu-memory-utilization", u, fits, _kv_tokens_at(s, fits)))
+    ref = s.reference_rank
+    terms = [x for x in (ref.weights_gib, ref.activation_peak_gib, ref.non_torch_gib) if x is not None] if ref else []
+    graphs, where = _graph_estimate(s)
+    inside = graphs_inside(s)
+    if graphs is not None and inside is not False:
+        when = "" if inside else ", subtracted from the budget by default from v0.20"
+        detail = (f"After weights, the profiling run's activation peak, non-torch memory and the CUDA-graph estimate "
+                  f"({graphs:.2f} GiB logged on {where}{when}), nothing of the budget was left for KV.")
+        if inside:
+            terms.append(graphs)
+        if total and u is not None and graphs >= 0.5 * u * total:
+            detail += f" The graph estimate alone is {graphs / (u * total):.0%} of the {u * total:.2f} GiB budget."
+        detail += (" If the estimate is implausible, set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 (graphs are then "
+                   "paid from the memory outside the budget, as before v0.20), capture fewer sizes (a lower "
+                   "--max-num-seqs, --cuda-graph-sizes / compilation_config.cudagraph_capture_sizes) or use --enforce-eager.")
+    else:
+        detail = ("After weights, the profiling run's activation peak and non-torch memory, nothing of the budget was "
+                  "left for KV.")
+    if terms and total and u is not None:
+        to = min(1.0, math.ceil((sum(terms) + 1.0) / total * 100) / 100)
+        detail += (f" Those take {sum(terms):.2f} GiB of the {u * total:.2f} GiB budget; util {to} leaves about 1 GiB for KV"
+                   " (more is needed for long contexts).")
+        return Finding("not-enough-memory", "error", "Startup failed: no memory left for the KV cache", detail,
+                       Suggestion("--gpu-memory-utilization", u, to))
+    detail += (" Raise --gpu-memory-utilization, lower --max-num-batched-tokens (smaller activation peak), "
+               "or use more GPUs / a quantized checkpoint.")
+    return Finding("not-enough-memory", "error", "Startup failed: no memory left for the KV cache", detail)
+
+
+def _graph_estimate(s: Startup) -> tuple[float | None, str]:
+    """The largest CUDA-graph estimate any rank logged (read or derived from the advisory), and that rank."""
+    found = [(r.extras["cuda_graph_estimate_gib"], r.rank) for r in s.ranks
+             if isinstance(r.extras.get("cuda_graph_estimate_gib"), (int, float))]
+    if not found:
+        return None, ""
+    gib, rank = max(found)
+    return float(gib), rank
+
+
+def _kv_tokens_at(s: Startup, to: float) -> int | None:
+    k, total, u = s.capacity.available_kv_gib, total_gib(s), util(s)
+    if k is None or total is None or u is None:
+        return None
+    return _tokens_for(s, rules.kv_after_util(k, total, u, to))
+
+
+def _contention(s: Startup) -> Finding:
+    f = s.failure
+    assert f is not None
+    free, total, u = f.data.get("free_gib"), f.data.get("total_gib") or total_gib(s), util(s)
+    used = (total - free) if free is not None and total else None
+    detail = ("Another process holds memory on this GPU. vLLM's budget is gpu_memory_utilization × TOTAL memory "
+              "(\"a per-instance limit\"), so two instances at the default 0.9 can never share one GPU; their "
+              "utilizations must add up to less than about 0.95, or give each --kv-cache-memory-bytes.")
+    if used is not None and free is not None and total:
+        detail = f"{used:.2f} GiB of the {total:.2f} GiB was already in use when this instance started. " + detail
+        fits = _round_down(free / total) - 0.01
+        return Finding("multi-instance-contention", "error", "Startup failed: the GPU is shared with another process", detail,
+                       Suggestion("--gpu-memory-utilization", u, fits, _kv_tokens_at(s, fits)))
+    if f.data.get("init_free_gib") is not None:
+        detail = (f"Free memory changed during profiling ({f.data['init_free_gib']} → {f.data.get('current_free_gib')} GiB): "
+                  "another process released or took memory while vLLM measured. " + detail)
+    return Finding("multi-instance-contention", "error", "Startup failed: the GPU is shared with another process", detail)
+
+
+def _graph_oom(s: Startup) -> Finding:
+    u, total = util(s), total_gib(s)
+    inside = era_of(s).graphs_in_budget
+    where = ("inside the budget from the CUDA-graph estimate, which was too low" if inside else
+             "after the KV cache was allocated, out of the memory left outside the budget")
+    detail = f"CUDA graphs are captured {where}."
+    inferred = s.failure is not None and s.failure.data.get("inferred")
+    if inferred:
+        detail = "The log ends during CUDA-graph capture (no 'Graph capturing finished' line). " + detail
+    sug = None
+    if u is not None and total:
+        headroom = (1 - u) * total
+        to = min(round(u - 0.02, 2), _round_down(1 - GRAPH_HEADROOM_GIB / total))
+        detail += (f" At gpu_memory_utilization {u} that is (1 − {u}) × {total:.2f} = {headroom:.2f} GiB for the CUDA "
+                   f"context, the graphs and the sampler; vLLM itself warns graphs take 1–3 GiB. {to} leaves "
+                   f"{(1 - to) * total:.2f} GiB.")
+        sug = Suggestion("--gpu-memory-utilization", u, to, _kv_tokens_at(s, to), note="or --enforce-eager")
+    detail += (" Alternatives: --enforce-eager (no graphs, slower decode), or fewer capture sizes (a lower --max-num-seqs; "
+               "in V1 --cuda-graph-sizes / compilation_config.cudagraph_capture_sizes).")
+    title = "Startup probably failed: out of memory while capturing CUDA graphs" if inferred else \
+        "Startup failed: CUDA out of memory while capturing CUDA graphs"
+    return Finding("oom-cuda-graph", "error", title, detail, sug)
+
+
+def _killed(s: Startup) -> Finding:
+    """A bare "Killed" after the KV cache was sized: SIGKILL, almost always the kernel's OOM killer."""
+    cap = s.capacity
+    sized = (f" after the KV cache was sized ({cap.num_gpu_blocks:,} GPU blocks)" if cap.num_gpu_blocks is not None else
+             " after the KV cache was sized" if cap.kv_tokens is not None or cap.available_kv_gib is not None else "")
+    v0 = era_of(s).engine == "V0"  # V1 has no CPU swap space
+    swap = "the CPU swap space (--swap-space, per GPU), " if v0 else ""
+    lower = "--gpu-memory-utilization (unified memory) or --swap-space" if v0 else "--gpu-memory-utilization (unified memory)"
+    detail = (f"The process was killed{sized}: a bare 'Killed' is the shell reporting SIGKILL, almost always the kernel's "
+              f"OOM killer. Host RAM ran out: {swap}pinned buffers and the weights "
+              "being loaded all live there, and on unified-memory devices (Jetson, GB10) the KV cache does too. Lower "
+              f"{lower}, or free host memory; `dmesg` names the victim.")
+    return Finding("process-killed", "error", "Startup failed: the process was killed (out of host memory?)", detail)
+
+
+def _failure(s: Startup) -> list[Finding]:
+    f = s.failure
+    if f is None:
+        return []
+    if f.kind == "max-len-too-large":
+        return _max_len(s)
+    if f.kind == "not-enough-memory":
+        return [_no_memory(s)]
+    if f.kind == "multi-instance-contention":
+        return [_contention(s)]
+    if f.kind == "oom-cuda-graph":
+        return [_graph_oom(s)]
+    if f.kind == "host-memory":
+        return [Finding("host-memory", "error", "Startup failed: swap space larger than host RAM allows",
+                        f"{excerpt(f.message, 200)} — --swap-space is per GPU and multiplied by the tensor-parallel size; lower it "
+                        "(it only matters for V0 preemption by swapping).")]
+    if f.kind == "killed":
+        return [_killed(s)]
+    if f.kind == "cuda-oom":
+        ref = s.reference_rank
+        loading = ref is not None and ref.weights_gib is None
+        return [Finding("cuda-oom", "error", "CUDA out of memory " + ("while loading weights" if loading else "during startup"),
+                        f"{excerpt(f.message, 240)}. " + ("The weights do not fit: more GPUs (--tensor-parallel-size) or a quantized "
+                                                 "checkpoint." if loading else "Lower --gpu-memory-utilization."))]
+    k = s.capacity.available_kv_gib
+    detail = "The engine core died during startup; the cause is in the traceback after this line, not in this excerpt."
+    if k is not None:
+        detail += (f" The last memory figure is {k:.2f} GiB of KV cache per GPU: if the traceback ends in a 'max seq len' "
+                   "ValueError, lower --max-model-len or raise --gpu-memory-utilization.")
+    return [Finding("engine-init-failed", "error", "Startup failed: the engine core did not start", detail)]
+
+
+# --- working startups ---------------------------------------------------------------------------------
+
+
+def _reconciled(s: Startup) -> Finding | None:
+    rec = s.reconciliation
+    if rec is None or not rec.detail:
+        return None
+    verdict = {True: "the log's figures reconcile", False: "the log's figures do NOT reconcile",
+               None: "not enough figures to check"}[rec.consistent]
+    per_token = f"{rec.bytes_per_token:,} B of KV per token per GPU — " if rec.bytes_per_token else ""
+    sev = "warning" if rec.consistent is False else "info"
+    return Finding("kv-reconciled", sev, f"{per_token}{verdict}", f"{rec.method}. {rec.detail}.")
+
+
+def _util_step(s: Startup) -> Finding | None:
+    """What +0.01 of gpu_memory_utilization buys, and how far the log says it can go."""
+    total, u, block = total_gib(s), util(s), _block_bytes(s)
+    k, tokens = s.capacity.available_kv_gib, s.capacity.kv_tokens
+    if total is None or block is None or s.failure is not None:
+        return None
+    ref = s.reference_rank
+    if ref is not None and ref.extras.get("free_after_profile_gib") is not None:
+        return _util_step_of_free(s, ref, block)
+    per_step = rules.tokens_per_util_step(total, block, block_size(s))
+    detail = (f"Every +0.01 of gpu_memory_utilization adds 0.01 × {total:.2f} = {0.01 * total:.2f} GiB to the KV cache "
+              f"(nothing else in the budget depends on it): +{per_step:,} tokens per GPU.")
+    free0 = ref.extras.get("init_free_gib") if ref else None
+    if free0 is None or k is None or tokens is None or u is None:
+        return Finding("util-step", "info", f"+0.01 gpu_memory_utilization = +{per_step:,} KV tokens", detail)
+    graphs = 0.0 if era_of(s).graphs_in_budget else (ref.cuda_graph_gib or 0.0) if ref else 0.0
+    spare = free0 - u * total - graphs - 1.0
+    steps = math.floor(round(spare / (0.01 * total), 6))
+    if steps < 1:
+        detail += f" Free memory at startup was {free0:.2f} GiB, so there is no room to raise it safely."
+        return Finding("util-step", "info", f"+0.01 gpu_memory_utilization = +{per_step:,} KV tokens", detail)
+    to = round(u + steps / 100, 2)
+    after = _tokens_for(s, rules.kv_after_util(k, total, u, to))
+    detail += (f" {free0:.2f} GiB was free at startup; keeping 1 GiB spare" + (" and the CUDA graphs" if graphs else "")
+               + f", {to} fits.")
+    return Finding("util-step", "info", f"{spare:.2f} GiB more could go to the KV cache", detail,
+                   Suggestion("--gpu-memory-utilization", u, to, after))
+
+
+def _util_step_of_free(s: Startup, ref: Rank, block: int) -> Finding:
+    """Gaudi's port: usable = util × the memory free after profiling (not × total), and the HPU-graph reserve is a
+    share of that, so +0.01 of util adds 0.01 × free × (1 − reserve share) to the KV cache."""
+    free = float(ref.extras["free_after_profile_gib"])
+    reserved, usable = ref.extras.get("graph_reserved_gib"), ref.usable_gib
+    share = 1 - reserved / usable if isinstance(reserved, (int, float)) and usable else 1.0
+    step = 0.01 * free * share
+    per_step = rules.blocks_for(step, block) * block_size(s)
+    detail = (f"This port budgets gpu_memory_utilization × the memory free after profiling ({free:.2f} GiB), and keeps "
+              f"{1 - share:.0%} of that for {ref.extras.get('graph_kind') or 'device'} graphs: every +0.01 adds "
+              f"{step:.2f} GiB to the KV cache, +{per_step:,} tokens per device.")
+    return Finding("util-step", "info", f"+0.01 gpu_memory_utilization = +{per_step:,} KV tokens", detail)
+
+
+def _graph_profiling(s: Startup) -> Finding | None:
+    ref = s.reference_rank
+    eq = ref.extras.get("util_equivalent_without_graph_profiling") if ref else None
+    u = util(s)
+    if ref is None or eq is None or u is None:
+        return None
+    share = u - eq
+    g = ref.extras.get("cuda_graph_estimate_gib")
+    size = f" ({g:.2f} GiB)" if g is not None else f" ({share:.2%} of the device)"
+    same = ref.extras.get("util_suggested_with_graph_profiling") or round(u + share, 4)
+    return Finding("cuda-graphs-in-budget", "info", f"CUDA graphs are paid from the budget: {u} behaves like {eq} used to",
+                   f"Since v0.20 vLLM subtracts its CUDA-graph estimate{size} from gpu_memory_utilization × total before "
+                   f"sizing the KV cache; before, graphs came out of the memory left outside the budget. The KV cache an "
+                   f"older release gave at {u} needs {same} now.")
+
+
+def _vllm_suggestion(s: Startup) -> Finding | None:
+    ref = s.reference_rank
+    fit = ref.extras.get("kv_cache_memory_fit_bytes") if ref else None
+    if fit is None or ref is None:
+        return None
+    full = ref.extras.get("kv_cache_memory_full_bytes")
+    detail = (f"vLLM measured this startup and suggests {rules.KV_CACHE_MEMORY_FLAG} {fit:,} ({fit / GIB:.2f} GiB) to stay "
+              "inside the requested budget")
+    detail += f", or {full:,} ({full / GIB:.2f} GiB) to use all free memory." if full else "."
+    detail += (" A fixed KV size skips the memory profile on the next start and ignores gpu_memory_utilization "
+               f"for sizing; re-measure after changing the model, batch limits or driver. The log's "
+               f"`--kv-cache-memory=` is the same flag: every release that prints this hint (v0.10.2+) accepts both "
+               f"spellings (argparse takes the prefix of {rules.KV_CACHE_MEMORY_FLAG}).")
+    return Finding("kv-cache-memory-suggestion", "info", "vLLM's own --kv-cache-memory suggestion", detail,
+                   Suggestion(rules.KV_CACHE_MEMORY_FLAG, s.setting("kv_cache_memory_bytes"), fit, _tokens_for(s, fit / GIB),
+                              note="printed as --kv-cache-memory= in the log"))
+
+
+def _has_kv_memory_flag(s: Startup) -> bool:
+    """Whether the log's release has --kv-cache-memory-bytes: the logged version when known, else the oldest
+    release its era allows (an era that straddles v0.10.2 may lack the flag)."""
+    version = eras.parse_version(s.engine_version)
+    return (version or era_of(s).first) >= rules.KV_CACHE_MEMORY_FROM
+
+
+def _overallocated(s: Startup) -> Finding | None:
+    seqs, m, tokens = setting_int(s, "max_num_seqs"), s.capacity.max_model_len, s.capacity.kv_tokens
+    if not seqs or not m or not tokens or tokens < 2 * seqs * m:
+        return None
+    usable = seqs * m
+    detail = (f"vLLM sizes the KV cache from memory, not from demand: {tokens:,} tokens, while max_num_seqs {seqs} × "
+              f"max_model_len {m:,} = {usable:,} tokens can be in flight. The rest only holds cached prefixes (prefix caching).")
+    k, bpt = s.capacity.available_kv_gib, _bytes_per_token(s)
+    sug = None
+    if k is not None and bpt:
+        want = int(usable * bpt * 1.1)
+        detail += f" If the memory is wanted elsewhere, about {want / GIB:.2f} GiB of KV covers the in-flight maximum."
+        u, total = util(s), total_gib(s)
+        if _has_kv_memory_flag(s):
+            sug = Suggestion(rules.KV_CACHE_MEMORY_FLAG, s.setting("kv_cache_memory_bytes"), want, _tokens_for(s, want / GIB))
+        elif u is not None and total:  # no fixed-size flag before v0.10.2: the same KV through the utilization
+            to = rules.util_for_kv(want / GIB, k, total, u)
+            detail += f" This release has no {rules.KV_CACHE_MEMORY_FLAG} (v0.10.2+); gpu_memory_utilization {to} gives that."
+            sug = Suggestion("--gpu-memory-utilization", u, to, _tokens_for(s, rules.kv_after_util(k, total, u, to)))
+    return Finding("kv-overallocated", "info", f"The KV cache holds {tokens / usable:.1f}× what can run at once", detail, sug)
+
+
+def _warnings(s: Startup) -> list[Finding]:
+    """One finding per kind of warning: vLLM repeats some per KV group or per worker."""
+    out: list[Finding] = []
+    seen: set[object] = set()
+    for w in s.warnings:
+        key = w.get("code") if w.get("code") == "hybrid-kv-manager-disabled" else (w.get("code"), w.get("message"))
+        if key in seen:
+            continue
+        seen.add(key)
+        if w.get("code") == "hybrid-kv-manager-disabled":
+            out.append(Finding("hybrid-kv-manager-disabled", "warning",
+                               "Sliding-window layers are sized for the full context",
+                               "The hybrid KV cache manager is off (a KV connector such as LMCache/offloading, "
+                               "--disable-hybrid-kv-cache-manager, or an unsupported platform), so every sliding-window "
+                               "layer keeps max_model_len tokens of KV like a full-attention layer: far fewer tokens fit."))
+        elif w.get("code") == "swap-space-large":
+            out.append(Finding("swap-space-large", "warning", "Swap space is a large share of host RAM", w.get("message", "")))
+    return out
+
+
+def _rank_spread(s: Startup) -> Finding | None:
+    values = {r.rank: r.extras["available_kv_gib"] for r in s.ranks if r.extras.get("available_kv_gib") is not None}
+    if len(values) < 2:
+        return None
+    lo, hi = min(values, key=values.__getitem__), max(values, key=values.__getitem__)
+    spread = values[hi] - values[lo]
+    if spread < 0.1:
+        return None
+    return Finding("kv-rank-spread", "info", f"Workers differ by {spread:.2f} GiB of KV memory",
+                   f"{lo} had {values[lo]:.2f} GiB, {hi} {values[hi]:.2f} GiB. vLLM gives every worker the block count of "
+                   f"the smallest, so {spread:.2f} GiB on the larger ones stays unused (usually unequal non-torch memory: "
+                   "NCCL buffers, or another process on that GPU).")
+
+
+def _offload(s: Startup) -> Finding | None:
+    gb = s.setting("cpu_offload_gb")
+    ref = s.reference_rank
+    if not gb or ref is None or ref.weights_gib is None:
+        return None
+    return Finding("cpu-offload", "info", f"{gb} GiB of weights live in host memory",
+                   f"--cpu-offload-gb {gb} keeps that much of the weights in pinned host RAM (read over PCIe every step); "
+                   f"the GPU holds {ref.weights_gib:.2f} GiB of weights, and the KV cache gains what was moved.")
+
+
+def findings(s: Startup) -> list[Finding]:
+    out: list[Finding] = _failure(s)
+    for f in (_reconciled(s), _util_step(s), _graph_profiling(s), _vllm_suggestion(s), _overallocated(s),
+              _rank_spread(s), _offload(s)):
+        if f is not None:
+            out.append(f)
+    out.extend(_warnings(s))
+    return out
+
+
+def scheduler_advice(s: Startup, head: str, running_txt: str, rt: dict) -> tuple[str, Suggestion | None]:
+    """Requests queued while the pool had room: vLLM's per-step token budget, and the flag."""
+    tps = ((rt.get("throughput") or {}).get("prompt_tokens_per_s") or {}).get("mean")
+    budget = s.setting("max_num_batched_tokens")
+    detail = (f"{head}{running_txt}. Not memory: vLLM schedules at most --max-num-batched-tokens"
+              f"{f' ({budget:,})' if isinstance(budget, int) else ''} per step, so a burst of long prompts waits for "
+              f"prefill, not for KV blocks{f' (prompt throughput averaged {tps:,.0f} tokens/s)' if tps else ''}. A larger "
+              "--max-num-batched-tokens (or more replicas) drains such a queue; more KV memory would not.")
+    sug = (Suggestion("--max-num-batched-tokens", budget, 2 * budget, note="admits prompts faster; KV usage had room")
+           if isinstance(budget, int) else None)
+    return detail, sug

@@ -1,0 +1,346 @@
+"""``kvscope plan`` for vLLM: K = T × gpu_memory_utilization − W − activation − non-torch [− graphs];
+blocks = K // page, with the release's batch defaults, profile run and hybrid layout replayed."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kvscope.core.errors import InputError
+from kvscope.model.arch import dtype_bytes
+from kvscope.model.overheads import BudgetBasis
+from kvscope.model.spread import Spread, vllm_spread
+from kvscope.model.weights import (
+    GIB,
+    Parallel,
+    is_deepseek_v4,
+    vision_profile_shape,
+)
+
+if TYPE_CHECKING:
+    from kvscope.engines.vllm.plan_spec import VllmDraft
+from kvscope.model.planning import (
+    Context,
+    _dsv4_refusal,
+    _float,
+    _fraction,
+    _int,
+    _truthy,
+    _weights,
+    rope_cache_bytes,
+)
+
+VLLM_NEWEST = "0.33.0"
+
+
+VLLM_GRAPH_GIB = 0.5  # typical CUDA-graph estimate vLLM ≥0.20 subtracts; assumed, not measured
+
+
+# The dummy sampler run of the profile (max_num_seqs rows of logits, top-k and top-p both on, the
+# PyTorch sort path) holds about ten fp32 copies of the logits at its peak: the model-dtype logits
+# (½), their fp32 copy (1), sorted values (1) and int64 indices (2), the sort's double buffers (3),
+# softmax (1), the scattered result (1), two masks (½). Measured: a torch peak increase of 5.62 GiB
+# for 1,024 rows × 151,936 (Qwen3-235B-A22B-FP8, TP4, H200; vLLM PR #21429's debug line) = 38.8 B
+# per logit; this count gives 40.
+VLLM_SAMPLER_BYTES_PER_LOGIT = 40
+
+
+def _vllm_modules():
+    """The vLLM helper's sizing rules (shared with explain/whatif)."""
+    from kvscope.engines.vllm import eras as v_eras
+    from kvscope.engines.vllm import rules as v_rules
+
+    return v_eras, v_rules
+
+
+def vllm_non_torch_parts(version: tuple[int, int, int], engine: str) -> tuple[tuple[str, ...], str]:
+    """Which non-torch memory vLLM charges to its budget, by where its snapshot sits (doc §1.2–1.3)."""
+    if engine == "V0":
+        if version == (0, 6, 4):
+            return ("context", "communicators", "cublas"), "V0 0.6.4: all non-torch memory (context, NCCL, cuBLAS)"
+        return ("communicators", "cublas"), "V0: NCCL and cuBLAS (baseline taken before NCCL)"
+    if version <= (0, 9, 0):
+        return ("context", "communicators", "cublas"), "V1 ≤0.9.0: all non-torch memory (context, NCCL, cuBLAS)"
+    if version < (0, 11, 0):
+        return ("communicators", "cublas"), "V1 0.9.1–0.10: NCCL and cuBLAS (snapshot before NCCL)"
+    return ("cublas",), "V1 ≥0.11: cuBLAS only (NCCL is initialised before the snapshot)"
+
+
+def vllm_non_torch_gib(version: tuple[int, int, int], engine: str, basis: BudgetBasis) -> tuple[float, str]:
+    """Non-torch memory vLLM charges to its budget (GiB) and why."""
+    parts, how = vllm_non_torch_parts(version, engine)
+    figures = {"context": basis.cuda_context.gib, "communicators": basis.profile_nccl.gib, "cublas": basis.cublas.gib}
+    return sum(figures[p] for p in parts), how
+
+
+def vllm_batch_defaults(version: tuple[int, int, int], engine: str, gpu_gib: float, gpu_label: str,
+                        max_model_len: int, offline: bool) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) the profile run uses when not given."""
+    if engine == "V0":
+        tokens = max(max_model_len, 2048) if max_model_len <= 32768 else 2048
+        return tokens, 256
+    big = gpu_gib >= 70 and "A100" not in gpu_label.upper()
+    if offline:
+        return (16384, 1024) if big else (8192, 256)
+    return (8192, 1024) if big else (2048, 256)
+
+
+def vllm_activation_gib(cfg: dict[str, Any], tp: int, tokens: int, seqs: int) -> float:
+    """Peak torch memory of the profile run beyond the weights (first principles, per rank).
+
+    Forward: the MLP holds gate_up (2I) and its activation (I) next to ~3 hidden-size buffers per
+    token (dense), or top-k × (3N + H) in the fused-MoE caches. Sampler: the dummy sampler run's
+    copies of max_num_seqs rows of logits (VLLM_SAMPLER_BYTES_PER_LOGIT). The two are not alive at
+    once. (On the V0 RTX 3090 Llama-3.1-8B log the forward gives 2.06 GiB at 20,000 tokens and 2.99
+    at 29,000 vs the logged 2.07 and 2.99.)
+    """
+    forward_bytes, sampler_bytes = _vllm_profile_bytes(cfg, tp, tokens, seqs)
+    return max(forward_bytes, sampler_bytes) / GIB
+
+
+def vllm_sampler_dominates(cfg: dict[str, Any], tp: int, tokens: int, seqs: int) -> bool:
+    """Whether the dummy sampler run, not the forward pass, sets the profile's activation peak (its spread
+    is wider: which sampler path a deployment takes is not in the launch)."""
+    forward_bytes, sampler_bytes = _vllm_profile_bytes(cfg, tp, tokens, seqs)
+    return sampler_bytes > forward_bytes
+
+
+def _vllm_profile_bytes(cfg: dict[str, Any], tp: int, tokens: int, seqs: int) -> tuple[int, int]:
+    """(forward, dummy sampler run) bytes of vLLM's profile run on one rank."""
+    h = int(cfg["hidden_size"])
+    vocab = int(cfg.get("vocab_size") or 32000)
+    mlp_values_per_token = 3 * max(1, int(cfg.get("intermediate_size") or 4 * h) // tp)
+    if cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts"):
+        n = int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or h) // tp
+        topk = int(cfg.get("num_experts_per_tok") or 8)
+        dense = mlp_values_per_token if cfg.get("first_k_dense_replace") else 0
+        mlp_values_per_token = max(dense, topk * (3 * n + h))
+    forward_bytes = tokens * (mlp_values_per_token + 3 * h) * 2
+    sampler_bytes = seqs * vocab * VLLM_SAMPLER_BYTES_PER_LOGIT + seqs * h * 2
+    return forward_bytes, sampler_bytes
+
+
+def vllm_encoder_profile(cfg: dict[str, Any], settings: dict[str, Any], batched_tokens: int
+                         ) -> tuple[float, str] | None:
+    """(GiB, what) of the profile run's dummy encoder batch for a multimodal model, V1 engine.
+
+    vLLM profiles the vision encoder first, at its budget: max(max_num_batched_tokens, the most
+    tokens one image makes), so that many images of the largest size (one, unless the batch budget
+    is larger). The ViT runs over every patch before the merge (k² per token); its peak is the MLP's
+    input, output and activation with the residual stream: ~(2·mlp + 4·h) values per patch, plus the
+    pixel values. This is alive before the language model's dummy run, not with it: the peak is
+    the larger of the two. None: text only (``limit_mm_per_prompt`` all zero, ``language_model_only``,
+    ``skip_mm_profiling``) or a tower whose shape or image limit is not known.
+    """
+    if any(_truthy(settings.get(k)) for k in ("language_model_only", "skip_mm_profiling")):
+        return None
+    limits = settings.get("limit_mm_per_prompt")
+    if isinstance(limits, dict) and not any(_int(limits.get(k)) for k in ("image", "video")):
+        return None
+    shape = vision_profile_shape(cfg)
+    if shape is None:
+        return None
+    per_item = shape["tokens_per_item"]
+    items = max(1, max(batched_tokens, per_item) // per_item)
+    patches = items * per_item * shape["merge"] ** 2
+    peak = patches * ((2 * shape["mlp"] + 4 * shape["hidden"]) + shape["pixel_values"]) * 2
+    what = f"encoder dummy batch: {items} image(s) of {per_item:,} tokens = {patches:,} patches"
+    return peak / GIB, what
+
+
+def _vllm_version(ctx: Context) -> tuple[tuple[int, int, int], str]:
+    v_eras, _ = _vllm_modules()
+    text = ctx.req.engine_version or VLLM_NEWEST
+    v = v_eras.parse_version(text)
+    if v is None:
+        raise InputError(f"--engine-version {text!r} is not a version number")
+    return v, ("given" if ctx.req.engine_version else f"assumed (newest documented, {VLLM_NEWEST})")
+
+
+def plan_vllm(ctx: Context) -> dict[str, Any]:
+    v_eras, v_rules = _vllm_modules()
+    s, req, arch, b = ctx.settings, ctx.req, ctx.arch, ctx.basis
+    version, vhow = _vllm_version(ctx)
+    engine = str(s.get("engine") or ("V1" if version >= (0, 8, 0) else "V0")).upper()
+    era = v_eras.era_for(version, engine)
+    util = _fraction(s, "gpu_memory_utilization") or era.default_util
+    max_len = _int(s.get("max_model_len")) or req.context or arch.max_position_embeddings or 4096
+    tokens_b, seqs = vllm_batch_defaults(version, engine, b.smi_total_gib, b.gpu, max_len, _truthy(s.get("offline")))
+    tokens_b = _int(s.get("max_num_batched_tokens")) or tokens_b
+    seqs = _int(s.get("max_num_seqs")) or seqs
+    w = _weights(ctx, Parallel(tp=req.tp, ep=req.ep, pp=req.pp))
+    rope = rope_cache_bytes(ctx.mc.cfg, 2) / GIB
+    act = vllm_activation_gib(ctx.mc.cfg, req.tp, tokens_b, seqs)
+    act_what = f"{tokens_b:,} batched tokens, {seqs} seqs"
+    encoder = vllm_encoder_profile(ctx.mc.cfg, s, tokens_b) if engine == "V1" else None
+    if encoder is not None and encoder[0] > act:
+        act, act_what = encoder
+    non_torch, nt_how = vllm_non_torch_gib(version, engine, b)
+    graphs = _float(s.get("cuda_graph_gib"))
+    if graphs is None:
+        graphs = VLLM_GRAPH_GIB if (era.graphs_in_budget and not _truthy(s.get("enforce_eager"))) else 0.0
+    kv_dtype = str(s.get("kv_cache_dtype") or "auto")
+    kvb = dtype_bytes(kv_dtype, arch.torch_dtype)
+    block = _int(s.get("block_size")) or (64 if arch.attention == "mla" and (ctx.sm_major or 0) >= 9 else 16)
+    layers = max(v_rules.pp_layers(arch.full_attention_layers or arch.num_layers, req.pp))
+    kv_override = _int(s.get("kv_cache_memory_bytes"))
+    from kvscope.engines.vllm.plan_spec import resolve_vllm_draft
+
+    draft = resolve_vllm_draft(ctx.mc, arch, s, Parallel(tp=req.tp, ep=req.ep, pp=req.pp))
+    draft_gib = draft.weights_gib if draft else 0.0
+
+    prefix = _truthy(s.get("enable_prefix_caching"))  # off by default for hybrid models (v0.18–v0.24)
+
+    def scenario(u: float, kv_bytes: int, k_shift: float = 0.0) -> dict[str, Any]:
+        T = b.torch_total.gib
+        budget = u * T
+        K = kv_override / GIB if kv_override else budget - w.gib - draft_gib - rope - act - non_torch - graphs
+        K += k_shift
+        page = v_rules.page_size(arch, kv_bytes, req.tp)
+        row = page.bytes_per_token_per_layer
+        extra = draft.target_layer_equivalent(row, kv_bytes, req.tp) if draft else 0
+        layout = _vllm_mamba_layout(ctx, row, block, prefix, extra, draft.num_speculative_tokens if draft else 0)
+        if layout is not None:
+            cap = v_rules.mamba_capacity(K, layout, max_len, era.capacity_rule)
+        elif arch.sliding_layers and arch.full_attention_layers and arch.sliding_window:
+            cap = v_rules.hybrid_capacity(K, row, arch.full_attention_layers + extra, arch.sliding_layers,
+                                          arch.sliding_window, block, max_len, tokens_b, era.capacity_rule)
+        else:
+            block_bytes = v_rules.bytes_per_block(row, layers, block)
+            if draft:
+                block_bytes += v_rules.bytes_per_block(draft.row_bytes(kv_bytes, req.tp), draft.kv_layers, block)
+            cap = v_rules.capacity(v_rules.blocks_for(K, block_bytes), block, max_len, era.capacity_rule)
+        outside = T - budget - (b.cuda_context.gib + b.nccl.gib if version >= (0, 11, 0) else 0.0)
+        if not era.graphs_in_budget:
+            outside -= 0.5  # graphs are captured outside the budget
+        return {"K": K, "blocks": cap.blocks, "tokens": cap.tokens, "concurrency": cap.concurrency,
+                "page": page, "reserve_left_gib": outside, "mamba": layout}
+
+    base = scenario(util, kvb)
+    spread = Spread() if kv_override else vllm_spread(
+        b, util, w.as_dict(), act, vllm_non_torch_parts(version, engine)[0],
+        bool(graphs) and not s.get("cuda_graph_gib"),
+        sampler_peak=encoder is None and vllm_sampler_dominates(ctx.mc.cfg, req.tp, tokens_b, seqs))
+    token_range = [scenario(util, kvb, -spread.gib)["tokens"], scenario(util, kvb, spread.gib)["tokens"]]
+    warnings = list(ctx.notes) + list(w.notes) + b.notes + (draft.notes if draft else [])
+    if base["mamba"] is not None:
+        warnings.append(_mamba_note(base["mamba"], arch.linear_layers, max_len))
+    elif arch.full_attention_layers and not arch.sliding_layers and arch.full_attention_layers < arch.num_layers:
+        warnings.append("hybrid linear-attention (Mamba-style) model: vLLM's state pages and enlarged attention "
+                        "blocks are not modelled (state fields missing from the config, or PP > 1); the token "
+                        "figure counts full-attention layers only")
+    if base["K"] <= 0:
+        warnings.append("no KV memory: the engine would stop with 'No available memory for the cache blocks'")
+    elif base["tokens"] < max_len:
+        warnings.append(f"one request of max_model_len {max_len:,} does not fit ({base['tokens']:,} tokens): the "
+                        "engine would refuse to start; lower --max-model-len or raise --gpu-memory-utilization")
+    rows = []
+    for u in sorted({round(util + d, 2) for d in (-0.04, -0.02, 0.0, 0.02, 0.04) if 0.3 < util + d <= 0.99}):
+        sc = scenario(u, kvb)
+        rows.append({"flag": "(as planned)" if abs(u - util) < 1e-9 else f"--gpu-memory-utilization {u}",
+                     "gpu_memory_utilization": u, "kv_tokens": sc["tokens"], "concurrency_at_context": sc["concurrency"],
+                     "reserve_left_gib": sc["reserve_left_gib"]})
+    if kvb > 1:
+        sc = scenario(util, 1)
+        rows.append({"flag": "--kv-cache-dtype fp8", "gpu_memory_utilization": util, "kv_tokens": sc["tokens"],
+                     "concurrency_at_context": sc["concurrency"], "reserve_left_gib": sc["reserve_left_gib"]})
+    T = b.torch_total.gib
+    ledger = [
+        ("nvidia-smi total", b.smi_total_gib, "catalog"),
+        ("torch total (T)", T, b.torch_total.how),
+        (f"budget T × gpu_memory_utilization {util}", util * T, "given" if s.get("gpu_memory_utilization")
+         else f"default for {era.name}"),
+        ("weights per rank", -w.gib, w.method),
+        *([(f"draft weights ({draft.method}, loaded before profiling)", -draft_gib, draft.weights_from)]
+          if draft_gib else []),
+        ("rope cos/sin cache (model dtype)", -rope, "computed"),
+        (f"activation peak ({act_what})", -act, "estimated"),
+        ("non-torch memory charged", -non_torch, nt_how),
+        ("CUDA graphs (in budget)", -graphs, "assumed typical" if graphs and not s.get("cuda_graph_gib") else "given"),
+        ("= KV cache memory (K)", base["K"], "derived"),
+        ("left outside the budget", base["reserve_left_gib"], "derived"),
+    ]
+    return {
+        "engine": "vllm", "engine_version": v_eras.fmt(version), "era": era.name,
+        "settings": {"engine_version": {"value": v_eras.fmt(version), "from": vhow},
+                     "gpu_memory_utilization": {"value": util, "from": "given" if s.get("gpu_memory_utilization")
+                                                else "default"},
+                     "max_model_len": {"value": max_len, "from": "given" if (s.get("max_model_len") or req.context)
+                                       else "model config"},
+                     "max_num_batched_tokens": {"value": tokens_b, "from": "given" if s.get("max_num_batched_tokens")
+                                                else "default"},
+                     "max_num_seqs": {"value": seqs, "from": "given" if s.get("max_num_seqs") else "default"},
+                     "kv_cache_dtype": {"value": kv_dtype, "from": "given" if s.get("kv_cache_dtype") else "default"},
+                     "block_size": {"value": block, "from": "given" if s.get("block_size") else "platform default"},
+                     **_vllm_spec_settings(draft)},
+        "weights": w.as_dict(), "ledger": [{"item": i, "gib": g, "how": h} for i, g, h in ledger],
+        "kv": {"kv_cache_dtype": kv_dtype, "block_size": base["mamba"].block_size if base["mamba"] else block,
+               "bytes_per_token_per_layer": base["page"].bytes_per_token_per_layer, "layers": layers,
+               "formula": base["page"].formula + _draft_formula(draft, kvb, req.tp), "available_kv_gib": base["K"],
+               "num_gpu_blocks": base["blocks"], "kv_tokens": base["tokens"], **_mamba_kv(base["mamba"], max_len),
+               **({"speculative": draft.as_dict(kvb, req.tp)} if draft else {})},
+        "capacity": {"kv_tokens": base["tokens"], "context_tokens": max_len, "max_concurrency": base["concurrency"],
+                     "kv_tokens_range": token_range, "range": spread.as_dict()},
+        "table": rows, "warnings": warnings,
+    }
+
+
+def _vllm_mamba_layout(ctx: Context, attn_row_bytes: int, block: int, prefix: bool, draft_layers: int = 0,
+                       num_spec: int = 0) -> Any:
+    """vLLM's layout of a hybrid attention + Mamba/GDN model (None for other models or when not sizable).
+
+    Speculative decoding adds the draft's attention layers to the attention groups and widens the
+    state (conv window, spare blocks) by the draft tokens, as explain's kv_plan does.
+    """
+    if is_deepseek_v4(ctx.mc.cfg):
+        raise InputError(_dsv4_refusal(ctx, "vLLM's DeepSeek-V4 block layout is not modelled by plan yet"))
+    _, v_rules = _vllm_modules()
+    arch, s = ctx.arch, ctx.settings
+    if not (arch.linear_layers and arch.linear_state and arch.full_attention_layers) or ctx.req.pp > 1:
+        return None
+    state = v_rules.mamba_page(arch, ctx.req.tp, s.get("dtype"), num_spec, s.get("mamba_cache_dtype"),
+                               s.get("mamba_ssm_cache_dtype"))
+    if state is None:
+        return None
+    mode = v_rules.mamba_cache_mode(prefix, arch.model_type)
+    return v_rules.mamba_layout(attn_row_bytes, state, arch.full_attention_layers + draft_layers, arch.linear_layers,
+                                mode, num_spec, block, arch.linear_state.chunk_size)
+
+
+def _vllm_spec_settings(draft: VllmDraft | None) -> dict[str, Any]:
+    """The speculative settings rows (same place as SGLang's), empty without speculative decoding."""
+    if draft is None:
+        return {}
+    return {"speculative_config": {"value": {"method": draft.method, "model": draft.model,
+                                             "num_speculative_tokens": draft.num_speculative_tokens},
+                                   "from": "given" if draft.tokens_from == "given"
+                                   else f"given; num_speculative_tokens {draft.tokens_from}"},
+            "draft KV layers": {"value": draft.kv_layers, "from": draft.layers_from}}
+
+
+def _draft_formula(draft: VllmDraft | None, kv_bytes: int, tp: int) -> str:
+    """What the draft adds to the KV bytes per token, for the formula line."""
+    if draft is None or not draft.kv_layers:
+        return ""
+    return f"; + {draft.kv_layers} draft layer(s) × {draft.row_bytes(kv_bytes, tp):,} B ({draft.method})"
+
+
+def _mamba_note(layout: Any, linear_layers: int, max_len: int) -> str:
+    """The hybrid layout in one sentence (why the block size and the token count are what they are)."""
+    pad = f" (state padded {layout.page_bytes / layout.mamba_state_bytes - 1:.2%})" \
+        if layout.page_bytes != layout.mamba_state_bytes else ""
+    return (f"hybrid model ({linear_layers} Mamba/linear-attention layers): vLLM enlarges "
+            f"the attention block to {layout.block_size:,} tokens so one page ({layout.page_bytes:,} B) holds a "
+            f"{layout.mamba_state_bytes:,} B recurrent state{pad}; {layout.attn_groups} attention + "
+            f"{layout.mamba_groups} state groups of {layout.group_size} layers, mamba_cache_mode '{layout.mode}' "
+            f"(prefix caching {'on' if layout.mode != 'none' else 'off'}); one {max_len:,}-token request takes "
+            f"{layout.blocks_per_request(max_len):,} blocks")
+
+
+def _mamba_kv(layout: Any, max_len: int) -> dict[str, Any]:
+    """The hybrid layout for the JSON 'kv' object (empty for other models)."""
+    if layout is None:
+        return {}
+    return {"hybrid": {"mamba_cache_mode": layout.mode, "page_bytes": layout.page_bytes,
+                       "mamba_state_bytes": layout.mamba_state_bytes, "group_size": layout.group_size,
+                       "attention_groups": layout.attn_groups, "mamba_groups": layout.mamba_groups,
+                       "blocks_per_request": layout.blocks_per_request(max_len)}}

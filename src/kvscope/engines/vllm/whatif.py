@@ -1,0 +1,324 @@
+"""``whatif`` for vLLM: calibrate on the logged block count, then move one budget term at a time.
+
+vLLM's KV memory is K = T × util − (non-KV terms), and none of the non-KV terms depend on util, so
+K' = K + Δutil × T exactly (vllm-memory.md §7). The logged block count B pins K to
+[B·P, (B+1)·P) where P is the bytes of one block across the worker's layers; predictions inherit
+only the ±0.005 GiB of the printed device total times Δutil.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvscope.core.startup import Startup
+from kvscope.engines.vllm import finish as vfinish
+from kvscope.engines.vllm import rules as vrules
+from kvscope.engines.whatif_base import (
+    PredictionError,
+    Scenario,
+    _risk,
+    _truthy,
+    assemble_prediction,
+    normalise_changes,
+)
+from kvscope.model.arch import dtype_bytes
+from kvscope.model.weights import VLLM_WEIGHTS, Parallel, weights_delta_gib
+
+GIB = 1 << 30
+SUPPORTED = {"gpu_memory_utilization", "kv_cache_dtype", "max_model_len", "block_size", "kv_cache_memory_bytes",
+             "kv_offloading_size", "tensor_parallel_size", "max_num_seqs"}
+ALIASES = {"util": "gpu_memory_utilization", "context_length": "max_model_len", "max_len": "max_model_len",
+           "tp_size": "tensor_parallel_size", "tp": "tensor_parallel_size", "kv_cache_memory": "kv_cache_memory_bytes",
+           "mem_fraction_static": "gpu_memory_utilization"}
+FLAGS = {"gpu_memory_utilization": "--gpu-memory-utilization", "kv_cache_dtype": "--kv-cache-dtype",
+         "max_model_len": "--max-model-len", "block_size": "--block-size", "kv_cache_memory_bytes": "--kv-cache-memory-bytes",
+         "kv_offloading_size": "--kv-offloading-size", "tensor_parallel_size": "--tensor-parallel-size",
+         "max_num_seqs": "--max-num-seqs"}
+
+
+@dataclass
+class VllmCalibration:
+    """What the logged run pins down: blocks, bytes per block, K's range, and the settings it ran with."""
+
+    blocks: int
+    block_size: int
+    block_bytes: float  # bytes of one block id across the worker's KV layers
+    kv_low_bytes: float
+    kv_high_bytes: float
+    util: float | None
+    total_gib: float | None
+    max_model_len: int | None
+    kv_bytes: int
+    tp: int
+    capacity_rule: str
+    free_at_ready_gib: float | None
+    notes: list[str] = field(default_factory=list)
+    mamba: vrules.MambaLayout | None = None  # hybrid attention + Mamba: the layout that reproduced the log
+    model: str | None = None  # the model id or path, to estimate how its weights shard
+    arch: Any = None  # its architecture, for the KV heads per GPU at another TP
+    pp: int = 1  # pipeline stages: weights per GPU are one stage's
+
+    @property
+    def kv_tokens(self) -> int:
+        """The logged capacity: blocks × block_size, or a hybrid's concurrency × max_model_len."""
+        if self.mamba is not None and self.max_model_len:
+            return vrules.mamba_capacity_of_blocks(self.blocks, self.mamba, self.max_model_len, self.capacity_rule).tokens
+        return self.blocks * self.block_size
+
+    @property
+    def bytes_per_token(self) -> float:
+        """KV bytes per logged token (a hybrid's state pages spread over its tokens)."""
+        if self.mamba is not None and self.kv_tokens:
+            return self.blocks * self.block_bytes / self.kv_tokens
+        return self.block_bytes / self.block_size
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"num_gpu_blocks": self.blocks, "block_size": self.block_size, "block_bytes": round(self.block_bytes),
+                "bytes_per_token": round(self.bytes_per_token), "kv_tokens": self.kv_tokens,
+                "available_kv_gib_low": round(self.kv_low_bytes / GIB, 4), "available_kv_gib_high": round(self.kv_high_bytes / GIB, 4),
+                "gpu_memory_utilization": self.util, "total_gib": self.total_gib, "max_model_len": self.max_model_len,
+                "tp_size": self.tp, "notes": self.notes}
+
+
+def calibrate(s: Startup) -> VllmCalibration:
+    """Pin K from the logged blocks (or tokens) and the block bytes of the reconciled layout."""
+    cap = s.capacity
+    bs = vfinish.block_size(s)
+    arch, _ = vfinish.arch_context(s)
+    mamba = _mamba_layout(s, arch)
+    if mamba is not None:
+        bs = mamba.block_size
+    blocks = cap.num_gpu_blocks or _logged_blocks(cap, mamba, bs)
+    if not blocks:
+        raise PredictionError("the log has no '# GPU blocks' / 'GPU KV cache size' line to calibrate on")
+    plan = vfinish.kv_plan(s, arch) if arch is not None else None
+    notes: list[str] = []
+    if mamba is not None:
+        block_bytes = float(mamba.block_bytes)
+        notes.append(f"hybrid model: block size {mamba.block_size:,} (enlarged to hold a Mamba state), "
+                     f"{mamba.attn_groups + mamba.mamba_groups} groups of {mamba.group_size} layers, "
+                     f"mamba_cache_mode '{mamba.mode}'")
+    elif plan is not None and not plan.hybrid and not plan.linear:
+        block_bytes = float(vrules.bytes_per_block(plan.row_bytes, plan.layers, bs))
+        extra = cap.extras.get("draft_kv_layers")
+        if isinstance(extra, int) and extra:
+            block_bytes = float(vrules.bytes_per_block(plan.row_bytes, plan.layers + extra, bs))
+    elif cap.available_kv_gib:
+        low, high = vrules.implied_block_bytes(cap.available_kv_gib, blocks)
+        block_bytes = (low + high) / 2
+        notes.append("block bytes implied by the logged KV memory and block count (architecture not known; pass --model)")
+    else:
+        raise PredictionError("bytes per block unknown: pass --model (a config.json or model id)")
+    total = vfinish.total_gib(s)
+    ref = s.reference_rank
+    util = vfinish.util(s)
+    if util is None:
+        notes.append("gpu_memory_utilization is not in the log and the release (hence its default) is not pinned: "
+                     "pass --assume gpu_memory_utilization=… to predict utilization changes")
+    return VllmCalibration(
+        blocks=blocks, block_size=bs, block_bytes=block_bytes, kv_low_bytes=blocks * block_bytes,
+        kv_high_bytes=(blocks + 1) * block_bytes - 1, util=util, total_gib=total, max_model_len=cap.max_model_len,
+        kv_bytes=vfinish.kv_bytes(s, arch), tp=vfinish.tp_size(s), capacity_rule=vfinish.era_of(s).capacity_rule,
+        free_at_ready_gib=ref.avail_at_ready_gib if ref else None, notes=notes, mamba=mamba,
+        model=vfinish.model_name(s), arch=arch, pp=vfinish.pp_size(s),
+    )
+
+
+def _mamba_layout(s: Startup, arch: Any) -> vrules.MambaLayout | None:
+    """The hybrid layout explain matched to the log (its draft tokens and prefix caching), if any."""
+    kept = s.capacity.extras.get("hybrid_layout")
+    if arch is None or not isinstance(kept, dict):
+        return None
+    extra = s.capacity.extras.get("draft_kv_layers")
+    plan = vfinish.kv_plan(s, arch, extra if isinstance(extra, int) else 0, int(kept.get("draft_tokens") or 0),
+                           bool(kept.get("prefix_caching")))
+    return plan.mamba if plan is not None else None
+
+
+def _logged_blocks(cap: Any, mamba: vrules.MambaLayout | None, bs: int) -> int | None:
+    """Blocks behind a logged token count: tokens // block_size, or for a hybrid the count explain found."""
+    if mamba is not None:
+        kept = cap.extras.get("hybrid_layout") or {}
+        return kept.get("num_gpu_blocks")
+    return cap.kv_tokens // bs if cap.kv_tokens else None
+
+
+def _capacity(cal: VllmCalibration, kv_bytes: float, block_bytes: float, bs: int, m: int | None,
+              mamba: vrules.MambaLayout | None = None) -> tuple[int, int, float | None]:
+    blocks = max(0, int(kv_bytes // block_bytes))
+    if mamba is not None and m:
+        c = vrules.mamba_capacity_of_blocks(blocks, mamba, m, cal.capacity_rule)
+        return blocks, c.tokens, c.concurrency
+    c = vrules.capacity(blocks, bs, m, cal.capacity_rule)
+    return blocks, c.tokens, (c.concurrency if m else None)
+
+
+def predict(cal: VllmCalibration, changes: dict[str, Any], host_ram_gb: float | None = None,
+            label: str | None = None) -> Scenario:
+    changes = normalise_changes(changes, SUPPORTED, ALIASES, "vLLM")
+    notes: list[str] = []
+    low, high = cal.kv_low_bytes, cal.kv_high_bytes
+    reserve = cal.free_at_ready_gib
+    approximate = False
+    if "kv_cache_memory_bytes" in changes:
+        low = high = float(_bytes(changes["kv_cache_memory_bytes"]))
+        notes.append("--kv-cache-memory-bytes fixes the KV size; gpu_memory_utilization no longer sizes it")
+    elif "gpu_memory_utilization" in changes:
+        if cal.util is None or cal.total_gib is None:
+            raise PredictionError("utilization or device total not in the log: pass --assume gpu_memory_utilization=… and gpu=…")
+        delta = (float(changes["gpu_memory_utilization"]) - cal.util)
+        low += delta * (cal.total_gib - 0.005) * GIB if delta >= 0 else delta * (cal.total_gib + 0.005) * GIB
+        high += delta * (cal.total_gib + 0.005) * GIB if delta >= 0 else delta * (cal.total_gib - 0.005) * GIB
+        if reserve is not None:
+            reserve -= delta * cal.total_gib
+    block_bytes, bs, mamba = cal.block_bytes, cal.block_size, cal.mamba
+    if mamba is not None and ("kv_cache_dtype" in changes or "block_size" in changes):
+        row = mamba.attn_row_bytes
+        if "kv_cache_dtype" in changes:
+            row = row * dtype_bytes(str(changes["kv_cache_dtype"])) // cal.kv_bytes
+        mamba = vrules.mamba_relayout(mamba, row, int(changes["block_size"]) if "block_size" in changes else None)
+        block_bytes, bs = float(mamba.block_bytes), mamba.block_size
+        notes.append(f"hybrid model: the attention block is re-enlarged to {bs:,} tokens for the same Mamba state")
+    elif "kv_cache_dtype" in changes:
+        block_bytes = block_bytes * dtype_bytes(str(changes["kv_cache_dtype"])) / cal.kv_bytes
+    if "block_size" in changes and mamba is None:
+        new_bs = int(changes["block_size"])
+        block_bytes, bs = block_bytes * new_bs / cal.block_size, new_bs
+    if "tensor_parallel_size" in changes:
+        approximate = True
+        new_low, new_high, block_bytes = _tp_change(cal, _tp_value(changes["tensor_parallel_size"]), low, high,
+                                                    block_bytes, mamba, notes)
+        if "kv_cache_memory_bytes" not in changes:  # a fixed K stays fixed; only the block changes
+            low, high = new_low, new_high
+    m = int(changes.get("max_model_len") or cal.max_model_len or 0) or None
+    b_low, t_low, c_low = _capacity(cal, low, block_bytes, bs, m, mamba)
+    b_high, t_high, _ = _capacity(cal, high, block_bytes, bs, m, mamba)
+    need = mamba.blocks_per_request(m) if (mamba is not None and m) else (vrules.cdiv(m, bs) if m else 0)
+    if m and b_low < need:
+        notes.append(f"max_model_len {m:,} needs {need:,} blocks; only {b_low:,} fit: vLLM refuses to start")
+    risk, words = _risk(reserve, 0.0) if reserve is not None else ("unknown", "free memory at ready not in the log")
+    if t_high == 0:
+        notes.append("no KV cache fits: vLLM would stop with 'No available memory for the cache blocks'")
+        risk, words = "high", "no KV cache: the server would not start"
+    host = _offload(changes, cal, host_ram_gb)
+    flags = [f"{FLAGS[k]} {v}" for k, v in changes.items()]
+    return Scenario(label=label or (", ".join(f"{k}={v}" for k, v in changes.items()) or "as logged"), changes=changes,
+                    kv_tokens_low=t_low, kv_tokens_high=t_high, node_kv_tokens_low=t_low, node_kv_tokens_high=t_high,
+                    context_tokens=m, concurrency_at_context=round(c_low, 2) if c_low is not None else None,
+                    reserve_left_gib=round(reserve, 2) if reserve is not None else None,
+                    reserve_basis="free at ready (observed, adjusted)" if reserve is not None else "unknown",
+                    risk=risk, risk_words=words, flags=flags, notes=notes, host=host, approximate=approximate)
+
+
+def _tp_value(value: Any) -> int:
+    try:
+        tp = int(value)
+    except (TypeError, ValueError):
+        tp = 0
+    if tp < 1:
+        raise PredictionError(f"tensor_parallel_size must be a positive integer, got {value!r}")
+    return tp
+
+
+def _tp_change(cal: VllmCalibration, tp: int, low: float, high: float, block_bytes: float,
+               mamba: vrules.MambaLayout | None, notes: list[str]) -> tuple[float, float, float]:
+    """Another TP size: K moves by the weights' change per GPU (two estimates from the model's config)
+    and a block by the KV heads each GPU then holds; communicators and activations are not re-priced."""
+    delta = weights_delta_gib(cal.model, Parallel(tp=cal.tp, pp=cal.pp), Parallel(tp=tp, pp=cal.pp), VLLM_WEIGHTS)
+    if delta is None or cal.arch is None or mamba is not None:
+        why = ("hybrid Mamba layout" if mamba is not None else "no model named (pass --assume model=…)"
+               if not cal.model else f"{cal.model} is not in the catalog")
+        notes.append(f"TP {cal.tp} → {tp}: weights and KV heads per GPU both change; not predicted ({why})")
+        return low, high, block_bytes
+    row_old = vrules.page_size(cal.arch, cal.kv_bytes, cal.tp).bytes_per_token_per_layer
+    row_new = vrules.page_size(cal.arch, cal.kv_bytes, tp).bytes_per_token_per_layer
+    notes.append(f"TP {cal.tp} → {tp}: weights per GPU {'grow' if delta >= 0 else 'shrink'} by {abs(delta):.2f} GiB "
+                 f"(estimated from {cal.model}'s config) and a token's KV per GPU goes from {row_old:,} to {row_new:,} "
+                 "B per layer; NCCL and activation changes are not re-priced")
+    return low - delta * GIB, high - delta * GIB, block_bytes * row_new / row_old
+
+
+def _bytes(value: Any) -> int:
+    text = str(value).strip().upper()
+    for suffix, scale in (("GIB", GIB), ("G", GIB), ("MIB", 1 << 20), ("M", 1 << 20), ("K", 1 << 10)):
+        if text.endswith(suffix):
+            return int(float(text[: -len(suffix)]) * scale)
+    return int(float(text))
+
+
+def _offload(changes: dict[str, Any], cal: VllmCalibration, host_ram_gb: float | None) -> dict[str, Any] | None:
+    """--kv-offloading-size is GiB in total across TP × PP ranks (v0.12+); each rank pins its share."""
+    if "kv_offloading_size" not in changes:
+        return None
+    total_gib = float(changes["kv_offloading_size"])
+    per_rank_bytes = total_gib * GIB / cal.tp
+    tokens = int(per_rank_bytes // cal.bytes_per_token)
+    out: dict[str, Any] = {"host_tokens_per_rank": tokens, "extra_cacheable_tokens": tokens,
+                           "per_rank_gib": round(per_rank_bytes / GIB, 2), "ranks_on_host": cal.tp,
+                           "total_gb": round(total_gib * GIB / 1e9, 2), "replicated": False}
+    if host_ram_gb is not None:
+        margin = host_ram_gb - total_gib * GIB / 1e9
+        out.update(host_ram_gb=host_ram_gb, fits=margin >= 10.0, margin_gb=round(margin, 2))
+    return out
+
+
+def standard_scenarios(cal: VllmCalibration) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if cal.util is not None and cal.total_gib is not None:
+        for step in (-0.02, 0.01, 0.02, 0.04):
+            value = round(cal.util + step, 2)
+            if 0 < value <= 0.99:
+                out.append({"gpu_memory_utilization": value})
+    if cal.kv_bytes > 1:
+        out.append({"kv_cache_dtype": "fp8"})
+    if cal.max_model_len:
+        out.append({"max_model_len": max(cal.block_size, cal.max_model_len // 2)})
+    return out
+
+
+def util_curve(cal: VllmCalibration, points: int = 21) -> list[dict[str, Any]]:
+    if cal.util is None or cal.total_gib is None:
+        return []
+    out = []
+    lo, hi = max(0.3, cal.util - 0.1), min(0.99, cal.util + 0.1)
+    for i in range(points):
+        u = round(lo + (hi - lo) * i / (points - 1), 3)
+        sc = predict(cal, {"gpu_memory_utilization": u})
+        out.append({"gpu_memory_utilization": u, "kv_tokens": sc.kv_tokens, "reserve_left_gib": sc.reserve_left_gib,
+                    "risk": sc.risk})
+    return out
+
+
+def tokens_per_step(cal: VllmCalibration) -> int | None:
+    if cal.total_gib is None:
+        return None
+    if cal.mamba is not None and cal.max_model_len:
+        blocks = vrules.blocks_for(0.01 * cal.total_gib, int(cal.block_bytes))
+        return int(blocks / cal.mamba.blocks_per_request(cal.max_model_len) * cal.max_model_len)
+    return vrules.tokens_per_util_step(cal.total_gib, int(cal.block_bytes), cal.block_size)
+
+
+__all__ = ["VllmCalibration", "_truthy", "calibrate", "predict", "standard_scenarios", "tokens_per_step", "util_curve"]
+
+
+def can_calibrate(s: Startup) -> bool:
+    """A logged block count or token count to calibrate on."""
+    return bool(s.reconciliation is not None or s.capacity.num_gpu_blocks or s.capacity.kv_tokens)
+
+
+def build_prediction(startup: Startup, changes: dict[str, Any], context: int | None,
+                     host_ram_gb: float | None) -> dict[str, Any]:
+    cal = calibrate(startup)
+    return assemble_prediction("vllm", cal, lambda ch, label: predict(cal, ch, host_ram_gb, label=label),
+                               standard_scenarios(cal), changes, ("tokens_per_0_01_util", tokens_per_step(cal)),
+                               ("util_curve", util_curve(cal)))
+
+
+def calibration_line(pred: dict[str, Any]) -> str:
+    """What the prediction was calibrated on, in one line for the terminal."""
+    cal = pred["calibration"]
+    step = pred.get("tokens_per_0_01_util")
+    return (f"Calibrated on the logged run: {cal['num_gpu_blocks']:,} blocks × {cal['block_size']} tokens, "
+            f"{cal['block_bytes']:,} B per block, KV memory {cal['available_kv_gib_low']:.3f} – "
+            f"{cal['available_kv_gib_high']:.3f} GiB" + (f"; +0.01 utilization = +{step:,} tokens" if step else ""))

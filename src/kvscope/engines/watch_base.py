@@ -1,0 +1,122 @@
+"""What an engine's watch adapter reads from a live server: its capacity once, its usage per scrape.
+
+Each engine's adapter (``engines/<engine>/watch.py``) fills these records from what that engine
+exposes; ``kvscope.watch`` samples, summarises and shows them without knowing which engine it is.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from kvscope.core.errors import NotFound
+from kvscope.reading import prom
+
+
+class ServerClient(Protocol):
+    """What an adapter needs of the HTTP client (kvscope.watch.http.Client)."""
+
+    shown: str
+
+    def get(self, path: str) -> Any: ...
+
+    def get_json(self, path: str) -> Any: ...
+
+
+@dataclass
+class Capacity:
+    """What the server said, once, about how much KV cache it has."""
+
+    engine: str
+    url: str
+    version: str | None = None
+    model: str | None = None
+    kv_tokens: int | None = None  # whole server (summed over DP engines)
+    engines: int = 1
+    block_size: int | None = None
+    num_gpu_blocks: int | None = None
+    num_cpu_blocks: int | None = None
+    max_model_len: int | None = None
+    max_concurrency: float | None = None
+    max_running_requests: int | None = None
+    kv_cache_memory_bytes: int | None = None
+    memory_fraction: float | None = None  # gpu_memory_utilization / mem_fraction_static
+    memory_fraction_flag: str | None = None
+    kv_cache_dtype: str | None = None
+    prefix_caching: bool | None = None
+    metrics: bool = True  # False: the server serves no usage metrics (SGLang without --enable-metrics)
+    extras: dict[str, Any] = field(default_factory=dict)
+    sources: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None and v != {} and v != []}
+
+
+@dataclass
+class Reading:
+    """One scrape's raw numbers (counters still cumulative; the sampler turns them into deltas)."""
+
+    kv_usage: float | None = None  # 0..1, the fullest engine
+    tokens_used: int | None = None
+    running: int | None = None
+    waiting: int | None = None
+    preemptions_total: float | None = None  # counter (vLLM preemptions, SGLang retractions)
+    preemptions_gauge: float | None = None  # SGLang's per-interval gauge when no counter exists
+    prefix_hits_total: float | None = None
+    prefix_queries_total: float | None = None
+    prefix_hit_rate: float | None = None  # a gauge, when the engine only gives that
+    start_time: float | None = None  # process_start_time_seconds: changes when the server restarts
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def _label_num(labels: dict[str, str], key: str) -> float | None:
+    raw = labels.get(key)
+    if raw is None or raw in ("None", "", "null"):
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _int(value: float | None) -> int | None:
+    return None if value is None or not math.isfinite(value) else int(round(value))
+
+
+def _finite(values: list[float]) -> list[float]:
+    return [v for v in values if math.isfinite(v)]
+
+
+def _group(series: list[prom.Series], key: str) -> dict[str, list[prom.Series]]:
+    out: dict[str, list[prom.Series]] = {}
+    for s in series:
+        out.setdefault(s.labels.get(key, ""), []).append(s)
+    return out
+
+
+def _sum(series: list[prom.Series]) -> float | None:
+    vals = _finite([s.value for s in series])
+    return sum(vals) if vals else None
+
+
+def _max(series: list[prom.Series]) -> float | None:
+    vals = _finite([s.value for s in series])
+    return max(vals) if vals else None
+
+
+def _start_time(metrics: prom.Metrics) -> float | None:
+    return _max(metrics.get("process_start_time_seconds"))
+
+
+def server_info(client: ServerClient) -> tuple[str, dict[str, Any]] | None:
+    """SGLang's server info from whichever endpoint this release serves; None when neither exists."""
+    for path in ("/get_server_info", "/server_info"):
+        try:
+            data = client.get_json(path)
+        except NotFound:
+            continue
+        if isinstance(data, dict) and ("max_total_num_tokens" in data or "internal_states" in data):
+            return path, data
+    return None

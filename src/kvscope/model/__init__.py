@@ -1,0 +1,1 @@
+"""The neutral model layer: architectures, KV layer specs, weights, GPUs and their overheads, allocator replay."""
