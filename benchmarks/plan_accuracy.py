@@ -4,7 +4,7 @@ For every real log in tests/fixtures/logs whose model, GPU and parallelism are k
 meta.json, run ``plan`` with only launch facts — never a number the log printed — and compare the
 predicted KV tokens per GPU with the logged ones. Prints one row per case, the mean absolute %
 error, whether the logged value falls inside the range plan states (its unlogged inputs' spreads,
-kvscope.capacity.spread), and the cases that could not be planned with the reason.
+kvscope.model.spread), and the cases that could not be planned with the reason.
 
     python benchmarks/plan_accuracy.py [--json] [--cases tests/fixtures/logs]
 
@@ -31,11 +31,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from kvscope.capacity.overheads import resolve_gpu  # noqa: E402
-from kvscope.capacity.plan import PlanRequest, plan  # noqa: E402
-from kvscope.capacity.weights import load_model_config  # noqa: E402
+from kvscope.analysis.plan import PlanRequest, plan  # noqa: E402
+from kvscope.core.errors import InputError  # noqa: E402
 from kvscope.engines.sglang import eras as sg_eras  # noqa: E402
-from kvscope.errors import InputError  # noqa: E402
+from kvscope.model.overheads import resolve_gpu  # noqa: E402
+from kvscope.model.weights import load_model_config  # noqa: E402
 
 # Facts stated in a case's meta.json notes (prose), not in its structured fields.
 CASE_FACTS: dict[str, dict[str, Any]] = {

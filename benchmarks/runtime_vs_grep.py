@@ -133,7 +133,7 @@ def python_floor(path: Path) -> tuple[float, float]:
     """What any CPython reader of these lines costs at least: (seconds to run the decode pattern over
     every 4 MiB block with ``findall``, seconds to also touch each match once in a Python loop)."""
     sys.path.insert(0, str(ROOT / "src"))
-    from kvscope.runtime.lines import _SG_DECODE
+    from kvscope.engines.serving import _SG_DECODE
 
     pattern = re.compile(_SG_DECODE.pattern.encode())
     results = []
@@ -161,7 +161,7 @@ def python_floor(path: Path) -> tuple[float, float]:
 
 def _lane() -> str:
     """Which bulk lane ``kvscope explain`` runs here: the C extension, or the regex (no compiler at install)."""
-    probe = "import kvscope.runtime.lines as l; print('C (kvscope._bulk)' if l.NATIVE else 'pure Python')"
+    probe = "import kvscope.engines.serving as l; print('C (kvscope._bulk)' if l.NATIVE else 'pure Python')"
     return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT).stdout.strip()
 
 
@@ -175,9 +175,9 @@ def stages(path: Path) -> None:
     from kvscope.api import analyze
     from kvscope.engines import ANCHORS, ENGINES, parse_lines
     from kvscope.engines.base import LineContext
+    from kvscope.engines.serving import RuntimeLines
     from kvscope.reading import clean_line, iter_candidate_lines
     from kvscope.runtime.accumulate import Accumulator
-    from kvscope.runtime.lines import RuntimeLines
 
     def clock(fn) -> float:
         start = time.perf_counter()
