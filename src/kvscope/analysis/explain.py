@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from kvscope import engines
+from kvscope.analysis.answer import answer
 from kvscope.core.startup import RANK_FIELDS, Startup
 from kvscope.findings import run_findings
 from kvscope.model.catalog import find_gpu
@@ -60,6 +61,7 @@ def finish_startup(s: Startup, assumptions: dict[str, Any]) -> None:
         s.capacity.kv_tokens = target.tokens if target else None
     _finish_runtime(s)
     run_findings(s)
+    answer(s)
 
 
 def _finish_runtime(s: Startup) -> None:

@@ -173,6 +173,7 @@ class Suggestion:
     to_value: Any
     kv_tokens_after: int | None = None
     note: str = ""
+    alternatives: list[Suggestion] = field(default_factory=list)  # other moves that would also fix it, best first
 
 
 @dataclass
@@ -182,6 +183,19 @@ class Finding:
     title: str
     detail: str
     suggestion: Suggestion | None = None
+
+
+@dataclass
+class Answer:
+    """The operator's question answered in a few lines: what happened, why, what to change (with its value),
+    what else would work, how sure kvscope is, and which missing fact would make it surer."""
+
+    situation: str
+    cause: str
+    suggestion: Suggestion | None = None
+    alternatives: list[Suggestion] = field(default_factory=list)
+    confidence: str = "medium"  # "high": the engine's rule and the log's own numbers; "low": a guess from wording
+    missing: list[str] = field(default_factory=list)  # "--assume mem_fraction_static=…" lines that would unlock more
 
 
 @dataclass
@@ -227,6 +241,7 @@ class Startup:
     assumptions: dict[str, Any] = field(default_factory=dict)
     runtime: Any = None
     started_at: str | None = None
+    answer: Answer | None = None
 
     def rank(self, label: str) -> Rank:
         """Get or create a rank by label, keeping first-seen order."""

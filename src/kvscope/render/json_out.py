@@ -64,13 +64,8 @@ def startup_dict(s: Startup) -> dict[str, Any]:
         r = s.reconciliation
         rec = {"bytes_per_token": r.bytes_per_token, "kv_tokens_low": r.kv_tokens_low, "kv_tokens_high": r.kv_tokens_high,
                "consistent": r.consistent, "method": r.method, "detail": r.detail, "architecture": r.architecture}
-    findings = []
-    for f in s.findings:
-        sug = None
-        if f.suggestion is not None:
-            sug = {"flag": f.suggestion.flag, "from": f.suggestion.from_value, "to": f.suggestion.to_value,
-                   "kv_tokens_after": f.suggestion.kv_tokens_after, "note": f.suggestion.note}
-        findings.append({"code": f.code, "severity": f.severity, "title": f.title, "detail": f.detail, "suggestion": sug})
+    findings = [{"code": f.code, "severity": f.severity, "title": f.title, "detail": f.detail,
+                 "suggestion": _suggestion(f.suggestion)} for f in s.findings]
     failure = None
     if s.failure is not None:
         failure = {"kind": s.failure.kind, "message": s.failure.message,
@@ -90,8 +85,24 @@ def startup_dict(s: Startup) -> dict[str, Any]:
         "failure": failure,
         "warnings": s.warnings,
     }
+    if s.answer is not None:
+        a = s.answer
+        out["answer"] = {"situation": a.situation, "cause": a.cause, "suggestion": _suggestion(a.suggestion, nested=False),
+                         "alternatives": [_suggestion(x, nested=False) for x in a.alternatives],
+                         "confidence": a.confidence, "missing": a.missing}
     if s.runtime is not None:
         out["runtime"] = s.runtime if isinstance(s.runtime, dict) else getattr(s.runtime, "as_dict", lambda: None)()
+    return out
+
+
+def _suggestion(sug: Any, nested: bool = True) -> dict[str, Any] | None:
+    """A suggestion as the contract has it; ``alternatives`` (additive) only where there are some."""
+    if sug is None:
+        return None
+    out = {"flag": sug.flag, "from": sug.from_value, "to": sug.to_value, "kv_tokens_after": sug.kv_tokens_after,
+           "note": sug.note}
+    if nested and sug.alternatives:
+        out["alternatives"] = [_suggestion(a, nested=False) for a in sug.alternatives]
     return out
 
 
