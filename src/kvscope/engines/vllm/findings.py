@@ -7,6 +7,7 @@ the non-KV terms do not depend on gpu_memory_utilization, so K moves by exactly 
 from __future__ import annotations
 
 import math
+import re
 
 from kvscope.core.startup import Finding, Rank, Startup, Suggestion
 from kvscope.core.text import excerpt
@@ -14,6 +15,7 @@ from kvscope.engines.vllm import eras, rules
 from kvscope.engines.vllm.finish import block_size, era_of, graphs_inside, setting_int, total_gib, util
 from kvscope.engines.vllm.rules import GIB
 
+DEFAULT_UTIL = 0.9  # vLLM's default gpu_memory_utilization, every release
 MAX_SANE_UTIL = 0.97  # above this nothing is left for the CUDA context, graphs and the sampler
 GRAPH_HEADROOM_GIB = 2.0  # what to leave outside the budget when graphs are captured there
 
@@ -62,14 +64,34 @@ def _max_len(s: Startup) -> list[Finding]:
                            Suggestion("--max-model-len", m, int(fit), int(fit), note="same memory, shorter context")))
     else:
         out.append(Finding("max-len-too-large", "error", title, detail))
-    raise_util = _util_for_need(s, need, k)
+    raise_util = _util_for_need(s, need, k, m / fit if m and fit and m > fit else None)
     if raise_util is not None:
         out.append(raise_util)
     return out
 
 
-def _util_for_need(s: Startup, need: float | None, k: float | None) -> Finding | None:
+def _util_for_need(s: Startup, need: float | None, k: float | None, short_by: float | None = None) -> Finding | None:
+    named = re.search(r"[Tt]ry increasing `?(\w+)`?", s.failure.message if s.failure else "")
+    if named and named.group(1) != "gpu_memory_utilization":  # the engine names another knob (CPU backend)
+        knob = named.group(1)
+        times = f" to about {short_by:.1f}× its value" if short_by else ""
+        return Finding("raise-kv-space", "info", f"Or raise {knob}",
+                       f"The error names {knob} as what sizes this KV cache (not gpu_memory_utilization): raise it{times}.",
+                       Suggestion(knob, None, None, note=f"raise it{times}"))
     u, total = util(s), total_gib(s)
+    logged_u = u
+    if u is None and s.settings.get("gpu_memory_utilization") is None:
+        u = DEFAULT_UTIL  # not printed: the default the engine used
+    if (need is not None and k is not None or short_by) and u is not None and (not total or k is None) and u < 0.95:
+        # the GPU's total (or the KV memory) is not in the log: the direction is sure, the amount is not
+        to = 0.95
+        short = (f"The KV cache needs {need:.2f} GiB and got {k:.2f} GiB" if need is not None and k is not None else
+                 f"The KV cache must hold {short_by:.1f}× the tokens it got")
+        return Finding("raise-utilization", "info", f"Or raise gpu_memory_utilization (to at most {to})",
+                       f"{short}; each +0.01 of gpu_memory_utilization adds 1 % of the GPU's total to it (pass "
+                       "--assume gpu=… to size the step exactly).",
+                       Suggestion("--gpu-memory-utilization", logged_u if logged_u is not None else u, to,
+                                  note="amount approximate: the GPU total is not in the log"))
     if need is None or k is None or u is None or not total:  # a total of 0 is a mangled line, not a device
         return None
     to = rules.util_for_kv(need, k, total, u)
@@ -126,7 +148,17 @@ def _no_memory(s: Startup) -> Finding:
                        Suggestion("--gpu-memory-utilization", u, to))
     detail += (" Raise --gpu-memory-utilization, lower --max-num-batched-tokens (smaller activation peak), "
                "or use more GPUs / a quantized checkpoint.")
-    return Finding("not-enough-memory", "error", "Startup failed: no memory left for the KV cache", detail)
+    sug = None
+    if u is None:
+        detail += (" The log does not print the gpu_memory_utilization it ran with; it is a cap on what vLLM may use, "
+                   "so raise it (vLLM's default is 0.9).")
+        sug = Suggestion("--gpu-memory-utilization", None, DEFAULT_UTIL, note="raise it; the value used is not in the log")
+    elif u < DEFAULT_UTIL:
+        detail += (f" gpu_memory_utilization {u} is below vLLM's default {DEFAULT_UTIL}: it is a cap on what vLLM may use, "
+                   "and this one leaves the weights and the profiling run no room.")
+        sug = Suggestion("--gpu-memory-utilization", u, DEFAULT_UTIL,
+                         note="vLLM's default; the log lacks the figures to size it exactly")
+    return Finding("not-enough-memory", "error", "Startup failed: no memory left for the KV cache", detail, sug)
 
 
 def _graph_estimate(s: Startup) -> tuple[float | None, str]:
@@ -165,6 +197,9 @@ def _contention(s: Startup) -> Finding:
     return Finding("multi-instance-contention", "error", "Startup failed: the GPU is shared with another process", detail)
 
 
+_EAGER = Suggestion("--enforce-eager", False, True, note="no CUDA graphs: nothing to capture, slower decode")
+
+
 def _graph_oom(s: Startup) -> Finding:
     u, total = util(s), total_gib(s)
     inside = era_of(s).graphs_in_budget
@@ -181,7 +216,10 @@ def _graph_oom(s: Startup) -> Finding:
         detail += (f" At gpu_memory_utilization {u} that is (1 − {u}) × {total:.2f} = {headroom:.2f} GiB for the CUDA "
                    f"context, the graphs and the sampler; vLLM itself warns graphs take 1–3 GiB. {to} leaves "
                    f"{(1 - to) * total:.2f} GiB.")
-        sug = Suggestion("--gpu-memory-utilization", u, to, _kv_tokens_at(s, to), note="or --enforce-eager")
+        sug = Suggestion("--gpu-memory-utilization", u, to, _kv_tokens_at(s, to), note="or --enforce-eager",
+                         alternatives=[_EAGER])
+    else:
+        sug = _EAGER
     detail += (" Alternatives: --enforce-eager (no graphs, slower decode), or fewer capture sizes (a lower --max-num-seqs; "
                "in V1 --cuda-graph-sizes / compilation_config.cudagraph_capture_sizes).")
     title = "Startup probably failed: out of memory while capturing CUDA graphs" if inferred else \

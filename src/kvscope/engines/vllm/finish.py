@@ -365,6 +365,10 @@ def _refine_failure(s: Startup, era: Era, arch: Architecture | None) -> None:
         if f.kind == "cuda-oom" and _capture_unfinished(s):
             f.data["phase"] = "CUDA graph capture"
             f.kind = "oom-cuda-graph"
+        elif f.kind == "exception" and any(r.extras.get("died_in_capture") for r in s.ranks):
+            f.data.pop("engine_init", None)
+            f.data.update(phase="CUDA graph capture", inferred=True)
+            f.kind = "oom-cuda-graph"
         elif f.kind == "exception" and f.data.pop("engine_init", False):
             f.kind = "engine-init-failed"
             _explain_init_failure(s, arch)

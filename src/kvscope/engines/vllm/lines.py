@@ -649,6 +649,9 @@ class VLLMLines:
         out = _failures(msg) or _memory(msg, len(msg) < len(text.strip())) or _capacity(msg) or _settings(msg)
         if not out:
             out = _own_oom(msg, len(msg) < len(text.strip())) or _died(text, msg, rank, ctx)
+        if not out and "capture_model" in msg and ctx.state.get("vllm_traceback") and not ctx.state.get("vllm_ready"):
+            # a traceback through the model runner's graph capture: the startup died capturing CUDA graphs
+            out = [Parsed(ev.RANK, {"graph_capture_started": True, "died_in_capture": True})]
         if ctx.state.get("vllm_ready"):
             out = _while_serving(out, ctx)
         m = _HYBRID_SIGNAL.search(msg) if "amba" in msg else None
