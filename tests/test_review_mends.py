@@ -32,7 +32,7 @@ def test_a_bare_time_stamp_does_not_make_an_oom_sglangs(tmp_path: Path):
                    "memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 44.39 GiB of which 1.05 GiB is free.\n")
     startups = analyze([str(log)]).startups
     assert [s.engine for s in startups] == ["vllm"]
-    assert startups[0].failure is not None and startups[0].failure.kind == "cuda-oom"
+    assert startups[0].failure is not None and startups[0].failure.data["read_as"] == "cuda-oom"
 
 
 def test_sglang_claims_do_not_carry_over_to_the_next_file(tmp_path: Path):
@@ -79,7 +79,7 @@ def test_fourth_harvest_sglang_shapes():
         return analyze([str(case / "log.txt")]).startups
 
     (oom,) = one("402")
-    assert oom.failure is not None and oom.failure.kind == "cuda-oom" and oom.failure.data["stage"] == "graph-capture"
+    assert oom.failure is not None and oom.failure.data["read_as"] == "cuda-oom" and oom.failure.data["stage"] == "graph-capture"
     (old,) = one("403")
     assert {r.rank: r.avail_after_weights_gib for r in old.ranks}["rank=0"] == 5.64
     assert old.failure is not None

@@ -76,7 +76,7 @@ def test_time_only_prefix_is_a_rank():
 
 def test_run_tp_server_exception_is_a_failure():
     s = _one("004")
-    assert s.failure is not None and s.failure.kind == "exception"
+    assert s.failure is not None and s.failure.kind == "engine-init-failed" and s.failure.data["read_as"] == "exception"
     assert "run_tp_server" in s.failure.message
     f = _finding(s, "startup-exception")
     assert "while capturing CUDA graphs" in f.title  # "Capture cuda graph begin." without avail mem still counts
@@ -92,7 +92,7 @@ def test_gpu_id_prefix_is_a_tp_rank():
 
 def test_cuda_error_is_a_startup_failure_not_an_oom():
     s = _one("005")
-    assert s.failure is not None and s.failure.kind == "exception"
+    assert s.failure is not None and s.failure.kind == "engine-init-failed" and s.failure.data["read_as"] == "exception"
     assert s.failure.data["device_error"].startswith("no kernel image")
     f = _finding(s, "startup-exception")
     assert f.severity == "error" and "compute capability" in f.detail
@@ -162,7 +162,7 @@ def test_mamba_pool_paid_before_kv_when_mfs_is_logged(tmp_path):
 # 6. "Capture cuda graph failed" + "Possible solutions" before the scheduler's exception line
 def test_capture_failed_wording_is_the_cause():
     s = _one("021")
-    assert s.failure is not None and s.failure.kind == "exception"
+    assert s.failure is not None and s.failure.kind == "engine-init-failed" and s.failure.data["read_as"] == "exception"
     assert s.failure.data.get("stage") == "graph-capture"
     assert "Capture cuda graph failed" in s.failure.message  # not the later "Scheduler hit an exception"
     f = _finding(s, "startup-exception")
@@ -218,7 +218,7 @@ def test_unprinted_pool_derived_in_ledger():
 # 11. a rank's traceback after "Capture cuda graph begin" (0.3.x, no avail mem, no wrapper line) stops the startup
 def test_rank_traceback_during_capture_is_a_capture_failure():
     s = _one("216")
-    assert s.failure is not None and s.failure.kind == "exception"
+    assert s.failure is not None and s.failure.kind == "engine-init-failed" and s.failure.data["read_as"] == "exception"
     assert s.failure.data.get("stage") == "graph-capture" and s.failure.data.get("traceback") is True
     f = _finding(s, "startup-exception")
     assert f.title == "Startup failed: CUDA graph capture raised an exception"
@@ -317,7 +317,7 @@ def test_one_queued_sample_is_not_a_not_memory_warning():
 # 16. an OOM with an SGLang rank prefix (terminal-wrapped: runs of spaces inside) is this startup's failure
 def test_sglang_prefixed_wrapped_oom_is_a_startup():
     s = _one("222")
-    assert s.engine == "sglang" and s.failure is not None and s.failure.kind == "cuda-oom"
+    assert s.engine == "sglang" and s.failure is not None and s.failure.data["read_as"] == "cuda-oom"
     assert s.failure.data["tried_gib"] == pytest.approx(24 / 1024)
     assert s.failure.data["device_total_gib"] == 47.37 and s.failure.data["device_free_gib"] == pytest.approx(4.31 / 1024)
     assert _finding(s, "cuda-oom").severity == "error"

@@ -82,6 +82,6 @@ def test_glued_progress_bar_line_is_read():
 @pytest.mark.parametrize(("prefix", "stage"), [("017", "while capturing CUDA graphs"), ("022", "while loading weights")])
 def test_exception_stage_named(prefix, stage):
     s = _one(prefix)
-    assert s.failure is not None and s.failure.kind == "exception"
+    assert s.failure is not None and s.failure.kind == "engine-init-failed" and s.failure.data["read_as"] == "exception"
     f = next(f for f in s.findings if f.code == "startup-exception")
     assert stage in f.title

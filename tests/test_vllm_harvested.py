@@ -293,7 +293,7 @@ def test_enginecore_hit_an_exception_is_a_weak_failure():
 def test_worker_oom_under_vllm_prefix_gives_failure_and_device_total():
     """207: a V0 worker's torch OOM during load_model on a 14.62 GiB GPU; no vLLM memory line at all."""
     s = _one("207")
-    assert s.failure.kind == "cuda-oom"
+    assert s.failure.data["read_as"] == "cuda-oom"
     assert s.failure.data["device_total_gib"] == 14.62
     assert [r.total_gib for r in s.ranks] == [14.62]
     assert _finding(s, "cuda-oom").title == "CUDA out of memory while loading weights"

@@ -172,3 +172,34 @@ def answer(s: Startup) -> None:
     normalise_failure(s)
     guard_suggestions(s)
     s.answer = build_answer(s)
+
+
+def _move(sug: Suggestion) -> str:
+    """A move as the user types it: '--max-model-len 32768 → 7344' or '--enforce-eager'."""
+    if isinstance(sug.to_value, bool):
+        return sug.flag if sug.to_value else f"no {sug.flag}"
+    if sug.to_value is None:
+        return sug.flag
+    to = f"{sug.to_value:,}" if isinstance(sug.to_value, int) else str(sug.to_value)
+    frm = "" if sug.from_value is None else (f"{sug.from_value:,} → " if isinstance(sug.from_value, int)
+                                              and not isinstance(sug.from_value, bool) else f"{sug.from_value} → ")
+    return f"{sug.flag} {frm}{to}"
+
+
+def answer_lines(s: Startup) -> list[str]:
+    """The answer in 2–4 plain lines, the same in every renderer: verdict, the change, alternatives, basis."""
+    a = s.answer
+    if a is None:
+        return []
+    lines = [a.situation.rstrip(".") + "."]
+    if a.suggestion is not None:
+        gain = f" (≈ {a.suggestion.kv_tokens_after:,} KV tokens)" if a.suggestion.kv_tokens_after else ""
+        note = f" — {a.suggestion.note}" if a.suggestion.note else ""
+        lines.append(f"Change: {_move(a.suggestion)}{gain}{note}.")
+    if a.alternatives:
+        lines.append("Also works: " + "; ".join(_move(x) for x in a.alternatives[:3]) + ".")
+    if a.cause and a.cause.rstrip(".") != a.situation.rstrip("."):
+        lines.append(f"Why: {a.cause}")
+    if a.missing:
+        lines.append("To be surer, add " + "; ".join(a.missing[:2]) + ".")
+    return lines

@@ -34,6 +34,7 @@ from jinja2 import Environment, Template, select_autoescape
 from markupsafe import Markup
 
 from kvscope import __version__
+from kvscope.analysis.answer import answer_lines
 from kvscope.analysis.curve import (
     _free_last,
     _graphs,
@@ -459,7 +460,7 @@ def startup_view(s: Startup, index: int) -> tuple[dict[str, Any], dict[str, Any]
                      "line": s.failure.source.line_no if s.failure.source else None} if s.failure else None),
         "kv": kv_view(s, curve), "curve": curve, "whatif": whatif_rows(curve) if curve else [], "pinned": pinned_kv(s),
         "runtime": runtime, "runtime_facts": runtime_facts(s.runtime) if s.runtime is not None else [],
-        "findings": finding_views(s), "evidence": evidence_lines(s),
+        "findings": finding_views(s), "evidence": evidence_lines(s), "answer": answer_lines(s),
         "warnings": [_cell(w.get("message") or w) for w in s.warnings],
     }
     chart = {"memory": _chart_memory(s), "whatif": curve, "runtime": runtime}

@@ -19,6 +19,7 @@ import re
 from typing import Any
 
 from kvscope import __version__
+from kvscope.analysis.answer import answer_lines
 from kvscope.core.startup import Startup
 from kvscope.render.html import (
     RANK_COLUMNS,
@@ -230,7 +231,9 @@ def _evidence(s: Startup) -> list[str]:
 
 def render_startup(s: Startup, index: int, curve: dict[str, Any] | None = None) -> str:
     """One startup; ``curve`` replaces the estimated what-if curve (a whatif prediction's calibrated one)."""
-    parts = (_header(s, index) + _ranks(s) + _ledger(s) + _kv(s) + _whatif(s, curve or whatif_curve(s)) + _runtime(s)
+    answer = answer_lines(s)
+    head = ["### Answer", "", *[f"- {md_escape(x)}" for x in answer], ""] if answer else []
+    parts = (_header(s, index) + head + _ranks(s) + _ledger(s) + _kv(s) + _whatif(s, curve or whatif_curve(s)) + _runtime(s)
              + _findings_md(s) + _settings_md(s) + _evidence(s))
     return "\n".join(parts)
 

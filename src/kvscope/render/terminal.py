@@ -10,6 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from kvscope.analysis.answer import answer_lines
 from kvscope.core.startup import Rank, Startup
 from kvscope.render.runtime_terminal import render_runtime
 
@@ -146,6 +147,10 @@ def _findings(s: Startup) -> list[Any]:
 
 def render_startup(s: Startup, index: int) -> Group:
     parts: list[Any] = [_header(s, index)]
+    answer = answer_lines(s)
+    if answer:
+        style = "red" if s.failure is not None else "yellow" if any(f.severity == "warning" for f in s.findings) else "green"
+        parts.append(Panel(Text("\n".join(answer)), title="Answer", title_align="left", border_style=style))
     if any(r.has_figures() for r in s.ranks):
         parts += [_rank_table(s), _legend()]
     elif s.runtime is not None:
