@@ -5,12 +5,14 @@ from __future__ import annotations
 import math
 
 from kvscope.core.margins import RESERVE_MARGIN_GIB, reserve_margin_gib
-from kvscope.core.startup import Finding, Startup, Suggestion
+from kvscope.core.startup import Finding, Startup, Suggestion, finite_number
 from kvscope.core.text import excerpt
 from kvscope.engines.sglang import dsv4, rules
 from kvscope.engines.sglang.finish import attn_tp_size, max_total_tokens, model_name, pool_capped, tp_size
 from kvscope.engines.sglang.rules import GIB
 from kvscope.model.weights import sglang_parallel, weights_delta_gib
+
+TYPICAL_MFS = 0.8  # the low end of SGLang's automatic mem_fraction_static (0.81–0.88 on 24–141 GB GPUs)
 
 
 def _margin(pre: float) -> float:
@@ -168,6 +170,12 @@ def _failure(s: Startup, mfs: float | None, pre: float | None) -> Finding | None
             sug = Suggestion("--mem-fraction-static", mfs, min(to, 0.95))
         elif f.data.get("raise_above"):
             sug = Suggestion("--mem-fraction-static", f.data.get("mem_fraction_static"), round(f.data["raise_above"] + 0.02, 2))
+        elif (mfs if mfs is not None else finite_number(f.data.get("mem_fraction_static")) or 1.0) < TYPICAL_MFS:
+            low = mfs if mfs is not None else finite_number(f.data.get("mem_fraction_static"))
+            detail += (f" mem_fraction_static {low} is far below SGLang's automatic value for most GPUs "
+                       f"(≈ {TYPICAL_MFS}–0.88): weights and KV share that fraction, so raise it.")
+            sug = Suggestion("--mem-fraction-static", low, TYPICAL_MFS,
+                             note="near SGLang's own default; the log lacks the free-memory figures to size it exactly")
         return Finding("not-enough-memory", "error", "Startup failed: no GPU memory left for the KV cache", detail, sug)
     if f.kind == "cuda-oom":
         return _oom(s, f, mfs, pre)
