@@ -61,12 +61,11 @@ def contract_kind(s: Startup) -> str | None:
             return FailureKind.KV_CACHE_OOM.value
         if _BUFFER_WORDS.search(message) or not _pool_allocated(s):
             return FailureKind.COMPUTE_BUFFER_OOM.value
-        return FailureKind.OOM_CUDA_GRAPH.value if engines.get(s.engine).knobs.graph_batch_flag or \
-            engines.get(s.engine).knobs.memory else FailureKind.COMPUTE_BUFFER_OOM.value
+        knobs = engines.get(s.engine).knobs  # engines that capture CUDA graphs after the pool
+        return FailureKind.OOM_CUDA_GRAPH.value if knobs.graph_batch_flag or knobs.memory else \
+            FailureKind.COMPUTE_BUFFER_OOM.value
     if f.kind == "process-killed":
         return FailureKind.KILLED.value
-    if _GRAPH_WORDS.search(message) and _OOM_WORDS.search(message):
-        return FailureKind.OOM_CUDA_GRAPH.value
     return FailureKind.ENGINE_INIT_FAILED.value
 
 
@@ -81,13 +80,6 @@ def _is_fraction(flag: str) -> bool:
     return "fraction" in flag or "utilization" in flag
 
 
-def _memory_flags(s: Startup) -> set[str]:
-    knob = engines.get(s.engine).knobs.memory
-    flags = {knob.flag} if knob else set()
-    return flags | {"--kv-cache-free-gpu-mem-fraction", "kv_cache_free_gpu_mem_fraction", "--kv-cache-memory",
-                    "--kv-cache-memory-bytes", "--max-total-tokens", "--num-gpu-blocks-override"}
-
-
 def _valid(s: Startup, sug: Suggestion) -> bool:
     """Whether the move is one the flag can take and the situation does not contradict."""
     to, frm = finite_number(sug.to_value), finite_number(sug.from_value)
@@ -98,7 +90,8 @@ def _valid(s: Startup, sug: Suggestion) -> bool:
     if to < 0 or (_is_fraction(sug.flag) and not 0 < to <= 1):
         return False
     kind = s.failure.kind if s.failure else None
-    return not (kind in MORE_KV_MEMORY_IS_WRONG and sug.flag in _memory_flags(s) and frm is not None and to > frm)
+    return not (kind in MORE_KV_MEMORY_IS_WRONG and sug.flag in engines.get(s.engine).knobs.kv_memory_flags
+                and frm is not None and to > frm)
 
 
 def guard_suggestions(s: Startup) -> None:

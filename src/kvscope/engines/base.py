@@ -131,6 +131,7 @@ class Knobs:
     dp_attention_for_mla: bool = False  # DP attention gives each rank its own MLA pool
     graph_batch_flag: str | None = None  # the largest batch CUDA graphs cover
     ranks_share_one_pool_size: bool = False  # every rank of one TP group sizes the same pool
+    kv_memory_flags: frozenset[str] = frozenset()  # flags that give the KV cache more memory when raised
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ ENGINE = Engine(
         dp_attention_for_mla=True,
         graph_batch_flag="--cuda-graph-max-bs",
         ranks_share_one_pool_size=True,
+        kv_memory_flags=frozenset({"--mem-fraction-static", "--max-total-tokens"}),
     ),
     runtime_advice=findings.scheduler_advice,
     weights=SGLANG_WEIGHTS,

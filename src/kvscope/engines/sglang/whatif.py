@@ -13,6 +13,7 @@ from typing import Any
 
 from kvscope.core.startup import Startup
 from kvscope.engines.sglang import rules
+from kvscope.engines.sglang import whatif_dsv4 as p4
 from kvscope.engines.sglang.finish import attn_tp_size, kv_dtype_name, model_name, page_size, tp_size
 from kvscope.engines.sglang.rules import GIB, Interval
 from kvscope.engines.whatif_base import (
@@ -374,16 +375,12 @@ def tokens_per_step(cal: Calibration) -> int:
 
 def can_calibrate(s: Startup) -> bool:
     """A reconciled pool, or DeepSeek-V4's own sizing line."""
-    from kvscope.engines.sglang import whatif_dsv4
-
-    return s.reconciliation is not None or whatif_dsv4.is_dsv4(s)
+    return s.reconciliation is not None or p4.is_dsv4(s)
 
 
 def build_prediction(startup: Startup, changes: dict[str, Any], context: int | None,
                      host_ram_gb: float | None) -> dict[str, Any]:
     """Calibrate on the startup and predict: the requested change, the standard knobs, the fraction curve."""
-    from kvscope.engines.sglang import whatif_dsv4 as p4
-
     if p4.is_dsv4(startup):  # calibrated on its sizing line
         changes = {k.replace("-", "_"): v for k, v in changes.items()}
         cal4 = p4.calibrate(startup)
@@ -392,18 +389,9 @@ def build_prediction(startup: Startup, changes: dict[str, Any], context: int | N
                                    ("tokens_per_0_01_mfs", p4.tokens_per_step(cal4)), ("mfs_curve", []))
     changes = normalise_changes(changes, SUPPORTED, ALIASES, "SGLang")
     cal = calibrate(startup)
-    baseline = predict(cal, {}, context, host_ram_gb, label="as logged")
-    requested = predict(cal, changes, context, host_ram_gb) if changes else None
-    table = [predict(cal, ch, context, host_ram_gb) for ch in standard_scenarios(cal)]
-    return {
-        "engine": startup.engine,
-        "calibration": cal.as_dict(),
-        "tokens_per_0_01_mfs": tokens_per_step(cal),
-        "baseline": baseline.as_dict(),
-        "requested": requested.as_dict() if requested else None,
-        "table": [sc.as_dict() for sc in table],
-        "mfs_curve": mfs_curve(cal),
-    }
+    return assemble_prediction("sglang", cal, lambda ch, label: predict(cal, ch, context, host_ram_gb, label=label),
+                               standard_scenarios(cal), changes, ("tokens_per_0_01_mfs", tokens_per_step(cal)),
+                               ("mfs_curve", mfs_curve(cal)))
 
 
 def calibration_line(pred: dict[str, Any]) -> str:

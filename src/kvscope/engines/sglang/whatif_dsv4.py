@@ -15,7 +15,7 @@ from typing import Any
 
 from kvscope.core.startup import GIB, Startup, finite_number
 from kvscope.engines.sglang import dsv4
-from kvscope.engines.sglang.whatif import PredictionError, Scenario, _risk
+from kvscope.engines.whatif_base import PredictionError, Scenario, _risk
 
 SUPPORTED = {"mem_fraction_static", "max_running_requests", "max_total_tokens", "context_length",
              "swa_full_tokens_ratio"}

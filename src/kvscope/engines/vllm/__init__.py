@@ -24,6 +24,8 @@ ENGINE = Engine(
         request_cap=("--max-num-seqs", "max_num_seqs"),
         fp8_kv_value="fp8",
         host_tier="CPU offloading / LMCache",
+        kv_memory_flags=frozenset({"--gpu-memory-utilization", "--kv-cache-memory", "--kv-cache-memory-bytes",
+                                   "--num-gpu-blocks-override"}),
     ),
     runtime_advice=findings.scheduler_advice,
     weights=VLLM_WEIGHTS,
