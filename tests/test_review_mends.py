@@ -86,7 +86,7 @@ def test_fourth_harvest_sglang_shapes():
 
 
 def test_quoted_messages_are_cut_at_a_word_with_an_ellipsis():
-    from kvscope.findings.common import excerpt
+    from kvscope.core.text import excerpt
 
     assert excerpt("this process has 47.35 GiB memory in use.   Of the allocated", 40) == "this process has 47.35 GiB memory in …"
     assert excerpt("short   line", 40) == "short line"

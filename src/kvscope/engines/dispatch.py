@@ -22,11 +22,13 @@ from kvscope.engines.serving import bulk_valid as _bulk_valid
 from kvscope.reading import Line, clean_line
 from kvscope.reading.source import Bulk
 
+_RUNTIME = RuntimeLines()  # the serving-line reader; the bulk lane hands its rows to it directly
+
 
 def _line_readers() -> list[EngineLines]:
     """Every registered engine's line reader, serving-time lines first (they are the bulk of a journal),
     then the engines in registry order, the recordings of kvscope watch, and the lines any engine prints."""
-    readers: list[EngineLines] = [RuntimeLines()]
+    readers: list[EngineLines] = [_RUNTIME]
     readers += [e.lines for e in REGISTRY.values() if e.lines is not None]
     readers += [WatchLines(), CommonLines()]
     return readers
@@ -34,7 +36,6 @@ def _line_readers() -> list[EngineLines]:
 
 ENGINES: list[EngineLines] = _line_readers()
 ANCHORS: tuple[bytes, ...] = tuple(dict.fromkeys(a for e in ENGINES for a in e.anchors))
-_RUNTIME: RuntimeLines = ENGINES[0]  # type: ignore[assignment]
 # Engines whose wants_join can say yes (the others never re-join a wrapped line).
 _JOINERS = [e for e in ENGINES if getattr(e, "joins", True)]
 _NEW_RECORD = re.compile(r"^\s*(?:\[\d{4}-|\(\w|INFO|WARNING|ERROR|DEBUG|\d{4}-\d\d-\d\d|[A-Z][a-z]{2} +\d|\w+\s+\|)")

@@ -4,10 +4,6 @@ from __future__ import annotations
 
 from kvscope import engines
 from kvscope.core.startup import Finding, Startup
-from kvscope.core.text import excerpt
-
-__all__ = ["excerpt", "findings"]
-
 
 IMBALANCE_GIB = 1.0  # a spread this large in free memory between ranks is worth a look
 
