@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvscope.engines.sglang.rules import SGLANG_WEIGHTS
+from kvscope.engines.vllm.rules import VLLM_WEIGHTS
 from kvscope.model.planning import rope_cache_bytes
 from kvscope.model.weights import (
     GIB,
-    SGLANG_WEIGHTS,
-    VLLM_WEIGHTS,
     Parallel,
     Scheme,
     estimate_weights,
@@ -28,7 +28,7 @@ from tests.conftest import case_dir
 def est(model: str, **par):
     mc = load_model_config(model)
     assert mc is not None, model
-    return estimate_weights(mc, Parallel(**par))
+    return estimate_weights(mc, Parallel(**par), rules=SGLANG_WEIGHTS)
 
 
 def test_llama_8b_bf16_matches_vllm_model_loading_line_exactly():
@@ -57,7 +57,7 @@ def test_kimi_k25_int4_tp8_load_replay_matches_the_logged_mem_usage():
     meta = json.loads((case_dir("sglang", "000") / "meta.json").read_text())
     assert "72.33" in meta["notes"]
     mc = load_model_config("moonshotai/Kimi-K2.5")
-    w = estimate_weights(mc, sglang_parallel(8))
+    w = estimate_weights(mc, sglang_parallel(8), rules=SGLANG_WEIGHTS)
     assert w.quantization == "compressed-tensors int4 (group 32)"
     assert w.by_component["experts"] / GIB == pytest.approx(66.45, abs=0.01)
     assert 0.6 < w.by_component["vision"] / GIB < 0.7  # 0.88 whole; attention split 8 ways
@@ -172,10 +172,10 @@ def test_local_checkpoint_index_total_replaces_the_estimate(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     total = 16_060_522_496 + 1_000_000_000
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total}}))
-    w = estimate_weights(load_model_config(str(tmp_path)), Parallel(tp=2))
+    w = estimate_weights(load_model_config(str(tmp_path)), Parallel(tp=2), rules=SGLANG_WEIGHTS)
     assert w.checkpoint_bytes == total
     assert "safetensors" in w.method
-    est_tp2 = estimate_weights(load_model_config("meta-llama/Llama-3.1-8B-Instruct"), Parallel(tp=2))
+    est_tp2 = estimate_weights(load_model_config("meta-llama/Llama-3.1-8B-Instruct"), Parallel(tp=2), rules=SGLANG_WEIGHTS)
     assert w.bytes_per_rank == pytest.approx(est_tp2.bytes_per_rank * total / 16_060_522_496, rel=1e-3)
 
 

@@ -429,18 +429,13 @@ def _compressed_groups(q: dict[str, Any], plan: QuantPlan) -> None:
 @dataclass(frozen=True)
 class WeightRules:
     """Where engines lay the same checkpoint out differently in memory (each engine owns its record:
-    ``engines/<engine>/__init__.py``), so the model layer computes bytes without knowing engine names."""
+    ``engines/<engine>/rules.py``), so the model layer computes bytes without knowing engine names."""
 
     label: str = "the engine"
     marlin_mxfp4_off_hopper: bool = False  # Marlin MoE (pads 128 / 256) where the GPU has no MXFP4 path
     copies_absorbed_mla: bool = False  # contiguous w_kc / w_vc copies even when kv_b_proj is not quantized
     keeps_fp32_mxfp4_scales_on_hopper: bool = False  # Marlin on SM 9.0 keeps the loader's float32 scales
     shards_moonvit_attention: bool = False  # MoonViT-style vision attention split over attention-TP
-
-
-SGLANG_WEIGHTS = WeightRules("SGLang", copies_absorbed_mla=True, keeps_fp32_mxfp4_scales_on_hopper=True,
-                             shards_moonvit_attention=True)
-VLLM_WEIGHTS = WeightRules("vLLM", marlin_mxfp4_off_hopper=True)
 
 
 @dataclass(frozen=True)
@@ -867,9 +862,9 @@ def vision_attn_tp(cfg: dict[str, Any], par: Parallel, rules: WeightRules) -> in
     return par.attention_tp if rules.shards_moonvit_attention and (_vision_config(cfg) or {}).get("vt_hidden_size") else 1
 
 
-def vision_allocations(cfg: dict[str, Any], par: Parallel) -> list[int]:
+def vision_allocations(cfg: dict[str, Any], par: Parallel, rules: WeightRules) -> list[int]:
     """The vision tower's tensors on one SGLang rank, in bf16 (what the allocator books)."""
-    return _vision_parts(cfg, vision_attn_tp(cfg, par, SGLANG_WEIGHTS))
+    return _vision_parts(cfg, vision_attn_tp(cfg, par, rules))
 
 
 def _vision_parts(cfg: dict[str, Any], attn_tp: int = 1) -> list[int]:
@@ -959,7 +954,7 @@ def mla_absorbed_bytes(cfg: dict[str, Any], par: Parallel, plan: QuantPlan, rule
 
 
 def estimate_weights(mc: ModelConfig, par: Parallel, quantization: str | None = None,
-                     dtype_bytes: int = 2, rules: WeightRules = SGLANG_WEIGHTS, sm_major: int | None = None) -> WeightEstimate:
+                     dtype_bytes: int = 2, rules: WeightRules = WeightRules(), sm_major: int | None = None) -> WeightEstimate:
     """Weight bytes on the busiest rank; the checkpoint's own size replaces our total when it is local.
 
     ``sm_major`` (the GPU's compute capability) decides kernel padding of MXFP4 experts; unknown, none.
@@ -1075,7 +1070,7 @@ def sglang_parallel(tp: int, attn_tp: int | None = None, ep: int = 1, pp: int = 
     return Parallel(tp=tp, ep=ep, pp=pp, attn_tp=attn_tp if dp_attention else None, replicate_embedding=dp_attention)
 
 
-def weights_estimate_gib(model: str | None, par: Parallel, rules: WeightRules = SGLANG_WEIGHTS) -> float | None:
+def weights_estimate_gib(model: str | None, par: Parallel, rules: WeightRules) -> float | None:
     """The config estimate of the weights per GPU under ``par``; None when the model is unknown."""
     mc = load_model_config(model) if model else None
     if mc is None:
@@ -1087,7 +1082,7 @@ def weights_estimate_gib(model: str | None, par: Parallel, rules: WeightRules = 
 
 
 def weights_delta_gib(model: str | None, before: Parallel, after: Parallel,
-                      rules: WeightRules = SGLANG_WEIGHTS) -> float | None:
+                      rules: WeightRules) -> float | None:
     """How many GiB per GPU the weights grow (or shrink) from one sharding to another, by the
     estimate from the model's config; None when the model is unknown.
 

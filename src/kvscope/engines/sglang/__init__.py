@@ -6,8 +6,8 @@ from __future__ import annotations
 from kvscope.engines.base import Engine, FractionBasis, Knobs, MemoryKnob
 from kvscope.engines.sglang import findings, finish, plan, whatif
 from kvscope.engines.sglang.lines import SGLangLines
+from kvscope.engines.sglang.rules import SGLANG_WEIGHTS
 from kvscope.engines.sglang.watch import SGLangAdapter
-from kvscope.model.weights import SGLANG_WEIGHTS
 
 ENGINE = Engine(
     name="sglang",

@@ -122,7 +122,7 @@ def _mla_replicated(s: Startup, bpt: int, mfs: float | None, pre: float | None) 
             f"in total, not {tp}×. --enable-dp-attention --dp-size {tp} gives each rank its own pool for its own requests")
     tail = "; it pays off with many concurrent requests, not for single-request latency."
     title = f"The MLA KV cache is replicated on all {tp} TP ranks"
-    growth = weights_delta_gib(model_name(s), sglang_parallel(tp), sglang_parallel(tp, 1))
+    growth = weights_delta_gib(model_name(s), sglang_parallel(tp), sglang_parallel(tp, 1), rules.SGLANG_WEIGHTS)
     if growth is None or not bpt:
         return Finding("mla-replicated", "info", title,
                        f"{head} (≈ {tp * tokens:,} tokens across the node, somewhat less per GPU because attention "

@@ -19,9 +19,9 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
+from kvscope.engines.sglang.rules import SGLANG_WEIGHTS
 from kvscope.model.allocator import replay
 from kvscope.model.weights import (
-    SGLANG_WEIGHTS,
     Parallel,
     QuantPlan,
     Tensor,
@@ -165,7 +165,7 @@ def sglang_load_events(cfg: dict[str, Any], par: Parallel, plan: QuantPlan, vers
         events.append(("alloc", n, nbytes))
         return n
 
-    for nbytes in vision_allocations(cfg, par):
+    for nbytes in vision_allocations(cfg, par, SGLANG_WEIGHTS):
         book(nbytes)
     transients: list[int] = []
     repacked: list[int] = []

@@ -14,10 +14,15 @@ from dataclasses import dataclass
 
 from kvscope.engines.sglang.eras import Era
 from kvscope.model.arch import Architecture, kv_heads_per_rank, mla_row_bytes
+from kvscope.model.weights import WeightRules
 
 GIB = 1 << 30
 HALF_CENT = 0.005  # half a unit of the last printed digit of "x.xx GB"
 SEGMENT_BYTES = 2 << 20  # the caching allocator rounds large tensors up to 2 MiB
+# How SGLang lays a checkpoint out: contiguous absorbed-MLA copies, the float32 MXFP4 scales its Hopper
+# Marlin path keeps, MoonViT attention split over attention-TP (kvscope.model.weights says why each).
+SGLANG_WEIGHTS = WeightRules("SGLang", copies_absorbed_mla=True, keeps_fp32_mxfp4_scales_on_hopper=True,
+                             shards_moonvit_attention=True)
 
 
 @dataclass

@@ -287,8 +287,8 @@ def _weights_growth(cal: Calibration, tp: int, attn_tp: int, notes: list[str]) -
     change = f"TP {cal.tp} → {tp}" if tp != cal.tp else ""
     if attn_tp != cal.attn_tp and (attn_tp != tp or cal.attn_tp != cal.tp):
         change += (", " if change else "") + f"attention TP {cal.attn_tp} → {attn_tp}"
-    logged_estimate = weights_estimate_gib(cal.model, sglang_parallel(cal.tp, cal.attn_tp, pp=cal.pp))
-    new_estimate = weights_estimate_gib(cal.model, sglang_parallel(tp, attn_tp, pp=cal.pp))
+    logged_estimate = weights_estimate_gib(cal.model, sglang_parallel(cal.tp, cal.attn_tp, pp=cal.pp), rules.SGLANG_WEIGHTS)
+    new_estimate = weights_estimate_gib(cal.model, sglang_parallel(tp, attn_tp, pp=cal.pp), rules.SGLANG_WEIGHTS)
     delta = None if logged_estimate is None or new_estimate is None else new_estimate - logged_estimate
     if delta is not None and cal.weights_gib and abs(logged_estimate - cal.weights_gib) > 0.25 * cal.weights_gib:
         notes.append(f"{change}: the config's estimate at the logged TP ({logged_estimate:.2f} GiB) is far from the "

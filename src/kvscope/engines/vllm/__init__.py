@@ -6,8 +6,8 @@ from __future__ import annotations
 from kvscope.engines.base import Engine, FractionBasis, Knobs, MemoryKnob
 from kvscope.engines.vllm import findings, finish, plan, whatif
 from kvscope.engines.vllm.lines import VLLMLines
+from kvscope.engines.vllm.rules import VLLM_WEIGHTS
 from kvscope.engines.vllm.watch import VLLMAdapter
-from kvscope.model.weights import VLLM_WEIGHTS
 
 ENGINE = Engine(
     name="vllm",

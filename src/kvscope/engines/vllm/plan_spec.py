@@ -17,10 +17,10 @@ from typing import Any
 
 from kvscope.core.errors import InputError
 from kvscope.engines.vllm import rules as v_rules
+from kvscope.engines.vllm.rules import VLLM_WEIGHTS
 from kvscope.model.arch import Architecture, architecture_from_config
 from kvscope.model.weights import (
     GIB,
-    VLLM_WEIGHTS,
     ModelConfig,
     Parallel,
     decoder_layer_bytes,

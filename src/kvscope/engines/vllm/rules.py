@@ -27,6 +27,7 @@ from kvscope.model.arch import (
     linear_state_elements,
     mla_row_bytes,
 )
+from kvscope.model.weights import WeightRules
 
 GIB = 1 << 30
 HALF_CENT = 0.005  # half a unit of the last digit of "%.2f GiB" / format_gib
@@ -40,6 +41,7 @@ CONTENTION_GIB = 2.0  # memory used by others beyond that, counted as another te
 # hint spells it ``--kv-cache-memory=`` (argparse's prefix matching takes it), so both spellings work wherever
 # either does; before v0.10.2 neither exists (doc §1.4).
 KV_CACHE_MEMORY_FLAG = "--kv-cache-memory-bytes"
+VLLM_WEIGHTS = WeightRules("vLLM", marlin_mxfp4_off_hopper=True)  # Marlin MoE off Hopper (kvscope.model.weights)
 KV_CACHE_MEMORY_FROM = (0, 10, 2)
 SUGGESTION_SAFETY = 150 / 1024  # vLLM's own 150 MiB margin in its --kv-cache-memory suggestion, in GiB
 

@@ -23,7 +23,7 @@ from kvscope.engines.whatif_base import (
     normalise_changes,
 )
 from kvscope.model.arch import dtype_bytes
-from kvscope.model.weights import VLLM_WEIGHTS, Parallel, weights_delta_gib
+from kvscope.model.weights import Parallel, weights_delta_gib
 
 GIB = 1 << 30
 SUPPORTED = {"gpu_memory_utilization", "kv_cache_dtype", "max_model_len", "block_size", "kv_cache_memory_bytes",
@@ -225,7 +225,7 @@ def _tp_change(cal: VllmCalibration, tp: int, low: float, high: float, block_byt
                mamba: vrules.MambaLayout | None, notes: list[str]) -> tuple[float, float, float]:
     """Another TP size: K moves by the weights' change per GPU (two estimates from the model's config)
     and a block by the KV heads each GPU then holds; communicators and activations are not re-priced."""
-    delta = weights_delta_gib(cal.model, Parallel(tp=cal.tp, pp=cal.pp), Parallel(tp=tp, pp=cal.pp), VLLM_WEIGHTS)
+    delta = weights_delta_gib(cal.model, Parallel(tp=cal.tp, pp=cal.pp), Parallel(tp=tp, pp=cal.pp), vrules.VLLM_WEIGHTS)
     if delta is None or cal.arch is None or mamba is not None:
         why = ("hybrid Mamba layout" if mamba is not None else "no model named (pass --assume model=…)"
                if not cal.model else f"{cal.model} is not in the catalog")
