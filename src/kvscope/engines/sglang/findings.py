@@ -170,8 +170,8 @@ def _failure(s: Startup, mfs: float | None, pre: float | None) -> Finding | None
             sug = Suggestion("--mem-fraction-static", mfs, min(to, 0.95))
         elif f.data.get("raise_above"):
             sug = Suggestion("--mem-fraction-static", f.data.get("mem_fraction_static"), round(f.data["raise_above"] + 0.02, 2))
-        elif (mfs if mfs is not None else finite_number(f.data.get("mem_fraction_static")) or 1.0) < TYPICAL_MFS:
-            low = mfs if mfs is not None else finite_number(f.data.get("mem_fraction_static"))
+        elif (low := mfs if mfs is not None else finite_number(f.data.get("mem_fraction_static"))) is not None \
+                and low < TYPICAL_MFS:
             detail += (f" mem_fraction_static {low} is far below SGLang's automatic value for most GPUs "
                        f"(≈ {TYPICAL_MFS}–0.88): weights and KV share that fraction, so raise it.")
             sug = Suggestion("--mem-fraction-static", low, TYPICAL_MFS,
