@@ -15,6 +15,8 @@ import json
 import sys
 from pathlib import Path
 
+import kvscope
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
 REPO = ROOT.parent
@@ -82,8 +84,10 @@ def run_one(argv: list[str]) -> str:
             main([*argv, "--format", "json"])
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
-    # Paths differ between checkouts: keep them relative to the fixtures folder.
-    return f"exit={code}\n{out.getvalue()}{err.getvalue()}".replace(str(FIXTURES) + "/", "").replace(str(REPO) + "/", "")
+    # Paths differ between checkouts and installs: fixtures relative to their folder, the bundled examples
+    # as the source tree names them (an installed, non-editable kvscope lives in site-packages).
+    text = f"exit={code}\n{out.getvalue()}{err.getvalue()}".replace(str(FIXTURES) + "/", "")
+    return text.replace(str(Path(kvscope.__file__).resolve().parent) + "/", "src/kvscope/").replace(str(REPO) + "/", "")
 
 
 def capture() -> dict[str, str]:
