@@ -3,6 +3,7 @@ watch, the knobs its advice names), and the small number-parsing helpers their l
 
 from __future__ import annotations
 
+import importlib
 import math
 import re
 from collections.abc import Callable
@@ -10,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Protocol
 
-from kvscope.model.weights import WeightRules
+from kvscope.model.layout import WeightRules
 
 NUM = r"[-+]?(?:\d[\d,]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)"
 
@@ -102,6 +103,34 @@ def first_match(patterns: list[re.Pattern[str]], text: str) -> re.Match[str] | N
     return None
 
 
+class Deferred:
+    """A capability module imported the first time one of its names is used.
+
+    Why: every run registers every engine, but ``explain`` never plans, predicts or watches; importing
+    those modules up front cost a third of a short run's time. Not a guard: a module that fails to
+    import raises at first use like any import.
+    """
+
+    def __init__(self, module: str) -> None:
+        self._module = module
+        self._loaded: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._loaded is None:
+            self._loaded = importlib.import_module(self._module)
+        return getattr(self._loaded, name)
+
+
+def deferred(module: str, name: str) -> Callable[..., Any]:
+    """A function of ``module`` that imports it on its first call (see Deferred)."""
+    proxy = Deferred(module)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(proxy, name)(*args, **kwargs)
+
+    return call
+
+
 class FractionBasis(str, Enum):
     """What an engine's memory fraction is a fraction *of* (it decides what +0.01 is worth)."""
 
@@ -150,7 +179,7 @@ class Engine:
     findings: Callable[[Any], list] | None = None  # plain-words findings with the flag to change
     whatif: Any = None  # module-like: can_calibrate(startup), build_prediction(startup, changes, context, host_ram_gb)
     plan: Callable[[Any], dict] | None = None  # kvscope.model.planning.Context → the plan body
-    watch: type | None = None  # the adapter class kvscope watch uses
+    watch: Callable[[], type] | None = None  # → the adapter class kvscope watch uses
     knobs: Knobs = field(default_factory=Knobs)
     runtime_advice: Callable[..., Any] | None = None  # scheduler-limit advice for the runtime verdict
     weights: WeightRules = field(default_factory=WeightRules)  # how it lays a checkpoint out in memory

@@ -26,6 +26,7 @@ from typing import Any
 
 from kvscope.core.startup import finite_number
 from kvscope.model.catalog import catalog_entry, name_quantization, read_local_config
+from kvscope.model.layout import NEUTRAL_LAYOUT, WeightRules
 
 GIB = 1 << 30
 VOCAB_PAD = 64  # engines pad the vocabulary to a multiple of 64 before splitting it over TP
@@ -424,18 +425,6 @@ def _compressed_groups(q: dict[str, Any], plan: QuantPlan) -> None:
 # --------------------------------------------------------------------------------------------
 # Parameter layout: every tensor a rank holds
 # --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class WeightRules:
-    """Where engines lay the same checkpoint out differently in memory (each engine owns its record:
-    ``engines/<engine>/rules.py``), so the model layer computes bytes without knowing engine names."""
-
-    label: str = "the engine"
-    marlin_mxfp4_off_hopper: bool = False  # Marlin MoE (pads 128 / 256) where the GPU has no MXFP4 path
-    copies_absorbed_mla: bool = False  # contiguous w_kc / w_vc copies even when kv_b_proj is not quantized
-    keeps_fp32_mxfp4_scales_on_hopper: bool = False  # Marlin on SM 9.0 keeps the loader's float32 scales
-    shards_moonvit_attention: bool = False  # MoonViT-style vision attention split over attention-TP
 
 
 @dataclass(frozen=True)
@@ -954,7 +943,7 @@ def mla_absorbed_bytes(cfg: dict[str, Any], par: Parallel, plan: QuantPlan, rule
 
 
 def estimate_weights(mc: ModelConfig, par: Parallel, quantization: str | None = None,
-                     dtype_bytes: int = 2, rules: WeightRules = WeightRules(), sm_major: int | None = None) -> WeightEstimate:
+                     dtype_bytes: int = 2, rules: WeightRules = NEUTRAL_LAYOUT, sm_major: int | None = None) -> WeightEstimate:
     """Weight bytes on the busiest rank; the checkpoint's own size replaces our total when it is local.
 
     ``sm_major`` (the GPU's compute capability) decides kernel padding of MXFP4 experts; unknown, none.

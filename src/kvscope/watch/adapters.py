@@ -37,7 +37,7 @@ def detect(client: Client) -> tuple[Adapter, prom.Metrics | None]:
         metrics = prom.parse(client.get("/metrics").text())
     except NotFound:
         metrics = None
-    adapters = [e.watch for e in engines.with_capability("watch")]
+    adapters = [e.watch() for e in engines.with_capability("watch")]
     for adapter in adapters:
         if metrics is not None and metrics.has_prefix(adapter.metric_prefix):
             return adapter(), metrics

@@ -3,9 +3,9 @@ runner ollama embeds): line shapes (lines.py), the KV sizing rule (rules.py), fi
 
 from __future__ import annotations
 
-from kvscope.engines.base import Engine
-from kvscope.engines.llamacpp import findings, finish
+from kvscope.engines.base import Engine, deferred
 from kvscope.engines.llamacpp.lines import LlamaCppLines
 
-ENGINE = Engine(name="llamacpp", label="llama.cpp", lines=LlamaCppLines(), finish=finish.finish,
-                findings=findings.findings)
+ENGINE = Engine(name="llamacpp", label="llama.cpp", lines=LlamaCppLines(),
+                finish=deferred("kvscope.engines.llamacpp.finish", "finish"),
+                findings=deferred("kvscope.engines.llamacpp.findings", "findings"))

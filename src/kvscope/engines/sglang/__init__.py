@@ -3,21 +3,19 @@ the sizing rule (rules.py, dsv4.py), finish/reconcile, findings, whatif, plan an
 
 from __future__ import annotations
 
-from kvscope.engines.base import Engine, FractionBasis, Knobs, MemoryKnob
-from kvscope.engines.sglang import findings, finish, plan, whatif
+from kvscope.engines.base import Deferred, Engine, FractionBasis, Knobs, MemoryKnob, deferred
 from kvscope.engines.sglang.lines import SGLangLines
 from kvscope.engines.sglang.rules import SGLANG_WEIGHTS
-from kvscope.engines.sglang.watch import SGLangAdapter
 
 ENGINE = Engine(
     name="sglang",
     label="SGLang",
     lines=SGLangLines(),
-    finish=finish.finish,
-    findings=findings.findings,
-    whatif=whatif,
-    plan=plan.plan_sglang,
-    watch=SGLangAdapter,
+    finish=deferred("kvscope.engines.sglang.finish", "finish"),
+    findings=deferred("kvscope.engines.sglang.findings", "findings"),
+    whatif=Deferred("kvscope.engines.sglang.whatif"),
+    plan=deferred("kvscope.engines.sglang.plan", "plan_sglang"),
+    watch=deferred("kvscope.engines.sglang.watch", "_adapter_class"),
     knobs=Knobs(
         memory=MemoryKnob("mem_fraction_static", "--mem-fraction-static", FractionBasis.FREE_BEFORE_WEIGHTS),
         request_cap=("--max-running-requests", "max_running_requests"),
@@ -28,6 +26,6 @@ ENGINE = Engine(
         ranks_share_one_pool_size=True,
         kv_memory_flags=frozenset({"--mem-fraction-static", "--max-total-tokens"}),
     ),
-    runtime_advice=findings.scheduler_advice,
+    runtime_advice=deferred("kvscope.engines.sglang.findings", "scheduler_advice"),
     weights=SGLANG_WEIGHTS,
 )

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from kvscope.engines.sglang.eras import Era
 from kvscope.model.arch import Architecture, kv_heads_per_rank, mla_row_bytes
-from kvscope.model.weights import WeightRules
+from kvscope.model.layout import WeightRules
 
 GIB = 1 << 30
 HALF_CENT = 0.005  # half a unit of the last printed digit of "x.xx GB"

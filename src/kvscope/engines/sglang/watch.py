@@ -167,3 +167,8 @@ def _rank(text: str) -> int:
         return int(text)
     except ValueError:
         return 1 << 30
+
+
+def _adapter_class() -> type:
+    """The adapter the registry hands kvscope watch (loaded only when watch runs)."""
+    return SGLangAdapter

@@ -3,21 +3,19 @@ findings, whatif, plan and the watch adapter."""
 
 from __future__ import annotations
 
-from kvscope.engines.base import Engine, FractionBasis, Knobs, MemoryKnob
-from kvscope.engines.vllm import findings, finish, plan, whatif
+from kvscope.engines.base import Deferred, Engine, FractionBasis, Knobs, MemoryKnob, deferred
 from kvscope.engines.vllm.lines import VLLMLines
 from kvscope.engines.vllm.rules import VLLM_WEIGHTS
-from kvscope.engines.vllm.watch import VLLMAdapter
 
 ENGINE = Engine(
     name="vllm",
     label="vLLM",
     lines=VLLMLines(),
-    finish=finish.finish,
-    findings=findings.findings,
-    whatif=whatif,
-    plan=plan.plan_vllm,
-    watch=VLLMAdapter,
+    finish=deferred("kvscope.engines.vllm.finish", "finish"),
+    findings=deferred("kvscope.engines.vllm.findings", "findings"),
+    whatif=Deferred("kvscope.engines.vllm.whatif"),
+    plan=deferred("kvscope.engines.vllm.plan", "plan_vllm"),
+    watch=deferred("kvscope.engines.vllm.watch", "_adapter_class"),
     knobs=Knobs(
         memory=MemoryKnob("gpu_memory_utilization", "--gpu-memory-utilization", FractionBasis.DEVICE_TOTAL,
                           default=0.9, reserve_label="outside the budget (GiB)"),
@@ -27,7 +25,7 @@ ENGINE = Engine(
         kv_memory_flags=frozenset({"--gpu-memory-utilization", "--kv-cache-memory", "--kv-cache-memory-bytes",
                                    "--num-gpu-blocks-override"}),
     ),
-    runtime_advice=findings.scheduler_advice,
+    runtime_advice=deferred("kvscope.engines.vllm.findings", "scheduler_advice"),
     weights=VLLM_WEIGHTS,
     plan_estimates=("activation peak: first-principles estimate from the config",),
 )

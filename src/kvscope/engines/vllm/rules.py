@@ -27,7 +27,7 @@ from kvscope.model.arch import (
     linear_state_elements,
     mla_row_bytes,
 )
-from kvscope.model.weights import WeightRules
+from kvscope.model.layout import WeightRules
 
 GIB = 1 << 30
 HALF_CENT = 0.005  # half a unit of the last digit of "%.2f GiB" / format_gib

@@ -108,3 +108,8 @@ class VLLMAdapter:
         if swapped is not None:
             r.extras["swapped"] = _int(swapped)
         return r
+
+
+def _adapter_class() -> type:
+    """The adapter the registry hands kvscope watch (loaded only when watch runs)."""
+    return VLLMAdapter
