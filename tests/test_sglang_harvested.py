@@ -342,3 +342,24 @@ def test_capped_pool_implies_no_mem_fraction_static(tmp_path):
     assert "implied_mem_fraction_static" not in s.capacity.extras
     assert "the cap, not the memory budget, sized the pool" in s.reconciliation.detail
     assert _finding(s, "max-total-tokens-caps-pool").severity == "info"
+
+
+def test_runs_pasted_one_after_another_are_separate_startups():
+    """217 (PR #5893): three capture attempts quoted under prose headers, no banner between them. A rank that
+    ends the target capture again, or a capture progress bar after a capture ended, opens another run; each
+    run keeps its own numbers, and the too-small reserve after bs-256 graphs is named with a lower fraction."""
+    startups = analyze(case_files(_dir("217")), {"gpu": "H200", "tp_size": 8}).startups
+    assert len(startups) == 3
+    first, second, third = startups
+    assert _rank(first, "TP7").cuda_graph_gib == 6.22 and _rank(first, "TP7").avail_at_ready_gib == 5.61
+    assert _rank(second, "TP5").cuda_graph_gib == 6.27 and _rank(second, "TP5").avail_at_ready_gib == 5.09
+    assert not any(r.rank == "TP5" for r in first.ranks)
+    assert third.ranks[0].extras["avail_during_capture_gib"] == 8.49
+    thin = _finding(second, "thin-reserve")
+    assert "6.27 GB" in thin.detail and "5.09 GB" in thin.title
+    assert thin.suggestion.flag == "--mem-fraction-static" and thin.suggestion.to_value < thin.suggestion.from_value
+
+
+def test_the_draft_capture_after_the_target_is_one_startup():
+    """014: the target's graph end, then the draft's on another rank two minutes later: one run."""
+    assert len(analyze(case_files(_dir("014"))).startups) == 1

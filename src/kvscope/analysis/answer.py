@@ -113,7 +113,7 @@ def _primary(s: Startup) -> Finding | None:
         return order[0]
     warn = [f for f in s.findings if f.severity == "warning"]
     return next((f for f in warn if f.suggestion), None) or (warn[0] if warn else None) or next(
-        (f for f in s.findings if f.suggestion), None) or (s.findings[0] if s.findings else None)
+        (f for f in s.findings if f.suggestion), None) or next((f for f in s.findings if not f.context), None)
 
 
 def _first_sentence(text: str) -> str:

@@ -183,6 +183,9 @@ class Finding:
     title: str
     detail: str
     suggestion: Suggestion | None = None
+    # context only: a healthy figure worth reading in the findings, never the answer's situation (a startup with
+    # nothing to change is answered as such, not with the first figure that happens to be listed)
+    context: bool = False
 
 
 @dataclass

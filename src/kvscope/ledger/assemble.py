@@ -116,6 +116,14 @@ def _apply_phase(b: _Builder, s: Startup, e: ev.Event) -> None:
         s.capacity.extras.update(swa_tokens=data.get("swa_tokens"), full_tokens=data.get("full_tokens"))
     elif phase == "graph_begin":
         r.extras.setdefault("avail_before_graphs_gib", data.get("avail_gib"))
+    elif phase == "graph_progress":  # the capture's progress bar: the largest batch, the least memory left
+        if data.get("bs") is not None:
+            r.extras["capture_max_bs"] = max(data["bs"], r.extras.get("capture_max_bs") or 0)
+        if data.get("total") is not None:
+            r.extras["capture_batch_sizes"] = data["total"]
+        if data.get("avail_gib") is not None:
+            low = r.extras.get("avail_during_capture_gib")
+            r.extras["avail_during_capture_gib"] = data["avail_gib"] if low is None else min(low, data["avail_gib"])
     elif phase == "graph_end":
         st["graphs"].append(data)
         r.extras["graphs"] = st["graphs"]

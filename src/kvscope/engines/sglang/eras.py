@@ -148,6 +148,9 @@ def infer_version_range(features: dict[str, Any], log_date: str | None) -> Versi
     return vr
 
 
+NEWEST_BUILT: Version = max(v for _, v in BUILD_DATES)  # the newest release whose wheel was read
+
+
 def _next_release(v: Version) -> Version:
     """The newest version that could exist at a date: up to (but excluding) the next listed build."""
     later = [ver for _, ver in BUILD_DATES if ver > v]

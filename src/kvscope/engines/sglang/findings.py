@@ -7,8 +7,17 @@ import math
 from kvscope.core.margins import RESERVE_MARGIN_GIB, reserve_margin_gib
 from kvscope.core.startup import Finding, Startup, Suggestion, finite_number
 from kvscope.core.text import excerpt
+from kvscope.engines.sglang import defaults as sgd
 from kvscope.engines.sglang import dsv4, rules
-from kvscope.engines.sglang.finish import attn_tp_size, max_total_tokens, model_name, pool_capped, tp_size
+from kvscope.engines.sglang.eras import NEWEST_BUILT, parse_version
+from kvscope.engines.sglang.finish import (
+    attn_tp_size,
+    log_version_range,
+    max_total_tokens,
+    model_name,
+    pool_capped,
+    tp_size,
+)
 from kvscope.engines.sglang.rules import GIB
 from kvscope.model.weights import sglang_parallel, weights_delta_gib
 
@@ -110,6 +119,74 @@ def _headroom(s: Startup, mfs: float, pre: float, bpt: int) -> Finding | None:
         return Finding("thin-reserve", "warning", f"Only {free_ready:.2f} GiB free at ready", detail,
                        Suggestion("--mem-fraction-static", mfs, to, max(0, target.tokens - back * per_step)))
     return Finding("mfs-headroom", "info", "mem_fraction_static is about right", detail)
+
+
+def _after_graphs(s: Startup, mfs: float | None, pre: float | None) -> Finding | None:
+    """What CUDA graph capture took and left, on the rank left with least, when the fraction or the free
+    memory before weights is not in the log (with both, ``_headroom`` sizes the reserve exactly).
+
+    The risk is the one margin model (``core.margins``) of the basis the fraction is of: the free memory before
+    weights, else the device total (an upper bound, so the margin is never understated)."""
+    captured = [r for r in s.ranks if r.cuda_graph_gib is not None and r.avail_at_ready_gib is not None]
+    if not captured:
+        return None
+    r = min(captured, key=lambda x: x.avail_at_ready_gib or 0.0)
+    graph, free = r.cuda_graph_gib or 0.0, r.avail_at_ready_gib or 0.0
+    total = finite_number(s.assumptions.get("gpu_total_gib"))
+    basis = pre or total
+    margin = reserve_margin_gib(basis) if basis else RESERVE_MARGIN_GIB
+    ranks = f" on {r.rank}" if len(s.ranks) > 1 else ""
+    detail = (f"CUDA graph capture took {graph:.2f} GB{ranks} (SGLang's 'mem usage={graph:.2f} GB'; its GB are GiB) and "
+              f"left {free:.2f} GB free for what runs after it: prefill activations of a full chunk, MoE and attention "
+              "workspaces, sampling.")
+    if free >= margin:
+        return Finding("graphs-reserve", "info", f"CUDA graphs took {graph:.2f} GB; {free:.2f} GB left free", detail,
+                       context=True)
+    detail += (f" That is under the {margin:.1f} GiB a long prefill needs in the logs we know (max({RESERVE_MARGIN_GIB:.0f} GiB, 5 % of "
+               f"{'the free memory before weights' if pre else 'the device' if basis else 'the budget basis'})): the reserve "
+               "(1 − mem_fraction_static) is too small for graphs of this size. Lower --mem-fraction-static so the pool "
+               "leaves more, or capture fewer batch sizes (--cuda-graph-max-bs).")
+    sug = _reserve_fix(s, mfs, basis, margin - free, graph, r)
+    return Finding("thin-reserve", "warning", f"Only {free:.2f} GB left after CUDA graphs ({graph:.2f} GB): the reserve is too small",
+                   detail, sug)
+
+
+def _reserve_fix(s: Startup, mfs: float | None, basis: float | None, short_gib: float, graph_gib: float,
+                 r) -> Suggestion | None:
+    """Lower the fraction by what the reserve lacks (its value read, else SGLang's default for this GPU in the
+    releases the log can be from, said so), with fewer captured batch sizes as the alternative."""
+    if basis is None:
+        return None
+    note = None
+    start = mfs
+    if start is None:
+        start, note = _default_fraction(s)
+        if start is None:
+            return None
+    steps = max(1, math.ceil(short_gib / (0.01 * basis)))
+    to = round(start - steps / 100, 2)
+    alts = []
+    max_bs = finite_number(s.setting("cuda_graph_max_bs")) or finite_number(r.extras.get("capture_max_bs"))
+    if max_bs and graph_gib > short_gib:
+        smaller = max(8, int(max_bs * (1 - short_gib / graph_gib)) // 8 * 8)
+        if smaller < max_bs:
+            alts.append(Suggestion("--cuda-graph-max-bs", int(max_bs), smaller,
+                                   note="graph memory grows about linearly with the largest captured batch; batches "
+                                        "above it run without graphs (slower decode at high concurrency)"))
+    text = f"frees {steps * 0.01 * basis:.2f} GiB for the reserve; the KV pool loses as much"
+    return Suggestion("--mem-fraction-static", start, to, note=f"{note}; {text}" if note else text, alternatives=alts)
+
+
+def _default_fraction(s: Startup) -> tuple[float | None, str | None]:
+    """SGLang's automatic mem_fraction_static for this GPU and TP in the newest release the log can be from."""
+    total = finite_number(s.assumptions.get("gpu_total_gib"))
+    version = parse_version(s.engine_version) or min(log_version_range(s).high, NEWEST_BUILT)
+    if total is None:
+        return None, None
+    choice = sgd.auto_mem_fraction_static(version, sgd.MemoryInputs(int(total * 1024), tp=tp_size(s)))
+    value = round(choice.value, 2)
+    return value, (f"from: SGLang's automatic value for this GPU at TP{tp_size(s)} ({choice.rule}) in the newest release "
+                   f"the log can be from; pass --assume mem_fraction_static=… if it was set")
 
 
 def _mla_replicated(s: Startup, bpt: int, mfs: float | None, pre: float | None) -> Finding | None:
@@ -331,6 +408,9 @@ def findings(s: Startup) -> list:
         out.append(_capped(s, mfs))
     elif mfs is not None and pre and bpt:
         out.extend(f for f in (_reserve(s, mfs, pre, bpt), _headroom(s, mfs, pre, bpt)) if f)
+    graphs = _after_graphs(s, mfs, pre) if fail is None and not (mfs is not None and pre and bpt) else None
+    if graphs is not None and graphs.severity != "info":
+        out.append(graphs)
     out.extend(f for f in (_pool(s), _mla_replicated(s, bpt or 0, mfs, pre), _dsv4_pools(s)) if f)
     for w in s.warnings:
         if (w.get("code") == "max-total-tokens-above-profile" and None not in (w.get("requested"), w.get("profiled"))
@@ -339,6 +419,8 @@ def findings(s: Startup) -> list:
                                f"--max-total-tokens {w.get('requested'):,} was more than memory allows",
                                f"SGLang profiled room for {w.get('profiled'):,} tokens and used that. To get more, raise "
                                "--mem-fraction-static or use an fp8 KV cache; --max-total-tokens can only lower the pool."))
+    if graphs is not None and graphs.severity == "info":  # a healthy reserve is context, not the answer
+        out.append(graphs)
     return out
 
 

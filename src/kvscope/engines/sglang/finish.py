@@ -8,7 +8,7 @@ from kvscope.core.startup import KvPool, LedgerRow, LedgerRows, Rank, Reconcilia
 from kvscope.engines.lazy import lazy_compile
 from kvscope.engines.sglang import rules
 from kvscope.engines.sglang.dsv4 import PAGE as DSV4_PAGE_TOKENS
-from kvscope.engines.sglang.eras import era_for, infer_version_range, parse_version
+from kvscope.engines.sglang.eras import VersionRange, era_for, infer_version_range, parse_version
 from kvscope.engines.sglang.lines import DSV4_POOL
 from kvscope.engines.sglang.rules import GIB, Interval
 from kvscope.model.arch import dtype_bytes
@@ -132,6 +132,11 @@ def kv_dtype_name(s: Startup) -> str | None:
         or s.settings.get("kv_cache_dtype_resolved")
         or (s.setting("kv_cache_dtype") if s.setting("kv_cache_dtype") not in (None, "auto") else None)
     )
+
+
+def log_version_range(s: Startup) -> VersionRange:
+    """The SGLang releases this startup's wordings and date allow."""
+    return infer_version_range(_features(s), _log_date(s))
 
 
 def finish(s: Startup) -> None:
@@ -422,6 +427,10 @@ def ledger_rows(s: Startup, r: Rank) -> list[LedgerRow]:
             note="SGLang keeps this for activations, CUDA graphs and (before 0.5.14) the draft model")
     for g in r.extras.get("graphs", []):
         add(f"CUDA graphs: {g.get('graph')}", g.get("graph_gib"))
+    if r.extras.get("avail_during_capture_gib") is not None:
+        bs = r.extras.get("capture_max_bs")
+        add("least free while capturing (progress bar)", r.extras["avail_during_capture_gib"],
+            note=f"{r.extras.get('capture_batch_sizes') or '?'} batch sizes" + (f", largest {bs}" if bs else ""))
     if r.extras.get("draft_weights_gib") is not None:
         add("draft model weights", r.extras["draft_weights_gib"])
     draft = r.pool("draft")

@@ -63,6 +63,9 @@ _DEVICE = r"(?i:cuda|cpu|npu|xpu|musa|hpu)"
 _GRAPH_BEGIN = lazy_compile(rf"Capture ((?:\w+ )*?){_DEVICE} graph begin\.(?:.*?avail mem={G} ?GB)?")
 _GRAPH_END = lazy_compile(rf"Capture ((?:\w+ )*?){_DEVICE} graph end\.(.*)")
 # SGLang wraps whatever capture raised: "Exception: Capture cuda graph failed: <error>" + "Possible solutions:"
+# tqdm's bar on the first rank while graphs are captured, largest batch first:
+# "Capturing batches (bs=256 avail_mem=20.14 GB):   2%|▊     | 1/35" or, in older releases, "(avail_mem=5.25 GB)"
+_GRAPH_BAR = lazy_compile(rf"Capturing batches \((?:bs=(\d+) )?avail_mem={G} ?GB\):\s*\d+%\|[^|]*\|\s*(\d+)/(\d+)")
 _GRAPH_FAILED = lazy_compile(rf"Capture (?:\w+ )*?{_DEVICE} graph failed:?\s*(.*)")
 _USAGE = lazy_compile(rf"(?i:mem usage)={G} ?GB")
 _AVAIL = lazy_compile(rf"(?i:avail mem)={G} ?GB")  # ≤0.1.x wrote "Avail mem=" and "Type="
@@ -291,13 +294,41 @@ def _labelled(text: str) -> bool:
     return bool(m and (m.group(2).strip() or m.group(3))) or _BARE_RANK.search(text) is not None
 
 
+def _another_capture(out: list[Parsed], rank: str | None, ctx: LineContext) -> bool:
+    """Whether this line's graph capture belongs to another run than the one before it.
+
+    One startup captures the target model's graphs once per rank (then, for speculative decoding, the
+    draft's, announced by its own "Capture draft … begin" line). So a rank ending the target capture a
+    second time, or a capture progress bar after a target capture ended with no draft capture begun,
+    is a new run: operators paste several attempts one after another, with no banner between them.
+    """
+    ended: set[str] = ctx.state.get("sglang_target_graphs_ended", set())
+    for p in out:
+        if p.kind != ev.PHASE:
+            continue
+        phase, graph = p.data.get("phase"), str(p.data.get("graph") or "")
+        if phase == "graph_end" and graph == "decode" and (rank or SINGLE_RANK) in ended:
+            return True
+        if phase == "graph_progress" and ended and not ctx.state.get("sglang_draft_capture"):
+            return True
+    return False
+
+
 def _track(out: list[Parsed], rank: str | None, ctx: LineContext) -> None:
-    """What a later generic line needs to know: is a rank capturing CUDA graphs, is the server ready."""
+    """What a later generic line needs to know: is a rank capturing CUDA graphs, is the server ready,
+    which ranks ended the target capture (see ``_another_capture``)."""
     for p in out:
         phase = p.data.get("phase") if p.kind == ev.PHASE else None
+        graph = str(p.data.get("graph") or "") if phase else ""
+        if phase in ("graph_begin", "graph_end") and "draft" in graph:
+            ctx.state["sglang_draft_capture"] = True
+        if phase == "graph_end" and graph == "decode":
+            ctx.state.setdefault("sglang_target_graphs_ended", set()).add(rank or SINGLE_RANK)
         if p.kind == ev.BOUNDARY or phase == "weights_begin":
             ctx.state["sglang_ready"] = False
             ctx.state["sglang_capturing"] = set()
+            ctx.state["sglang_target_graphs_ended"] = set()
+            ctx.state["sglang_draft_capture"] = False
         elif phase == "ready":
             ctx.state["sglang_ready"] = True
             ctx.state["sglang_capturing"] = set()
@@ -319,6 +350,8 @@ class SGLangLines:
     def parse(self, text: str, ctx: LineContext) -> list[Parsed]:
         rank, ts, msg = split_prefix(text)
         out = self._parse_message(msg)
+        if out and _another_capture(out, rank, ctx):
+            out.insert(0, Parsed(ev.BOUNDARY, {"why": "a second graph capture: another run"}))
         if out and rank is not None:
             ctx.state["sglang_prefixed"] = ctx.file  # SGLang's own wording under its prefix: this file is SGLang's
         elif not out:
@@ -356,6 +389,11 @@ class SGLangLines:
         m = _GRAPH_END.search(msg)
         if m:
             return [Parsed(ev.PHASE, {"phase": "graph_end", **_graph_end(m.group(1), m.group(2))})]
+        m = _GRAPH_BAR.search(msg)
+        if m:
+            return [Parsed(ev.PHASE, {"phase": "graph_progress", "bs": to_int(m.group(1)) if m.group(1) else None,
+                                      "avail_gib": _gib(m, 2), "done": to_int(m.group(3)),
+                                      "total": to_int(m.group(4))})]
         m = _GRAPH_BEGIN.search(msg)
         if m:
             if m.group(2) is None:  # ≤0.4: "Capture cuda graph begin. This can take up to several minutes."
