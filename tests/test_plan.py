@@ -314,7 +314,8 @@ def test_cli_bad_input_exits_2(capsys):
     ("4090", "NVIDIA GeForce RTX 4090"),                 # a model number, not 4,090 MiB
     ("97887", "97887 MiB GPU"),                          # a size
     ("H20", "NVIDIA H20 96GB"),                          # never the H200
-    ("L40", None),                                       # never the L40S
+    ("L40", "NVIDIA L40"),                               # its own entry, never the L40S
+    ("L4", "NVIDIA L4"),                                 # never the L40
     ("GeForce RTX 3090 Ti", None),
     ("RTX 5090 24GB", None),                             # a size that contradicts the name
     ("24 GB GPU", None),                                 # a size names no GPU kind
@@ -354,7 +355,7 @@ def test_gpu_name_spellings(name, expected):
     assert resolve_gpu(name)[0].startswith(expected) and find_gpu(name)["name"].startswith(expected)
 
 
-@pytest.mark.parametrize("bad", [None, "", "  ", ".", "1.5", "Tesla T4"])
+@pytest.mark.parametrize("bad", [None, "", "  ", ".", "1.5", "Tesla K80"])
 def test_bad_gpu_names_are_input_errors(bad):
     from kvscope.model.overheads import resolve_gpu
 

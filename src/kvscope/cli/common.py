@@ -47,8 +47,11 @@ def write_output(text: str, output: str | None) -> None:
 FORMATS = click.Choice(["terminal", "json", "markdown", "html"])
 
 
-def gather_inputs(logs: tuple[str, ...], example: str | None, assume: tuple[str, ...]) -> tuple[list[str], dict[str, Any]]:
-    """Paths to read and the assumptions to apply: a bundled example brings its log and its known flags."""
+def gather_inputs(logs: tuple[str, ...], example: str | None, assume: tuple[str, ...],
+                  model: str | None = None) -> tuple[list[str], dict[str, Any]]:
+    """Paths to read and the assumptions to apply: a bundled example brings its log and its known flags.
+    Every --assume key and value, and --model, is checked first (``kvscope.analysis.assumptions``)."""
+    from kvscope.analysis.assumptions import validate
     from kvscope.examples import example_path
 
     assumptions: dict[str, Any] = {}
@@ -57,5 +60,7 @@ def gather_inputs(logs: tuple[str, ...], example: str | None, assume: tuple[str,
         ex, path = example_path(example)
         assumptions.update(ex.assumptions)
         paths.append(path)
-    assumptions.update(parse_assignments(assume))
+    given = parse_assignments(assume)
+    validate(given, model)
+    assumptions.update(given)
     return paths, assumptions

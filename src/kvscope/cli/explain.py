@@ -34,7 +34,7 @@ def command(logs, example, fmt, output, assume, model, no_redact, debug) -> None
 
 
 def _explain(logs, example, fmt, output, assume, model, no_redact) -> None:
-    paths, assumptions = gather_inputs(logs, example, assume)
+    paths, assumptions = gather_inputs(logs, example, assume, model)
     if not paths:
         raise InputError("give one or more log files (or - for stdin), or --example NAME")
     analysis = analyze(paths, assumptions, model)

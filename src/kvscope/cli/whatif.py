@@ -86,7 +86,7 @@ def render_terminal(pred: dict[str, Any]) -> str:
 @click.option("--debug", is_flag=True)
 def command(logs, example, sets, assume, model, host_ram, context, fmt, output, no_redact, debug) -> None:
     """Predict KV tokens, concurrency and OOM risk for changed settings, calibrated on a logged startup."""
-    paths, assumptions = gather_inputs(logs, example, assume)
+    paths, assumptions = gather_inputs(logs, example, assume, model)
     if host_ram is None and isinstance(assumptions.get("host_ram_gb"), (int, float)) and any(
             k.startswith("hicache") for k in parse_assignments(sets, "--set")):
         host_ram = float(assumptions["host_ram_gb"])

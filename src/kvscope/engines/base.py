@@ -184,3 +184,6 @@ class Engine:
     runtime_advice: Callable[..., Any] | None = None  # scheduler-limit advice for the runtime verdict
     weights: WeightRules = field(default_factory=WeightRules)  # how it lays a checkpoint out in memory
     plan_estimates: tuple[str, ...] = ()  # what its plan estimates beyond the weights (the plan's error bars)
+    # the setting names its rules read: what `--assume KEY=…` may name for it (anything else has no effect,
+    # so the CLI refuses it with a did-you-mean instead of giving a silently unchanged answer)
+    settings: frozenset[str] = frozenset()

@@ -48,6 +48,11 @@ def _name_parts(tail: str) -> list[str]:
     return [p for p in re.split(r"[-\s]+", _GGUF_FILE.sub("", tail.strip().lower())) if p]
 
 
+def model_ids() -> list[str]:
+    """Every catalog model's Hugging Face id."""
+    return [m["hf_id"] for m in _models()]
+
+
 def catalog_entry(name: str) -> dict[str, Any] | None:
     """Find a catalog model by id or by a path's last component; quantization suffixes tolerated."""
     if not name:

@@ -6,6 +6,35 @@ from __future__ import annotations
 from kvscope.engines.base import Engine, deferred
 from kvscope.engines.llamacpp.lines import LlamaCppLines
 
+# the setting names this engine's rules read (see Engine.settings)
+SETTINGS = frozenset({
+    "ctx_size",
+    "kv_layer_max_index",
+    "kv_layer_n_embd_k_gqa",
+    "kv_layer_n_embd_v_gqa",
+    "kv_size",
+    "kv_unified",
+    "n_ctx",
+    "n_ctx_seq",
+    "n_ctx_slot",
+    "n_ctx_train",
+    "n_embd_k_gqa",
+    "n_embd_v_gqa",
+    "n_gpu_layers_offloaded",
+    "n_layer",
+    "n_layers_offloadable",
+    "n_seq_max",
+    "n_slots",
+    "n_ubatch",
+    "ollama_memory_available_gib",
+    "ollama_memory_required_full_gib",
+    "ollama_memory_weights_total_gib",
+    "pipeline_parallel_copies",
+    "type_k",
+    "type_v",
+})
+
 ENGINE = Engine(name="llamacpp", label="llama.cpp", lines=LlamaCppLines(),
                 finish=deferred("kvscope.engines.llamacpp.finish", "finish"),
-                findings=deferred("kvscope.engines.llamacpp.findings", "findings"))
+                findings=deferred("kvscope.engines.llamacpp.findings", "findings"),
+                settings=SETTINGS)

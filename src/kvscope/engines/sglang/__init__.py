@@ -7,6 +7,36 @@ from kvscope.engines.base import Deferred, Engine, FractionBasis, Knobs, MemoryK
 from kvscope.engines.sglang.lines import SGLangLines
 from kvscope.engines.sglang.rules import SGLANG_WEIGHTS
 
+# the setting names this engine's rules read (see Engine.settings)
+SETTINGS = frozenset({
+    "chunked_prefill_size",
+    "context_length",
+    "cuda_graph_max_bs",
+    "dp_size",
+    "draft_layers",
+    "draft_weights_gib",
+    "enable_dp_attention",
+    "kv_cache_dtype",
+    "max_prefill_tokens",
+    "max_running_requests",
+    "max_total_tokens",
+    "mem_fraction_static",
+    "model",
+    "model_path",
+    "page_size",
+    "pipeline_parallel_size",
+    "pp_size",
+    "quantization",
+    "schedule_conservativeness",
+    "served_model_name",
+    "speculative_algorithm",
+    "speculative_num_draft_tokens",
+    "swa_full_tokens_ratio",
+    "tp",
+    "tp_size",
+    "weights_gib",
+})
+
 ENGINE = Engine(
     name="sglang",
     label="SGLang",
@@ -28,4 +58,5 @@ ENGINE = Engine(
     ),
     runtime_advice=deferred("kvscope.engines.sglang.findings", "scheduler_advice"),
     weights=SGLANG_WEIGHTS,
+    settings=SETTINGS,
 )

@@ -28,6 +28,9 @@ def finish(s: Startup) -> None:
     """Settle pools and capacity, name the failure, reconcile, and write ledger rows."""
     for r in s.ranks:
         _settle_pools(r)
+    assumed_block = s.setting_number("tokens_per_block")  # --assume tokens_per_block=…: the engine's build setting
+    if s.capacity.extras.get("tokens_per_block") is None and assumed_block and assumed_block >= 1:
+        s.capacity.extras["tokens_per_block"] = int(assumed_block)
     _capacity(s)
     _settings(s)
     _settle_failure(s)

@@ -7,6 +7,35 @@ from kvscope.engines.base import Deferred, Engine, FractionBasis, Knobs, MemoryK
 from kvscope.engines.vllm.lines import VLLMLines
 from kvscope.engines.vllm.rules import VLLM_WEIGHTS
 
+# the setting names this engine's rules read (see Engine.settings)
+SETTINGS = frozenset({
+    "block_size",
+    "cpu_offload_gb",
+    "disable_hybrid_kv_cache_manager",
+    "draft_layers",
+    "draft_weights_gib",
+    "dtype",
+    "enable_chunked_prefill",
+    "enable_prefix_caching",
+    "gpu_memory_utilization",
+    "kv_cache_dtype",
+    "kv_cache_memory_bytes",
+    "kv_transfer_config",
+    "limit_mm_per_prompt",
+    "mamba_cache_dtype",
+    "mamba_ssm_cache_dtype",
+    "max_model_len",
+    "max_num_batched_tokens",
+    "max_num_seqs",
+    "model",
+    "num_gpu_blocks_override",
+    "pipeline_parallel_size",
+    "pp_size",
+    "speculative_config",
+    "tensor_parallel_size",
+    "tp_size",
+})
+
 ENGINE = Engine(
     name="vllm",
     label="vLLM",
@@ -28,4 +57,5 @@ ENGINE = Engine(
     runtime_advice=deferred("kvscope.engines.vllm.findings", "scheduler_advice"),
     weights=VLLM_WEIGHTS,
     plan_estimates=("activation peak: first-principles estimate from the config",),
+    settings=SETTINGS,
 )

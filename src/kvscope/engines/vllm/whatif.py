@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvscope.core.startup import Startup
+from kvscope.core.startup import Startup, finite_number
 from kvscope.engines.vllm import finish as vfinish
 from kvscope.engines.vllm import rules as vrules
 from kvscope.engines.whatif_base import (
@@ -58,6 +58,7 @@ class VllmCalibration:
     model: str | None = None  # the model id or path, to estimate how its weights shard
     arch: Any = None  # its architecture, for the KV heads per GPU at another TP
     pp: int = 1  # pipeline stages: weights per GPU are one stage's
+    failed: bool = False  # calibrated on a startup that stopped before printing its blocks
 
     @property
     def kv_tokens(self) -> int:
@@ -78,7 +79,7 @@ class VllmCalibration:
                 "bytes_per_token": round(self.bytes_per_token), "kv_tokens": self.kv_tokens,
                 "available_kv_gib_low": round(self.kv_low_bytes / GIB, 4), "available_kv_gib_high": round(self.kv_high_bytes / GIB, 4),
                 "gpu_memory_utilization": self.util, "total_gib": self.total_gib, "max_model_len": self.max_model_len,
-                "tp_size": self.tp, "notes": self.notes}
+                "tp_size": self.tp, "failed_startup": self.failed, "notes": self.notes}
 
 
 def calibrate(s: Startup) -> VllmCalibration:
@@ -90,10 +91,10 @@ def calibrate(s: Startup) -> VllmCalibration:
     if mamba is not None:
         bs = mamba.block_size
     blocks = cap.num_gpu_blocks or _logged_blocks(cap, mamba, bs)
-    if not blocks:
-        raise PredictionError("the log has no '# GPU blocks' / 'GPU KV cache size' line to calibrate on")
     plan = vfinish.kv_plan(s, arch) if arch is not None else None
     notes: list[str] = []
+    if not blocks:
+        return _failed_calibration(s, bs, plan, arch)
     if mamba is not None:
         block_bytes = float(mamba.block_bytes)
         notes.append(f"hybrid model: block size {mamba.block_size:,} (enlarged to hold a Mamba state), "
@@ -123,6 +124,48 @@ def calibrate(s: Startup) -> VllmCalibration:
         free_at_ready_gib=ref.avail_at_ready_gib if ref else None, notes=notes, mamba=mamba,
         model=vfinish.model_name(s), arch=arch, pp=vfinish.pp_size(s),
     )
+
+
+def _failed_calibration(s: Startup, bs: int, plan: Any, arch: Any) -> VllmCalibration:
+    """A startup that stopped before it printed a block count: calibrate on the KV memory it did print
+    ('Available KV cache memory', also when negative) and the bytes per block of the model's layout, else
+    the bytes one max_model_len request needs ('X GiB KV cache is needed'). K = T × util − (non-KV terms)
+    holds for the failed run too, so a utilization or max_model_len change is predicted the same way."""
+    f, cap = s.failure, s.capacity
+    data = f.data if f is not None else {}
+    kv_gib = finite(data.get("available_kv_gib"), cap.available_kv_gib)
+    if kv_gib is None:
+        raise PredictionError("the log has no '# GPU blocks' / 'GPU KV cache size' line and no 'Available KV cache "
+                              "memory' to calibrate on")
+    need_gib, m = finite(data.get("kv_needed_gib")), data.get("max_model_len") or cap.max_model_len
+    notes = [f"calibrated on a failed startup: its KV memory ({kv_gib} GiB, ± {vrules.HALF_CENT} as printed)"]
+    if plan is not None and not plan.hybrid and not plan.linear:
+        block_bytes = float(vrules.bytes_per_block(plan.row_bytes, plan.layers, bs))
+        notes[0] += " and the model's bytes per block"
+    elif need_gib and isinstance(m, int) and m > 0:
+        block_bytes = need_gib * GIB / vrules.cdiv(m, bs)
+        notes[0] += f" and the {need_gib} GiB one {m:,}-token request needs"
+    else:
+        raise PredictionError("the failed startup printed no bytes per token ('X GiB KV cache is needed'): pass --model")
+    half = vrules.HALF_CENT * GIB
+    low, high = kv_gib * GIB - half, kv_gib * GIB + half
+    ref = s.reference_rank
+    return VllmCalibration(
+        blocks=max(0, int(kv_gib * GIB // block_bytes)), block_size=bs, block_bytes=block_bytes, kv_low_bytes=low,
+        kv_high_bytes=high, util=vfinish.util(s), total_gib=vfinish.total_gib(s), max_model_len=m,
+        kv_bytes=vfinish.kv_bytes(s, arch), tp=vfinish.tp_size(s), capacity_rule=vfinish.era_of(s).capacity_rule,
+        free_at_ready_gib=ref.avail_at_ready_gib if ref else None, notes=notes, model=vfinish.model_name(s), arch=arch,
+        pp=vfinish.pp_size(s), failed=True,
+    )
+
+
+def finite(*values: Any) -> float | None:
+    """The first value that is a finite number."""
+    for v in values:
+        number = finite_number(v)
+        if number is not None:
+            return number
+    return None
 
 
 def _mamba_layout(s: Startup, arch: Any) -> vrules.MambaLayout | None:
@@ -303,8 +346,10 @@ __all__ = ["VllmCalibration", "_truthy", "calibrate", "predict", "standard_scena
 
 
 def can_calibrate(s: Startup) -> bool:
-    """A logged block count or token count to calibrate on."""
-    return bool(s.reconciliation is not None or s.capacity.num_gpu_blocks or s.capacity.kv_tokens)
+    """A logged block count or token count to calibrate on, or a failed startup's KV memory."""
+    failed_kv = finite(s.failure.data.get("available_kv_gib"), s.capacity.available_kv_gib) if s.failure else None
+    return bool(s.reconciliation is not None or s.capacity.num_gpu_blocks or s.capacity.kv_tokens
+                or failed_kv is not None)
 
 
 def build_prediction(startup: Startup, changes: dict[str, Any], context: int | None,
@@ -319,6 +364,10 @@ def calibration_line(pred: dict[str, Any]) -> str:
     """What the prediction was calibrated on, in one line for the terminal."""
     cal = pred["calibration"]
     step = pred.get("tokens_per_0_01_util")
+    if cal.get("failed_startup"):
+        return (f"Calibrated on the failed run: KV memory {cal['available_kv_gib_low']:.3f} – "
+                f"{cal['available_kv_gib_high']:.3f} GiB, {cal['block_bytes']:,} B per block of {cal['block_size']} "
+                f"tokens ({cal['num_gpu_blocks']:,} blocks fit)" + (f"; +0.01 utilization = +{step:,} tokens" if step else ""))
     return (f"Calibrated on the logged run: {cal['num_gpu_blocks']:,} blocks × {cal['block_size']} tokens, "
             f"{cal['block_bytes']:,} B per block, KV memory {cal['available_kv_gib_low']:.3f} – "
             f"{cal['available_kv_gib_high']:.3f} GiB" + (f"; +0.01 utilization = +{step:,} tokens" if step else ""))

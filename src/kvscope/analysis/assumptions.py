@@ -1,0 +1,125 @@
+"""What `--assume KEY=VALUE` and `--model` may say, checked before anything is read.
+
+A fact kvscope does not use, a fraction outside (0, 1], a GPU or model it cannot resolve would each give an
+answer silently unchanged by what the user typed. So each ends in one line naming the problem (with the
+nearest known names) and exit 2 (:class:`~kvscope.core.errors.InputError`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from kvscope import engines
+from kvscope.core.errors import InputError
+from kvscope.core.startup import RANK_FIELDS
+from kvscope.model.catalog import catalog_entry, gpus, model_ids, pick_gpu, read_local_config
+
+# Facts about the box and the run, read by the neutral layers (analysis/explain.py, runtime, model, render).
+FACTS = frozenset({"gpu", "model", "host_ram_gb", "gpu_total_gib", "extra_weights_gib", "weights_gib",
+                   "quantization", "kv_cache_dtype", "kv_cache_dtype_resolved", "tp_size", "pp_size", "tensor_parallel_size",
+                   "enable_dp_attention"})
+# Settings that are a share of memory: (0, 1].
+FRACTIONS = frozenset({"mem_fraction_static", "gpu_memory_utilization", "kv_cache_free_gpu_mem_fraction",
+                       "free_gpu_memory_fraction", "swa_full_tokens_ratio"})
+# Settings that count something (ranks, tokens, requests, batch sizes): whole numbers above 0 (SGLang's
+# chunked_prefill_size may be -1: chunking off).
+COUNTS = frozenset({"tp_size", "pp_size", "dp_size", "tensor_parallel_size", "pipeline_parallel_size", "world_size",
+                    "max_model_len", "max_num_seqs", "max_num_batched_tokens", "max_running_requests", "max_total_tokens",
+                    "max_prefill_tokens", "chunked_prefill_size", "cuda_graph_max_bs", "context_length", "page_size",
+                    "block_size", "tokens_per_block", "max_batch_size", "max_num_tokens", "max_seq_len",
+                    "max_tokens_in_paged_kv_cache", "n_ctx", "n_ubatch", "ctx_size", "n_slots", "n_seq_max",
+                    "num_gpu_blocks_override"})
+NEGATIVE_MEANS_OFF = frozenset({"chunked_prefill_size"})
+
+
+def known_keys() -> frozenset[str]:
+    """Every key some part of kvscope reads: the neutral facts, the rank figures, each engine's settings."""
+    keys = set(FACTS) | set(RANK_FIELDS)
+    for engine in engines.REGISTRY.values():
+        keys |= engine.settings
+    return frozenset(keys)
+
+
+def _nearest(word: str, names: Iterable[str], n: int = 3) -> list[str]:
+    names = list(names)
+    lowered = {name.lower(): name for name in names}
+    hits = difflib.get_close_matches(word.lower(), list(lowered), n=n, cutoff=0.6)
+    return [lowered[h] for h in hits]
+
+
+def _did_you_mean(word: str, names: Iterable[str] | dict[str, str]) -> str:
+    shown = names if isinstance(names, dict) else {n: n for n in names}
+    near = list(dict.fromkeys(shown[n] for n in _nearest(word, shown)))
+    return f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else ""
+
+
+def _number(key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InputError(f"--assume {key}={value!r}: not a number")
+    return float(value)
+
+
+def _check_value(key: str, value: Any) -> None:
+    if value is None:
+        return
+    if key in FRACTIONS:
+        number = _number(key, value)
+        if not 0 < number <= 1:
+            raise InputError(f"--assume {key}={value!r}: a fraction of memory must be in (0, 1]")
+    elif key.endswith(("_gib", "_gb", "_bytes")):
+        if _number(key, value) < 0:
+            raise InputError(f"--assume {key}={value!r}: a size cannot be negative")
+    elif key in COUNTS:
+        number = _number(key, value)
+        if number != int(number) or number == 0 or (number < 0 and not (key in NEGATIVE_MEANS_OFF and number == -1)):
+            raise InputError(f"--assume {key}={value!r}: a count must be a positive whole number")
+
+
+def check_gpu(name: str) -> None:
+    gpu, candidates = pick_gpu(name)
+    if gpu is not None:
+        return
+    if candidates:
+        raise InputError(f"GPU {name!r} is ambiguous: {', '.join(g['name'] for g in candidates[:6])}; name one")
+    raise InputError(f"GPU {name!r} is not in the catalog{_did_you_mean(name, _gpu_names())} "
+                     "(or give its total instead: --assume gpu_total_gib=…)")
+
+
+def _gpu_names() -> dict[str, str]:
+    """Short ways to name each catalog GPU ('H200', 'RTX PRO 6000', 'DGX Spark') → the short name shown."""
+    out: dict[str, str] = {}
+    for g in gpus():
+        short = re.sub(r"\s*\(.*?\)", "", g["name"]).replace("NVIDIA ", "").replace("GeForce ", "").strip()
+        for form in (short, *(g.get("aliases") or [])):
+            out.setdefault(form, short)
+        for word in short.split():
+            if re.search(r"\d", word) and not re.fullmatch(r"\d+GB", word):
+                out.setdefault(word, short)
+    return out
+
+
+def check_model(model: str) -> None:
+    if read_local_config(model) is not None or catalog_entry(model) is not None:
+        return
+    ids = model_ids()
+    tails = {i.split("/")[-1]: i for i in ids}
+    near = _nearest(model.split("/")[-1], tails)
+    hint = f"; did you mean {' or '.join(repr(tails[n]) for n in near)}?" if near else ""
+    raise InputError(f"model {model!r} is neither a config.json (file or directory) nor in the built-in catalog{hint}")
+
+
+def validate(assumptions: dict[str, Any], model: str | None = None) -> None:
+    """Raise InputError for an unknown key, an impossible value, or a GPU / model kvscope cannot resolve."""
+    known = known_keys()
+    for key, value in assumptions.items():
+        if key not in known:
+            raise InputError(f"--assume {key}: kvscope reads no such fact or setting{_did_you_mean(key, known)}")
+        _check_value(key, value)
+    if assumptions.get("gpu") is not None:
+        check_gpu(str(assumptions["gpu"]))
+    for name in {m for m in (model, assumptions.get("model")) if isinstance(m, str) and m}:
+        check_model(name)
