@@ -8,7 +8,7 @@ explains most "TensorRT-LLM took all my GPU memory" reports, so the budget findi
 from __future__ import annotations
 
 from kvscope.core.startup import Finding, Startup, Suggestion
-from kvscope.engines.trtllm.finish import DEFAULT_FRACTION, effective_fraction
+from kvscope.engines.trtllm.finish import DEFAULT_FRACTION, effective_fraction, runtime_buffer_oom
 
 RAISED_FRACTION = 0.95
 LARGE_CONTEXT_GIB = 1.0
@@ -164,18 +164,57 @@ def _failure(s: Startup) -> Finding | None:
     component = f.data.get("component")
     requested = f.data.get("requested_bytes")
     what = f"the {component}" if component else (f"{requested / (1 << 30):.2f} GiB" if requested else "an allocation")
-    if s.capacity.kv_tokens is None and not any(r.kv_pools for r in s.ranks) and "tllmBuffers" in f.message:
-        return Finding("trtllm-oom", "error", f"Startup failed: out of GPU memory ({f.kind}) before the KV cache was sized",
+    if runtime_buffer_oom(s):
+        return Finding("trtllm-oom", "error", "Startup failed: out of GPU memory allocating the runtime buffers, before "
+                       "the KV cache was sized",
                        "TensorRT-LLM ran out of GPU memory allocating its runtime buffers, before it sized the KV cache, "
                        "so kv_cache_free_gpu_mem_fraction is not the cause: the engine and the buffers its build limits "
-                       "need (max_batch_size, max_num_tokens, max_beam_width) do not fit in what is free. Rebuild with "
-                       "smaller limits or more TP, or free the GPU of other processes.")
+                       "need (max_batch_size, max_num_tokens, max_beam_width) do not fit in what is free. The Triton "
+                       "backend and the C++ runtime allocate them for the full max_batch_size the engine was built with "
+                       "(an offline run with a small batch does not). Rebuild with a smaller --max_batch_size (and "
+                       "--max_num_tokens), use more TP, or free the GPU of other processes.", _smaller_build(s))
     detail = (f"TensorRT-LLM ran out of GPU memory creating {what}. The KV cache takes kv_cache_free_gpu_mem_fraction "
               "of the memory free at that point, so anything allocated after it (CUDA graphs, sampler, decoder, "
               "another process) must fit in the rest: lower the fraction or cap max_tokens_in_paged_kv_cache; if the "
               "engine itself does not fit, rebuild with a smaller max_batch_size / max_num_tokens or more TP.")
     return Finding("trtllm-oom", "error", f"Startup failed: out of GPU memory ({f.kind})", detail,
                    Suggestion("kv_cache_free_gpu_mem_fraction", frac or DEFAULT_FRACTION, lower))
+
+
+def _smaller_build(s: Startup) -> Suggestion | None:
+    """Half the build's max_batch_size (runtime buffers scale with it), max_num_tokens halved as the alternative;
+    None when the log and --assume do not say what the engine was built with."""
+    batch, tokens = s.setting_number("max_batch_size"), s.setting_number("max_num_tokens")
+    alts = [Suggestion("--max_num_tokens", int(tokens), max(1, int(tokens) // 2),
+                       note="trtllm-build: the execution context (activations) scales with it")] if tokens and tokens > 1 else []
+    if batch and batch > 1:
+        return Suggestion("--max_batch_size", int(batch), max(1, int(batch) // 2), alternatives=alts,
+                          note="trtllm-build: runtime and decoder buffers scale with it; fewer requests run at once. The "
+                               "log does not show how much was missing, so halve it and rebuild until it starts")
+    return alts[0] if alts else None
+
+
+def _build_buffers(s: Startup) -> Finding | None:
+    """Runtime buffers and the decoder, sized by the engine's build limits, dwarf the engine: the answer to
+    'why does a small model take the whole GPU' alongside the KV fraction."""
+    ref = s.reference_rank
+    if ref is None:
+        return None
+    runtime, decoder = ref.extras.get("runtime_buffers_gib"), ref.extras.get("decoder_gib")
+    buffers = (runtime or 0.0) + (decoder or 0.0)
+    engine = ref.weights_gib or (ref.extras.get("trt_managed_gpu_mib") or 0) / 1024 or None
+    if buffers < LARGE_CONTEXT_GIB or (engine and buffers < engine):
+        return None
+    parts = [f"runtime buffers {runtime:.2f} GB" if runtime else "", f"decoder {decoder:.2f} GB" if decoder else ""]
+    than = f", {buffers / engine:.0f}× the {engine:.2f} GiB engine" if engine else ""
+    detail = (f"The {' and '.join(p for p in parts if p)} ({buffers:.2f} GB{than}) are allocated for the engine's build "
+              "limits (max_batch_size, max_num_tokens, max_beam_width, max_seq_len), not for the model: a default "
+              "trtllm-build sizes them for far more concurrent requests than one GPU serves. Rebuild with a smaller "
+              "--max_batch_size (and --max_num_tokens) to give that memory back; the KV cache then takes "
+              "kv_cache_free_gpu_mem_fraction of what is freed, so lower that fraction too if the point is to leave "
+              "memory to other processes.")
+    return Finding("trtllm-build-buffers", "info", f"Runtime buffers and decoder take {buffers:.2f} GB, sized by the "
+                   "build limits", detail, _smaller_build(s))
 
 
 def _too_small(s: Startup, data: dict) -> Finding:
@@ -197,5 +236,13 @@ def _too_small(s: Startup, data: dict) -> Finding:
 
 
 def findings(s: Startup) -> list[Finding]:
-    found = (_failure(s), _budget(s), _greedy(s), _concurrency(s), _window(s), _context(s), _limits(s))
+    budget, buffers = _budget(s), _build_buffers(s)
+    ref = s.reference_rank
+    pool = ref.pool("target") if ref else None
+    # the larger consumer leads: buffers sized by the build limits can outweigh the KV pool itself
+    pool_gib = pool.gib if pool is not None and pool.gib is not None else 0.0
+    bigger = buffers is not None and ref is not None and (
+        (ref.extras.get("runtime_buffers_gib") or 0) + (ref.extras.get("decoder_gib") or 0) > pool_gib)
+    first = (buffers, budget) if bigger else (budget, buffers)
+    found = (_failure(s), *first, _greedy(s), _concurrency(s), _window(s), _context(s), _limits(s))
     return [f for f in found if f is not None]

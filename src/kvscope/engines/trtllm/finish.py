@@ -94,6 +94,16 @@ def _settle_failure(s: Startup) -> None:
             f.data["component"] = w.get("component")
             if "kv cache" in str(w.get("component", "")).lower():
                 f.kind = "kv-cache-oom"
+    if f.kind == "cuda-oom" and runtime_buffer_oom(s):
+        f.kind = "compute-buffer-oom"
+
+
+def runtime_buffer_oom(s: Startup) -> bool:
+    """An out-of-memory in the runtime's own buffer allocator (tllmBuffers.h: runtime buffers, decoder) before any
+    KV cache: the engine loaded, and what its build limits ask for at batch size max_batch_size did not fit."""
+    f = s.failure
+    return (f is not None and "tllmBuffers" in f.message and s.capacity.kv_tokens is None
+            and not any(r.kv_pools for r in s.ranks))
 
 
 def era(s: Startup) -> str | None:

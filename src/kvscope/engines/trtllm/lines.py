@@ -138,6 +138,8 @@ ANCHORS: tuple[bytes, ...] = (
     b"odel: ",
     b"maxTokensInPagedKvCache",
     b"modelInstanceState",
+    b"GPU memory for runtime buffers",
+    b"GPU memory for decoder",
 )
 
 
@@ -465,6 +467,8 @@ def _mark_content(handler):
 _KEYWORDS = ("TensorRT-LLM", "not specified", "TRT-LLM", "[TRT]", "TRTGptModel", "KV cache", "kv cache", "k/v cache", "MemUsageChange",
              "engine size", "tokens per block", "insufficient GPU memory", "OutOfMemory", "out of memory",
              "could not be allocated", "tensorrt_llm", "max_seq_len=", "gpu_mem_fraction", "memory_fraction",
-             "maxTokensInPagedKvCache", "modelInstanceState")
+             "maxTokensInPagedKvCache", "modelInstanceState",
+             # the runtime's own wording, claimed also where a post stripped the [TensorRT-LLM] tag
+             "for execution context memory", "GPU memory for runtime buffers", "GPU memory for decoder")
 _GATE = lazy_compile("|".join(re.escape(k) for k in _KEYWORDS))
 _HANDLERS = (_mark_content(_kv), _profile, _engine, _settings, _warnings, _identity, _failures, _component_report)
