@@ -363,3 +363,23 @@ def test_runs_pasted_one_after_another_are_separate_startups():
 def test_the_draft_capture_after_the_target_is_one_startup():
     """014: the target's graph end, then the draft's on another rank two minutes later: one run."""
     assert len(analyze(case_files(_dir("014"))).startups) == 1
+
+
+def test_a_refused_input_names_the_kv_pool():
+    """406 (#4048): 'exceeds the maximum allowed length (59862 tokens)' with DeepSeek-R1 (context 163,840): SGLang caps a
+    request at min(context_len − 1, pool − 1) − 5, so the pool is 59,868 tokens, and the answer says so."""
+    s = _one("406", "deepseek-ai/DeepSeek-R1")
+    assert s.capacity.max_total_num_tokens == 59_868
+    refused = _finding(s, "input-longer-than-pool")
+    assert "59,868" in refused.title and "160,062" in refused.title
+    assert s.answer is not None and s.answer.situation.startswith(refused.title)
+
+
+def test_a_refused_input_with_a_round_bound_is_not_guessed(tmp_path):
+    """A bound of 4,096 could be the context length as well as the pool: both are named, neither is set."""
+    log = tmp_path / "log.txt"
+    log.write_text("[2025-03-03 06:49:28 TP0] Input length (5000 tokens) exceeds the maximum allowed length (4090 tokens). "
+                   "Use a shorter input or enable --allow-auto-truncate.\n")
+    s = analyze([str(log)]).startups[0]
+    assert s.capacity.max_total_num_tokens is None
+    assert "the KV pool or the context length is 4,096" in _finding(s, "input-longer-than-pool").title

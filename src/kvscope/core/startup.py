@@ -278,4 +278,5 @@ class Startup:
         after V0's ``# GPU blocks: …`` line holds nothing else)."""
         cap = self.capacity
         return bool(self.ranks or self.failure or self.settings
-                    or any(getattr(cap, key) is not None for key in CAPACITY_FIELDS))
+                    or any(getattr(cap, key) is not None for key in CAPACITY_FIELDS)
+                    or cap.extras.get("max_req_input_len") is not None)  # a request refused at the pool's limit

@@ -11,7 +11,9 @@ from kvscope.engines.sglang import defaults as sgd
 from kvscope.engines.sglang import dsv4, rules
 from kvscope.engines.sglang.eras import NEWEST_BUILT, parse_version
 from kvscope.engines.sglang.finish import (
+    INPUT_LIMIT_SLACK,
     attn_tp_size,
+    input_limit_bound,
     log_version_range,
     max_total_tokens,
     model_name,
@@ -187,6 +189,72 @@ def _default_fraction(s: Startup) -> tuple[float | None, str | None]:
     value = round(choice.value, 2)
     return value, (f"from: SGLang's automatic value for this GPU at TP{tp_size(s)} ({choice.rule}) in the newest release "
                    f"the log can be from; pass --assume mem_fraction_static=… if it was set")
+
+
+def _input_refused(s: Startup) -> Finding | None:
+    """'Input length (X tokens) exceeds the maximum allowed length (Y tokens)': what Y is (the KV pool, or the
+    context length), and what serving X takes."""
+    w = next((w for w in s.warnings if w.get("code") == "input-too-long"), None)
+    bound, what = input_limit_bound(s)
+    if w is None or bound is None:
+        return None
+    asked, limit = w.get("input_tokens"), bound - INPUT_LIMIT_SLACK
+    rule = (f"SGLang caps one request at min(context_len − 1, KV pool − 1) − 5 tokens, so the {limit:,}-token limit "
+            f"means a bound of {bound:,}")
+    if what == "context":
+        return Finding("input-longer-than-context", "warning",
+                       f"A {asked:,}-token input was refused: the context length ({bound:,}) is the limit",
+                       f"{rule}: here the context length. Raise --context-length (the model's own limit permitting), "
+                       "or enable --allow-auto-truncate.")
+    if what == "either":
+        return Finding("input-longer-than-pool", "warning",
+                       f"A {asked:,}-token input was refused at {limit:,} tokens: the KV pool or the context length is "
+                       f"{bound:,}",
+                       f"{rule}: either the KV pool (max_total_num_tokens) or the context length is {bound:,}, and the "
+                       "log does not say which. The 'KV Cache is allocated. #tokens' or max_total_num_tokens line at "
+                       "startup settles it (or pass --model, whose context length kvscope then knows).")
+    times = f", {asked / bound:.1f}× what it holds" if asked and asked > bound else ""
+    detail = (f"{rule}: the KV pool (max_total_num_tokens {bound:,} tokens), much smaller than the {asked:,}-token "
+              f"input{times}, and not the context length, which is larger. One request can never use more KV cache "
+              "than the pool has. To serve it the pool needs more memory per token of context: more GPUs (--tp), an "
+              "fp8 KV cache (--kv-cache-dtype fp8_e4m3 halves the bytes per token), a higher --mem-fraction-static "
+              "where the reserve allows; or enable --allow-auto-truncate to cut such inputs.")
+    ref = s.reference_rank
+    if ref is not None and ref.avail_at_ready_gib is not None:
+        detail += f" {ref.avail_at_ready_gib:.2f} GiB was free at ready."
+    return Finding("input-longer-than-pool", "warning",
+                   f"A {asked:,}-token input was refused: the KV pool holds only {bound:,} tokens", detail)
+
+
+TYPICAL_REQUEST_TOKENS = (4_096, 32_768)  # prompt + output of a chat turn and of a long-document request
+
+
+def _capacity_meaning(s: Startup) -> Finding | None:
+    """What the startup's token figures mean: the pool is shared by all requests, the context length is one
+    request's ceiling, the free memory at ready is not the KV size; concurrency at full and at typical lengths."""
+    cap = s.capacity
+    tokens = cap.max_total_num_tokens or cap.kv_tokens
+    if not tokens or s.failure is not None:
+        return None
+    ctx, mrr = cap.context_len, cap.max_running_requests
+    parts = [f"The KV cache holds {tokens:,} tokens in all (max_total_num_tokens), shared by every running request"]
+    if ctx:
+        parts.append(f"context_len {ctx:,} is the most one request may use, not the pool's size: {tokens / ctx:,.1f} "
+                     "requests at that full length fit at once")
+    typical = [(n, tokens // n) for n in TYPICAL_REQUEST_TOKENS if not ctx or n < ctx]
+    if typical:
+        fits = " or ".join(f"{k:,} requests of {n:,} tokens" for n, k in typical)
+        text = f"At typical lengths the pool holds {fits}"
+        if mrr and any(k > mrr for _, k in typical):
+            text += (f"; max_running_requests {mrr:,} caps how many run at once, so with short requests that cap, not "
+                     "the KV cache, is the limit (raise --max-running-requests if decode speed allows)")
+        parts.append(text)
+    ref = s.reference_rank
+    if ref is not None and ref.avail_at_ready_gib is not None:
+        parts.append(f"available_gpu_mem {ref.avail_at_ready_gib:.2f} GB is GPU memory still free after startup "
+                     "(activations and graphs use it), not the KV cache's size")
+    return Finding("kv-capacity", "info", f"KV cache: {tokens:,} tokens shared by all requests", _sentences(*parts),
+                   context=True)
 
 
 def _mla_replicated(s: Startup, bpt: int, mfs: float | None, pre: float | None) -> Finding | None:
@@ -411,7 +479,7 @@ def findings(s: Startup) -> list:
     graphs = _after_graphs(s, mfs, pre) if fail is None and not (mfs is not None and pre and bpt) else None
     if graphs is not None and graphs.severity != "info":
         out.append(graphs)
-    out.extend(f for f in (_pool(s), _mla_replicated(s, bpt or 0, mfs, pre), _dsv4_pools(s)) if f)
+    out.extend(f for f in (_input_refused(s), _pool(s), _mla_replicated(s, bpt or 0, mfs, pre), _dsv4_pools(s)) if f)
     for w in s.warnings:
         if (w.get("code") == "max-total-tokens-above-profile" and None not in (w.get("requested"), w.get("profiled"))
                 and w["profiled"] > 0):  # ≤ 0: no KV room at all, the not-enough-memory failure says so
@@ -421,6 +489,9 @@ def findings(s: Startup) -> list:
                                "--mem-fraction-static or use an fp8 KV cache; --max-total-tokens can only lower the pool."))
     if graphs is not None and graphs.severity == "info":  # a healthy reserve is context, not the answer
         out.append(graphs)
+    meaning = _capacity_meaning(s)
+    if meaning is not None:
+        out.append(meaning)
     return out
 
 

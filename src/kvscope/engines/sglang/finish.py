@@ -152,6 +152,7 @@ def finish(s: Startup) -> None:
     target = ref.pool("target") if ref else None
     cap = s.capacity
     _dsv4_from_reference(s)
+    _pool_from_input_limit(s)
     if cap.kv_tokens is None:
         cap.kv_tokens = cap.max_total_num_tokens or (target.tokens if target else None)
     if s.model is None and isinstance(s.setting("model"), str):
@@ -162,6 +163,37 @@ def finish(s: Startup) -> None:
     _derive_from_reserve(s, cell)
     for r in s.ranks:
         r.ledger = ledger_rows(s, r)
+
+
+# SGLang caps one request at max_req_input_len = min(context_len − 1, pool − 1) − 5 (the pool: max_total_num_tokens,
+# from 0.5.7 the smaller of a hybrid's pools), so a refused input names its limit and limit + 6 is one of the two
+INPUT_LIMIT_SLACK = 6
+
+
+def input_limit_bound(s: Startup) -> tuple[int | None, str]:
+    """(limit + 6, what it is: 'pool' | 'context' | 'either') for a logged 'maximum allowed length', else (None, '')."""
+    limit = s.capacity.extras.get("max_req_input_len")
+    if not isinstance(limit, int) or limit <= 0:
+        return None, ""
+    bound = limit + INPUT_LIMIT_SLACK
+    context = s.capacity.context_len or _int_setting(s, "context_length")
+    if context is None:
+        arch, _ = _arch_context(s)
+        context = arch.max_position_embeddings if arch else None
+    if context is not None:
+        return bound, ("context" if context == bound else "pool" if context > bound else "either")
+    # context lengths are set in round numbers (4,096, 40,960, 163,840, 256,000); a pool's size almost never is
+    round_number = bound % 1024 == 0 or bound % 1000 == 0
+    return bound, "either" if round_number else "pool"
+
+
+def _pool_from_input_limit(s: Startup) -> None:
+    bound, what = input_limit_bound(s)
+    if bound is not None and what == "pool" and s.capacity.max_total_num_tokens is None:
+        s.capacity.max_total_num_tokens = bound
+        s.capacity.extras["max_total_num_tokens_from"] = (
+            f"the maximum allowed input length {bound - INPUT_LIMIT_SLACK:,} + {INPUT_LIMIT_SLACK} "
+            "(SGLang: min(context_len − 1, pool − 1) − 5)")
 
 
 def _dsv4_from_reference(s: Startup) -> None:

@@ -75,6 +75,9 @@ _READY_GPU = lazy_compile(rf"available_gpu_mem={G} ?GB")
 _HOST_OLD = lazy_compile(rf"Allocating {G} ?GB host memory for (.+?)\.?$")
 _HOST_E4 = lazy_compile(rf"Allocating kv hierarchical KV host pool: (\d+) tokens, {G} ?GB host memory")
 _MM_RESERVE = lazy_compile(rf"Reserving {G} ?GB of the KV budget for post-sizing multimodal")
+# a request refused at serving time: SGLang caps one request at max_req_input_len = min(context_len − 1,
+# pool size − 1) − 5, so the figure it prints names the KV pool whenever the pool is the smaller of the two
+_INPUT_TOO_LONG = lazy_compile(r"Input length \((\d+) tokens\) exceeds the maximum allowed length \((\d+) tokens\)")
 _MAX_TOTAL_CLAMP = lazy_compile(r"max_total_tokens=(-?\d+) is larger than the profiled value (-?\d+)")
 _NOT_ENOUGH = lazy_compile(r"Not enough memory\. Please try to increase --mem-fraction-static")
 _CURRENT_MFS = lazy_compile(rf"mem_fraction_static={G}")
@@ -119,6 +122,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"xception",
     b"sglang",
     b"Max running",
+    b"maximum allowed length",
     b"DSV4",
     b"Mamba",
     b"Initialization failed",
@@ -442,6 +446,11 @@ class SGLangLines:
         m = _MM_RESERVE.search(msg)
         if m:
             return [Parsed(ev.RANK, {"multimodal_reserve_gib": _gib(m, 1)})]
+        m = _INPUT_TOO_LONG.search(msg)
+        if m:
+            return [Parsed(ev.CAPACITY, {"max_req_input_len": to_int(m.group(2))}),
+                    Parsed(ev.WARNING, {"code": "input-too-long", "message": msg.strip(),
+                                        "input_tokens": to_int(m.group(1)), "max_input_tokens": to_int(m.group(2))})]
         m = _MAX_TOTAL_CLAMP.search(msg)
         if m:
             profiled = to_int(m.group(2))
