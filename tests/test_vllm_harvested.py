@@ -492,3 +492,19 @@ def test_prose_paraphrasing_profile_figures_is_not_read():
     listed = _parse("model weights take 13.95GiB; non_torch_memory takes 0.25GiB; PyTorch activation peak memory "
                     "takes 0.19GiB; the rest of the memory reserved for KV Cache is 8.69GiB.")
     assert any(p.kind == ev.RANK and p.data.get("non_torch_gib") == 0.25 for p in listed)
+
+
+def test_implausible_non_torch_memory_is_another_process():
+    """010 (#55169): 32.4 GiB of 'non-torch' memory while two instances share one H100: the profiler charged the other
+    instance's allocation to this one, and the KV cache came out about half of what a quiet GPU gives."""
+    s = _one("010")
+    f = next(f for f in s.findings if f.code == "foreign-memory-in-profile")
+    assert "32.40 GiB" in f.title and "another process" in f.title and "kv-cache-memory-bytes" in f.detail
+    assert s.answer is not None and s.answer.situation.startswith(f.title)
+
+
+def test_killed_after_the_kv_cache_is_sized_lowers_the_utilization():
+    """219 (Jetson Orin NX 16G, unified memory): 'Killed' after 11,836 blocks at the default 0.9: lower it."""
+    s = _one("219")
+    sug = next(f for f in s.findings if f.code == "process-killed").suggestion
+    assert sug is not None and sug.flag == "--gpu-memory-utilization" and sug.to_value < sug.from_value == 0.9

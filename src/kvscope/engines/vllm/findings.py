@@ -9,10 +9,18 @@ from __future__ import annotations
 import math
 import re
 
-from kvscope.core.startup import Finding, Rank, Startup, Suggestion
+from kvscope.core.startup import Finding, Rank, Startup, Suggestion, finite_number
 from kvscope.core.text import excerpt
 from kvscope.engines.vllm import eras, rules
-from kvscope.engines.vllm.finish import block_size, era_of, graphs_inside, setting_int, total_gib, util
+from kvscope.engines.vllm.finish import (
+    block_size,
+    era_of,
+    graphs_inside,
+    setting_int,
+    total_gib,
+    tp_size,
+    util,
+)
 from kvscope.engines.vllm.rules import GIB
 
 DEFAULT_UTIL = 0.9  # vLLM's default gpu_memory_utilization, every release
@@ -239,7 +247,17 @@ def _killed(s: Startup) -> Finding:
               f"OOM killer. Host RAM ran out: {swap}pinned buffers and the weights "
               "being loaded all live there, and on unified-memory devices (Jetson, GB10) the KV cache does too. Lower "
               f"{lower}, or free host memory; `dmesg` names the victim.")
-    return Finding("process-killed", "error", "Startup failed: the process was killed (out of host memory?)", detail)
+    sug = None
+    if cap.kv_tokens is not None or cap.num_gpu_blocks is not None or cap.available_kv_gib is not None:
+        u = util(s)
+        start = u if u is not None else (DEFAULT_UTIL if s.setting("gpu_memory_utilization") is None else None)
+        if start is not None and start > 0.2:
+            conc = finite_number(cap.max_concurrency)
+            need = f"; the pool is {conc:,.0f}× what one max_model_len request needs" if conc and conc >= 4 else ""
+            sug = Suggestion("--gpu-memory-utilization", start, round(start - 0.1, 2),
+                             note="each −0.1 hands 10 % of the device's memory back to the host (on unified memory, the "
+                                  f"OS and the loader share it){need}; the log does not show how much the host lacked")
+    return Finding("process-killed", "error", "Startup failed: the process was killed (out of host memory?)", detail, sug)
 
 
 def _failure(s: Startup) -> list[Finding]:
@@ -438,13 +456,58 @@ def _offload(s: Startup) -> Finding | None:
                    f"the GPU holds {ref.weights_gib:.2f} GiB of weights, and the KV cache gains what was moved.")
 
 
+# Non-torch memory of one quiet vLLM worker (CUDA context, cuBLAS workspace, NCCL and custom all-reduce buffers):
+# 0.1–3 GiB in the logs we know, 5.7 GiB at most (TP workers of a 140 GiB run). More is not this process's.
+NON_TORCH_IMPLAUSIBLE_GIB = 8.0
+
+
+def _foreign_memory(s: Startup) -> Finding | None:
+    """A 'non-torch' figure far above what a worker's own context and communicators take: vLLM's profiler counts
+    every change in device memory while it profiles as its own, so another process allocating on the same GPU
+    (a second instance starting or waking, another pod) lands here and comes out of this instance's KV cache."""
+    worst = max((r for r in s.ranks if r.non_torch_gib is not None), key=lambda r: r.non_torch_gib or 0.0, default=None)
+    if worst is None or (worst.non_torch_gib or 0.0) < NON_TORCH_IMPLAUSIBLE_GIB:
+        return None
+    extra = worst.non_torch_gib or 0.0
+    pool = worst.pool("target")
+    kv = pool.gib if pool is not None and pool.gib is not None else None
+    quiet = f"; on a quiet GPU the KV cache would be about {kv + extra - 1.0:.1f} GiB instead of {kv:.2f}" if kv else ""
+    detail = (f"Non-torch memory of {extra:.2f} GiB during profiling is far more than one worker's CUDA context, "
+              f"cuBLAS workspace and NCCL buffers take (0.1–3 GiB, at most about 6 in the logs we know). vLLM's profiler "
+              "counts every change in device memory while it profiles as its own non-torch memory, so another process "
+              "on the same GPU (a second vLLM instance starting or waking from sleep, another pod or program) that "
+              f"allocated meanwhile was charged to this one and taken out of its KV cache{quiet}. Start instances on a "
+              "shared GPU one at a time (each after the other is ready or asleep), or fix each one's KV size with "
+              "--kv-cache-memory-bytes so the profile no longer decides it.")
+    return Finding("foreign-memory-in-profile", "warning",
+                   f"Non-torch memory {extra:.2f} GiB is implausibly large: another process shared the GPU during "
+                   "profiling", detail)
+
+
+def _device_zero(s: Startup) -> Finding | None:
+    """Several GPUs: what nvidia-smi shows on GPU 0 beyond the worker's own figures (context only)."""
+    tp = tp_size(s)
+    if tp < 2 or s.failure is not None:
+        return None
+    return Finding("device-zero-overhead", "info", f"GPU 0 carries more than the other {tp - 1} GPUs",
+                   "The figures above are each worker's own. nvidia-smi shows GPU 0 (rank 0, TP0) fuller than the rest "
+                   "by memory no worker reports: rank 0's NCCL communicator buffers (more with NCCL_P2P_DISABLE=1 or "
+                   "over PCIe, where NCCL stages through extra buffers), and the CUDA context and library workspaces "
+                   "(cuBLAS, FlashInfer) of the front-end and engine-core processes, which open device 0 — typically "
+                   "0.5–3 GiB. It is runtime overhead, not weights or KV cache; keep GPU 0's lower free memory in mind "
+                   "when sizing gpu_memory_utilization, since every rank gets the same budget.", context=True)
+
+
 def findings(s: Startup) -> list[Finding]:
     out: list[Finding] = _failure(s)
-    for f in (_reconciled(s), _util_step(s), _graph_profiling(s), _vllm_suggestion(s), _overallocated(s),
-              _rank_spread(s), _offload(s)):
+    for f in (_foreign_memory(s), _reconciled(s), _util_step(s), _graph_profiling(s), _vllm_suggestion(s),
+              _overallocated(s), _rank_spread(s), _offload(s)):
         if f is not None:
             out.append(f)
     out.extend(_warnings(s))
+    zero = _device_zero(s)
+    if zero is not None:
+        out.append(zero)
     return out
 
 
