@@ -383,3 +383,19 @@ def test_a_refused_input_with_a_round_bound_is_not_guessed(tmp_path):
     s = analyze([str(log)]).startups[0]
     assert s.capacity.max_total_num_tokens is None
     assert "the KV pool or the context length is 4,096" in _finding(s, "input-longer-than-pool").title
+
+
+def test_a_traceback_names_the_step_and_the_error_it_raised():
+    """203 (MinerU): 'Scheduler hit an exception' during capture with 1.56 GB free: the traceback ends in a ninja
+    CalledProcessError from FlashInfer's JIT, so the answer is a failed kernel build, never an out-of-memory."""
+    s = _one("203")
+    f = _finding(s, "startup-exception")
+    assert "compiling a kernel" in f.title and "FlashInfer's JIT compile" in f.detail
+    assert "out of memory" not in f.detail.replace("not an out-of-memory", "")
+    assert any("CalledProcessError" in r for r in s.failure.data["raised"])
+
+
+def test_a_traceback_cut_in_the_attention_backend_says_where():
+    """008 (MI355X, AITER): the traceback stops in init_attention_backend right after a 203.9 GB pool."""
+    f = _finding(_one("008"), "startup-exception")
+    assert "attention backend" in f.title and "workspace" in f.detail

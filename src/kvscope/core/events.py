@@ -23,6 +23,7 @@ FAILURE = "failure"  # {"kind": str, "message": str}
 WARNING = "warning"  # {"code": str, "message": str, **numbers}
 PHASE = "phase"  # {"phase": "pool_end" | "weights_begin" | "ready" | ...} engine lifecycle marks
 RUNTIME = "runtime"  # a serving-time sample (issue: runtime pressure)
+FRAME = "frame"  # {"path", "function"} a traceback frame, or {"raised": "Type: message"} its exception line
 
 
 @dataclass(slots=True)

@@ -1,4 +1,4 @@
-"""Lines any engine's log can hold: the PyTorch / CUDA out-of-memory errors.
+"""Lines any engine's log can hold: the PyTorch / CUDA out-of-memory errors and Python tracebacks.
 
 They are engine-neutral (torch prints them), so they get their own tiny parser; the startup they
 land in decides what they mean (during CUDA-graph capture, at weight load, at runtime). An engine
@@ -21,7 +21,12 @@ _TORCH_OOM = re.compile(
 )
 _UNIT = {"MiB": 1 / 1024, "MB": 1 / 1024, "GiB": 1.0, "GB": 1.0}
 
-ANCHORS: tuple[bytes, ...] = (b"out of memory", b"OutOfMemory")
+ANCHORS: tuple[bytes, ...] = (b"out of memory", b"OutOfMemory", b'File "', b"Error", b"Exception")
+
+# A Python traceback's frame, and the exception line that ends it ("subprocess.CalledProcessError: Command …"):
+# the startup's failure line often says only "hit an exception"; these say where and what
+_FRAME = re.compile(r'^\s*File "([^"]+)", line \d+, in (\S+)')
+_RAISED = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure))(?::\s*(.*))?$")
 
 
 def _gib(value: str | None, unit: str | None) -> float | None:
@@ -52,4 +57,13 @@ class CommonLines:
 
     def parse(self, text: str, ctx: LineContext) -> list[Parsed]:
         data = oom_failure(text)
-        return [Parsed(ev.FAILURE, data)] if data else []
+        if data:
+            return [Parsed(ev.FAILURE, data)]
+        m = _FRAME.match(text)
+        if m:
+            return [Parsed(ev.FRAME, {"path": m.group(1), "function": m.group(2)})]
+        m = _RAISED.match(text.strip()) if not text[:1].isspace() else None
+        if m and m.group(1) not in ("Traceback",):
+            raised = f"{m.group(1)}: {m.group(2)}" if m.group(2) else m.group(1)
+            return [Parsed(ev.FRAME, {"raised": raised[:400]})]
+        return []

@@ -207,10 +207,31 @@ def _apply(b: _Builder, s: Startup, e: ev.Event) -> None:
         elif s.failure is None or (s.failure.kind == "exception" and not weak):
             extra = {k: v for k, v in e.data.items() if k not in ("kind", "message", "weak")}
             s.failure = Failure(e.data.get("kind", "unknown"), e.data.get("message", ""), _source(e), extra)
+    elif kind == ev.FRAME:
+        _apply_frame(s, e)
     elif kind == ev.WARNING:
         s.warnings.append({**e.data, "rank": e.rank, "line": e.line_no})
     elif kind == ev.RUNTIME:
         _runtime_add(s, e)
+
+
+MAX_FRAMES = 16  # the innermost frames of a traceback, kept on its failure: where it stopped
+MAX_RAISED = 4  # exception lines kept: the first is the cause; chained ones wrap it
+
+
+def _apply_frame(s: Startup, e: ev.Event) -> None:
+    """A traceback frame or exception line belongs to the failure it follows; without one it says nothing."""
+    f = s.failure
+    if f is None:
+        return
+    if "raised" in e.data:
+        raised = f.data.setdefault("raised", [])
+        if len(raised) < MAX_RAISED:
+            raised.append(e.data["raised"])
+        return
+    frames = f.data.setdefault("frames", [])
+    frames.append(f"{e.data.get('path', '')}:{e.data.get('function', '')}")
+    del frames[:-MAX_FRAMES]
 
 
 # Capacity figures a startup may print more than once (once per worker in vLLM): the last one is the
@@ -225,6 +246,8 @@ def assemble(events: Iterable[ev.Event]) -> Iterator[Startup]:
     b = _Builder()
     for e in events:
         s = b.current
+        if e.kind == ev.FRAME and (s is None or s.failure is None):
+            continue  # a traceback line with no failure before it in this startup says nothing, and opens nothing
         if s is None or _is_restart(b, s, e):
             if s is not None:
                 yield from _close(b, s, e)

@@ -7,6 +7,7 @@ import math
 from kvscope.core.margins import RESERVE_MARGIN_GIB, reserve_margin_gib
 from kvscope.core.startup import Finding, Startup, Suggestion, finite_number
 from kvscope.core.text import excerpt
+from kvscope.engines.lazy import lazy_compile
 from kvscope.engines.sglang import defaults as sgd
 from kvscope.engines.sglang import dsv4, rules
 from kvscope.engines.sglang.eras import NEWEST_BUILT, parse_version
@@ -332,12 +333,57 @@ def _failure(s: Startup, mfs: float | None, pre: float | None) -> Finding | None
     return _exception(s, f, pre)
 
 
+# Where a traceback stopped, by the innermost SGLang (or library) function it names: the step, and what it means
+_TRACEBACK_STEPS = (
+    ("init_attention_backend", "while initialising the attention backend",
+     "The attention backend allocates its workspace and buffers after the KV pool, from the memory the pool left: a "
+     "pool sized to the whole budget can leave it too little (AITER, FlashInfer and FA3 workspaces grow with "
+     "max_total_num_tokens). Lower --mem-fraction-static so the pool leaves room, or pick another --attention-backend"),
+    ("load_model", "while loading weights", ""),
+    ("init_memory_pool", "while allocating the KV pool", ""),
+    ("forward_extend", "while serving a prefill (forward_extend)", ""),
+    ("forward_decode", "while serving a decode step", ""),
+)
+_BUILD_FAILURE = ("ninja", "nvcc", "CalledProcessError", "/jit/", "compile")
+
+
+def _traceback_cause(f) -> tuple[str, str, bool]:
+    """(the step it stopped in, what that means, whether it was a build failure) from the failure's traceback."""
+    frames = [str(x) for x in f.data.get("frames") or []]
+    raised = [str(x) for x in f.data.get("raised") or []]
+    text = " ".join(frames + raised)
+    if any(word in text for word in _BUILD_FAILURE) and not _OOM_TEXT.search(text):
+        jit = "FlashInfer's JIT compile" if "flashinfer" in text.lower() else "a JIT kernel compile"
+        return ("while compiling a kernel", f"{jit} failed (a ninja / nvcc build), not an out-of-memory: the CUDA "
+                "toolkit, compiler or GPU architecture does not match what the kernel needs. Check that nvcc and the "
+                "CUDA toolkit match the torch build, clear the JIT cache (~/.cache/flashinfer) and retry, or choose "
+                "another --attention-backend (triton)", True)
+    for frame in reversed(frames):  # the innermost match names the step
+        for function, step, meaning in _TRACEBACK_STEPS:
+            if frame.endswith(":" + function) or frame.endswith(":" + function + "s"):
+                return step, meaning, False
+    return "", "", False
+
+
+_OOM_TEXT = lazy_compile(r"out of memory|OutOfMemory")
+
+
 def _exception(s: Startup, f, pre: float | None) -> Finding:
     """A crash: which step it stopped, and where the cause is written (the line itself, or a traceback)."""
     capture = f.data.get("stage") == "graph-capture"
-    stage, hint = _stage(s, pre, capture, memory_hint=not f.data.get("device_error"))
+    step, meaning, build = _traceback_cause(f)
+    raised = [str(x) for x in f.data.get("raised") or []]
+    stage, hint = _stage(s, pre, capture, memory_hint=not f.data.get("device_error") and not build)
     message = excerpt(f.message, 300)
     device_error = f.data.get("device_error")
+    if raised or step:
+        said = f"the traceback ends in '{excerpt(raised[0], 240)}'" if raised else "the traceback is cut before its error"
+        title = " ".join(("Startup failed with an exception", step or stage)).strip()
+        sug = None
+        if step.startswith("while initialising the attention backend"):
+            sug = _reserve_step_down(s, pre)
+        return Finding("startup-exception", "error", title,
+                       _sentences(f"{message} — {said}", meaning, "" if build else hint), sug)
     if device_error:
         what = _NO_KERNEL_IMAGE if "no kernel image" in device_error else ""
         return Finding("startup-exception", "error", " ".join(("Startup failed with a GPU error", stage)).strip(),
@@ -358,6 +404,18 @@ def _exception(s: Startup, f, pre: float | None) -> Finding:
                                   "solutions' it prints after this line are generic", hint))
     return Finding("startup-exception", "error", " ".join(("Startup failed with an exception", stage)).strip(),
                    _sentences(f"{message} — the traceback after this line in the log names the cause", hint))
+
+
+def _reserve_step_down(s: Startup, pre: float | None) -> Suggestion | None:
+    """A step of --mem-fraction-static down, from the value read (or SGLang's automatic one for a known GPU)."""
+    mfs = s.setting_number("mem_fraction_static")
+    note = "frees about 5 % of the budget for what is allocated after the pool; the KV pool shrinks by as much"
+    if mfs is None:
+        mfs, why = _default_fraction(s)
+        if mfs is None:
+            return None
+        note = f"{why}; {note}"
+    return Suggestion("--mem-fraction-static", mfs, round(mfs - 0.05, 2), note=note)
 
 
 _CAPTURING = "while capturing CUDA graphs"
