@@ -399,3 +399,12 @@ def test_a_traceback_cut_in_the_attention_backend_says_where():
     """008 (MI355X, AITER): the traceback stops in init_attention_backend right after a 203.9 GB pool."""
     f = _finding(_one("008"), "startup-exception")
     assert "attention backend" in f.title and "workspace" in f.detail
+
+
+def test_a_runner_after_the_target_graphs_is_the_draft_worker():
+    """401 (#4233): 'Init torch distributed begin' on TP4 right after every rank ended the target capture: the draft
+    worker, whose balance check trips on the target's own allocations: never 'other processes'."""
+    s = _one("401")
+    f = _finding(s, "second-model-runner")
+    assert "TP4" in f.title and "draft" in f.detail and "other processes" not in f.detail
+    assert len(analyze(case_files(_dir("401"))).startups) == 1

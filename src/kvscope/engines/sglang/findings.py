@@ -258,6 +258,24 @@ def _capacity_meaning(s: Startup) -> Finding | None:
                    context=True)
 
 
+def _second_runner(s: Startup) -> Finding | None:
+    """A model runner began after the target's CUDA graphs: the draft worker of speculative decoding."""
+    began = [r.rank for r in s.ranks if r.extras.get("second_runner_began")]
+    if not began:
+        return None
+    algo = s.setting("speculative_algorithm")
+    who = f"the {algo} draft model's worker" if algo else \
+        "the speculative-decoding draft model's worker (NextN / EAGLE / MTP), or another run pasted after this one"
+    return Finding("second-model-runner", "info",
+                   f"A second model runner began on {', '.join(began[:4])} after the target's CUDA graphs",
+                   f"'Init torch distributed begin' after 'Capture cuda graph end' is {who}: SGLang builds the draft's "
+                   "ModelRunner only once the target model is fully set up, so it loads its weights, KV pool and graphs "
+                   "from what the target left. Its startup checks see the target's memory already in use: the per-GPU "
+                   "balance check ('The memory capacity is unbalanced') "
+                   "run there compares ranks whose target allocations differ, so it can trip with no other process on "
+                   "the GPUs (SGLang later made it a warning).")
+
+
 def _mla_replicated(s: Startup, bpt: int, mfs: float | None, pre: float | None) -> Finding | None:
     rec, ref = s.reconciliation, s.reference_rank
     tp, attn_tp = tp_size(s), attn_tp_size(s)
@@ -537,7 +555,7 @@ def findings(s: Startup) -> list:
     graphs = _after_graphs(s, mfs, pre) if fail is None and not (mfs is not None and pre and bpt) else None
     if graphs is not None and graphs.severity != "info":
         out.append(graphs)
-    out.extend(f for f in (_input_refused(s), _pool(s), _mla_replicated(s, bpt or 0, mfs, pre), _dsv4_pools(s)) if f)
+    out.extend(f for f in (_input_refused(s), _second_runner(s), _pool(s), _mla_replicated(s, bpt or 0, mfs, pre), _dsv4_pools(s)) if f)
     for w in s.warnings:
         if (w.get("code") == "max-total-tokens-above-profile" and None not in (w.get("requested"), w.get("profiled"))
                 and w["profiled"] > 0):  # ≤ 0: no KV room at all, the not-enough-memory failure says so

@@ -27,6 +27,7 @@ _PREFIX = lazy_compile(
 _BARE_RANK = lazy_compile(r"\[(rank|gpu_id)=(\d+)\] ?")  # gpu_id: 0.2.x, one process per TP rank
 G = rf"({NUM})"  # one captured number
 
+_INIT_BEGIN = lazy_compile(r"Init torch distributed begin\.")
 _INIT_END = lazy_compile(rf"Init torch distributed ends\.(?: elapsed={G} s,)? mem usage={G} ?GB")
 _BASELINE = lazy_compile(rf"Memory baseline taken\. mem usage={G} ?GB")
 _LOAD_BEGIN = lazy_compile(rf"Load weight begin\. avail mem={G} ?GB")
@@ -123,6 +124,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"sglang",
     b"Max running",
     b"maximum allowed length",
+    b"Init torch distributed begin",
     b"DSV4",
     b"Mamba",
     b"Initialization failed",
@@ -354,6 +356,9 @@ class SGLangLines:
     def parse(self, text: str, ctx: LineContext) -> list[Parsed]:
         rank, ts, msg = split_prefix(text)
         out = self._parse_message(msg)
+        if out and out[0].kind == ev.PHASE and out[0].data.get("phase") == "runner_init":
+            # a model runner starting after the target's graphs were captured: the speculative draft's worker
+            out = [Parsed(ev.RANK, {"second_runner_began": True})] if ctx.state.get("sglang_target_graphs_ended") else []
         if out and _another_capture(out, rank, ctx):
             out.insert(0, Parsed(ev.BOUNDARY, {"why": "a second graph capture: another run"}))
         if out and rank is not None:
@@ -409,6 +414,8 @@ class SGLangLines:
         m = _INIT_END.search(msg) or _BASELINE.search(msg)
         if m:
             return [Parsed(ev.RANK, {"init_mem_usage_gib": _gib(m, m.lastindex or 1)})]
+        if _INIT_BEGIN.search(msg):
+            return [Parsed(ev.PHASE, {"phase": "runner_init"})]
         m = _KV_DTYPE.search(msg)
         if m:
             return [Parsed(ev.SETTINGS, {"kv_cache_dtype_resolved": m.group(1)})]
