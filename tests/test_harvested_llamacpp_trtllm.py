@@ -120,7 +120,9 @@ def test_ollama_scheduler_estimate_and_runner_command():
     s = _one("llamacpp", "209")
     assert s.capacity.kv_tokens == 64000
     offload = _codes(s)["llamacpp-partial-offload"]
-    assert "cannot all fit" in offload.detail and offload.suggestion is None
+    assert "cannot all fit" in offload.detail  # 87.3 GiB of weights + the graph against 88 GiB: not at any context
+    sug = offload.suggestion  # but a shorter context (19.5 GiB of KV at 64,000) moves more layers onto the GPUs
+    assert sug.flag == "num_ctx" and sug.from_value == 64000 and sug.to_value < 64000 and "layers" in sug.note
 
 
 def test_offload_advice_says_what_the_layers_need():

@@ -156,6 +156,24 @@ def _train_context(s: Startup) -> Finding | None:
                    Suggestion("-c", n_ctx or per_seq, want, kv_tokens_after=want))
 
 
+def _smaller_context(s: Startup, done: int, total: int, per_layer: float) -> tuple[Suggestion, str] | None:
+    """ollama's estimate: what a quarter of the context gives back. KV scales with num_ctx; the layers that fit
+    scale with what each costs on the GPU (its weights plus its share of the KV cache), calibrated on the split
+    ollama chose for the logged context."""
+    kv, ctx = s.settings.get("ollama_memory_required_kv_gib"), _int(s, "ctx_size") or _int(s, "n_ctx")
+    if not isinstance(kv, float) or not ctx or ctx < 4096 or kv <= 0:
+        return None
+    to = max(2048, 1 << (ctx // 4).bit_length() - 1)  # the power of two at or below a quarter of it
+    if to >= ctx:
+        return None
+    kv_layer, kv_layer_to = kv / total, kv / total * to / ctx
+    layers = min(total, int(done * (per_layer + kv_layer) // (per_layer + kv_layer_to)))
+    text = (f" The {ctx:,}-token context (num_ctx) takes {kv:,.1f} GiB of KV cache; at {to:,} it takes "
+            f"{kv * to / ctx:,.1f} GiB, room for ≈ {layers} of the {total} layers on the GPUs instead of {done}.")
+    return Suggestion("num_ctx", ctx, to, note=f"≈ {layers}/{total} layers on the GPUs (+{layers - done}); shorter "
+                      "prompts and answers per request"), text
+
+
 def _offload(s: Startup) -> Finding | None:
     """Layers left on the CPU, and whether the GPUs could take them: each layer's share of the weights
     (all model buffers, host ones included, over the layer count) against the GPU memory the log shows."""
@@ -181,6 +199,14 @@ def _offload(s: Startup) -> Finding | None:
             if fits < total - done:
                 detail += " It cannot all fit: a smaller quantization, more GPUs or a smaller num_ctx would."
                 suggestion = None
+                if weights + (s.settings.get("ollama_memory_graph_full_gib") or 0.0) >= available:
+                    detail += (f" The weights alone ({weights:,.1f} GiB) and the compute graph leave no room for all "
+                               f"{total} layers in {available:,.1f} GiB at any context: a smaller model or a "
+                               "lower-bit quantization is the way to run it entirely on the GPUs.")
+                smaller = _smaller_context(s, done, total, per_layer)
+                if smaller is not None:
+                    detail += smaller[1]
+                    suggestion = smaller[0]
         elif free is not None:
             used = sum((r.weights_gib or 0.0) + sum(p.gib or 0.0 for p in r.kv_pools) + (r.extras.get("compute_gib") or 0.0)
                        for r in _gpus(s))
@@ -241,11 +267,15 @@ def _failure(s: Startup) -> Finding | None:
     device = f.data.get("device") or "a device"
     size = f"{mib:,.2f} MiB" if mib else "a buffer"
     n_ctx = s.capacity.kv_tokens or _int(s, "n_ctx")
-    if f.kind == "not-enough-memory" and not mib and f.data.get("device") is None:
-        return Finding("llamacpp-gpu-oom", "error", "Startup failed: the GPU ran out of memory",
-                       "A CUDA allocation failed outside the buffers the log sizes (weights, KV cache, compute): "
-                       "the GPU was already full. Offload fewer layers (-ngl), lower -c or quantize the KV cache, "
-                       "or stop what else holds GPU memory.", _ubatch(s))
+    if (f.data.get("unsized") or f.kind == "not-enough-memory") and not mib and f.data.get("device") is None:
+        placed = " after the weights and the KV cache were placed" if s.capacity.kv_tokens or _target_cache(s) else ""
+        return Finding("llamacpp-gpu-oom", "error", "The GPU ran out of memory while computing",
+                       f"A GPU allocation failed{placed}, outside the buffers the log sizes (weights, KV cache, "
+                       "compute): the GPU was fuller than the placement assumed. The usual cause is another program "
+                       "holding VRAM (a desktop app, a game or its client, a browser, a second server) that the "
+                       "free-memory query did not count — on ROCm, memory held by non-ROCm clients is not seen. Close "
+                       "it, or leave room: offload fewer layers (-ngl / num_gpu), lower -c or quantize the KV cache.",
+                       _ubatch(s))
     if f.kind in ("compute-buffer-oom", "not-enough-memory"):
         copies = _int(s, "pipeline_parallel_copies")
         detail = (f"llama.cpp could not allocate {size} of compute buffer on {device} after the weights and the KV "

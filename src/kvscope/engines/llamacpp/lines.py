@@ -685,7 +685,8 @@ def failure_events(msg: str, backend: str = "CUDA") -> list[Parsed]:
                                     "free_mib": to_int(m.group(1)), "device": f"{backend}{m.group(2)}",
                                     "compute_mib": to_float(m.group(3))})]
     if _GGML_CUDA_OOM.search(msg) and ("ggml" in msg or "running the model" in msg or "llama" in msg):
-        return [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": msg.strip()[:500]})]
+        # ggml's CUDA error: an allocation while computing (its memory pool), after the buffers the log sizes
+        return [Parsed(ev.FAILURE, {"kind": "compute-buffer-oom", "message": msg.strip()[:500], "unsized": True})]
     if _FATAL.search(msg):
         return [Parsed(ev.FAILURE, {"kind": "exception", "message": msg.strip(), "weak": True})]
     return []
