@@ -174,3 +174,29 @@ def test_json_contract_shape(prefix):
             assert not any(k.startswith("_buf|") for k in r["extras"])
             assert all(p["name"] in ("target", "swa", "draft", "recurrent") for p in r["kv_pools"])
             assert all(row["gib"] is not None for row in r["ledger"])
+
+
+def test_an_unlabelled_cache_of_4_bytes_an_element_is_f32():
+    """harvested 109 (llama-cpp-python, 2023): 1,560 MB for 512 cells of a 60-layer, 6,656-wide model is
+    2 × 60 × 6,656 × 4 B a cell: an f32 cache, twice llama.cpp main's f16 one; f16_kv halves it."""
+    from kvscope.api import analyze
+    from tests.conftest import FIXTURES, case_files
+
+    case = next((FIXTURES / "harvested" / "llamacpp").glob("109-*"))
+    s = analyze(case_files(case)).startups[0]
+    f = next(f for f in s.findings if f.code == "llamacpp-kv-cost")
+    assert "f32" in f.detail and "780.00 MiB" in f.detail
+    assert f.suggestion.flag == "f16_kv" and f.suggestion.to_value is True
+
+
+def test_a_vulkan_buffer_over_the_allocation_limit_is_not_out_of_vram():
+    """harvested 201 (Vulkan, -ctk q8_0): a 2,066 MiB compute buffer over the per-allocation limit: keep K in f16."""
+    from kvscope.api import analyze
+    from tests.conftest import FIXTURES, case_files
+
+    case = next((FIXTURES / "harvested" / "llamacpp").glob("201-*"))
+    s = analyze(case_files(case)).startups[0]
+    assert s.failure.kind == "compute-buffer-oom"
+    f = next(f for f in s.findings if f.code == "llamacpp-allocation-limit")
+    assert "per-allocation limit" in f.detail and "Not out of VRAM" in f.detail
+    assert f.suggestion.flag == "--cache-type-k" and f.suggestion.to_value == "f16"

@@ -18,6 +18,7 @@ SETTINGS = frozenset({
     "n_ctx_seq",
     "n_ctx_slot",
     "n_ctx_train",
+    "n_embd",
     "n_embd_k_gqa",
     "n_embd_v_gqa",
     "n_gpu_layers_offloaded",

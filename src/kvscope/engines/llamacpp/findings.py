@@ -63,6 +63,15 @@ def _gpus(s: Startup) -> list:
     return [r for r in s.ranks if r.rank not in (HOST_RANK, AGGREGATE_RANK)]
 
 
+def _element_bytes(s: Startup, per_cell: float) -> float | None:
+    """Bytes per K/V element implied by a cell's bytes, 2 × layers × KV width: 4 (f32) or 2 (f16) when exact."""
+    layers, width = _int(s, "n_layer"), _int(s, "n_embd_k_gqa") or _int(s, "n_embd")
+    if not layers or not width:
+        return None
+    element = per_cell / (2 * layers * width)
+    return element if element in (2.0, 4.0) else None
+
+
 def _kv_cost(s: Startup) -> Finding | None:
     """What the KV cache costs per cell and per 1,024 tokens of -c, and what q8_0 would save."""
     costed = _costed_cache(s)
@@ -94,6 +103,16 @@ def _kv_cost(s: Startup) -> Finding | None:
     detail = (f"llama.cpp allocates the whole cache at start: -c {tokens:,} cells, whatever the requests use. "
               f"Each 1,024 tokens of -c cost {per_cell * 1024 / rules.MIB:,.1f} MiB.")
     suggestion = None
+    element = _element_bytes(s, per_cell) if not (k_type or v_type) else None
+    if element == 4:  # an f32 cache: the types are not printed, the bytes per cell say it
+        layers, width = _int(s, "n_layer"), _int(s, "n_embd_k_gqa") or _int(s, "n_embd")
+        detail += (f" {per_cell:,.0f} B per cell = 2 (K and V) × {layers} layers × {width:,} × 4 bytes: an f32 (32-bit) "
+                   f"cache. An f16 cache holds the same cells in half: {mib / 2:,.2f} MiB (llama.cpp's own default "
+                   "since it switched K/V to f16; in llama-cpp-python pass f16_kv=True, in old llama.cpp builds drop "
+                   "--memory-f32).")
+        return Finding("llamacpp-kv-cost", "info", title, detail,
+                       Suggestion("f16_kv", False, True, kv_tokens_after=tokens,
+                                  note=f"KV cache {mib:,.0f} → {mib / 2:,.0f} MiB at the same n_ctx"))
     size_k, size_v = rules.type_size(k_type), rules.type_size(v_type)
     q8 = rules.type_size("q8_0")
     if size_k and size_v and q8 and (size_k > q8 or size_v > q8) and cache.get("layout") is None:
@@ -259,6 +278,27 @@ def _compute(s: Startup) -> Finding | None:
     return Finding("llamacpp-compute-buffers", "info", f"Compute buffers: {total:,.2f} GiB on the GPUs", detail, _ubatch(s))
 
 
+def _allocation_limit(s: Startup, size: str, device: str) -> Finding:
+    """Vulkan refused one buffer larger than its per-allocation limit: free memory was not the problem."""
+    quant_k = next((str(c.get("k_type")) for c in s.capacity.extras.get("kv_caches", [])
+                    if str(c.get("k_type") or "f16") not in ("f16", "bf16", "f32")), None) or (
+        str(s.setting("type_k")) if s.setting("type_k") not in (None, "f16", "bf16", "f32") else None)
+    detail = (f"Not out of VRAM: one {size} compute buffer exceeds the Vulkan device's per-allocation limit "
+              "(maxMemoryAllocationSize / maxBufferSize, often 2–4 GiB, far below its memory), so the driver refuses "
+              "that single buffer whatever is free. The compute buffer grows with -ub and the context")
+    sug = _ubatch(s)
+    if quant_k:
+        detail += (f"; with a quantized K cache (-ctk {quant_k}) it also holds dequantized copies of K, which is what "
+                   "pushes it past the limit. Keep K in f16 (drop -ctk / --cache-type-k), or keep the KV cache in host "
+                   "memory (-nkvo / --no-kv-offload), or lower -ub so each buffer is smaller")
+        sug = Suggestion("--cache-type-k", quant_k, "f16", note="the compute buffer no longer holds dequantized K; "
+                         "the KV cache grows by the f16 K", alternatives=[a for a in (sug,) if a is not None])
+    else:
+        detail += ": lower -ub (and -b) or -c so each buffer stays under the limit, or use the CUDA / ROCm backend"
+    return Finding("llamacpp-allocation-limit", "error",
+                   f"Startup failed: a {size} buffer exceeds the per-allocation limit of {device}", detail + ".", sug)
+
+
 def _failure(s: Startup) -> Finding | None:
     f = s.failure
     if f is None:
@@ -276,6 +316,9 @@ def _failure(s: Startup) -> Finding | None:
                        "free-memory query did not count — on ROCm, memory held by non-ROCm clients is not seen. Close "
                        "it, or leave room: offload fewer layers (-ngl / num_gpu), lower -c or quantize the KV cache.",
                        _ubatch(s))
+    if f.kind in ("compute-buffer-oom", "not-enough-memory") and any(
+            w.get("code") == "per-allocation-limit" for w in s.warnings):
+        return _allocation_limit(s, size, device)
     if f.kind in ("compute-buffer-oom", "not-enough-memory"):
         copies = _int(s, "pipeline_parallel_copies")
         detail = (f"llama.cpp could not allocate {size} of compute buffer on {device} after the weights and the KV "

@@ -137,6 +137,8 @@ _FATAL = lazy_compile(
 )
 _METAL_ALLOC = lazy_compile(rf"error: failed to allocate buffer, size = {G}{MIB}")
 _VULKAN_ALLOC = lazy_compile(r"Device memory allocation of size (\d+) failed")
+# Vulkan caps one allocation (maxMemoryAllocationSize / maxBufferSize, often 2–4 GiB) below the device's memory
+_VULKAN_LIMIT = lazy_compile(r"exceeds device memory allocation limit")
 # ggml-cuda's abort on a failed cudaMalloc outside the buffer allocator ("CUDA error: out of memory" then
 # "current device: 0, in function alloc at …ggml-cuda.cu" and GGML_ASSERT): ollama's runner prints it as an error
 _GGML_CUDA_OOM = lazy_compile(r"CUDA error: out of memory")
@@ -648,6 +650,8 @@ def _failures(msg: str, st: dict[str, Any]) -> list[Parsed]:
 
 def failure_events(msg: str, backend: str = "CUDA") -> list[Parsed]:
     """Memory failures, most specific first; ``finish`` re-reads them to name the phase that failed."""
+    if _VULKAN_LIMIT.search(msg):
+        return [Parsed(ev.WARNING, {"code": "per-allocation-limit", "message": msg.strip()})]
     m = _ALLOC_FAIL.search(msg)
     if m:
         kind = "not-enough-memory" if "out of memory" in m.group(5).lower() else "alloc-failed"
