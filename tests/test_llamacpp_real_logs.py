@@ -200,3 +200,29 @@ def test_a_vulkan_buffer_over_the_allocation_limit_is_not_out_of_vram():
     f = next(f for f in s.findings if f.code == "llamacpp-allocation-limit")
     assert "per-allocation limit" in f.detail and "Not out of VRAM" in f.detail
     assert f.suggestion.flag == "--cache-type-k" and f.suggestion.to_value == "f16"
+
+
+def test_ollama_runner_context_is_num_ctx_times_the_slots():
+    """harvested 508 (ollama runner, --ctx-size 8192 --parallel 4): each request gets 2,048 tokens, not 8,192;
+    OLLAMA_NUM_PARALLEL is the flag that divides it."""
+    from kvscope.api import analyze
+    from tests.conftest import FIXTURES, case_files
+
+    case = next((FIXTURES / "harvested" / "llamacpp").glob("508-*"))
+    s = analyze(case_files(case)).startups[0]
+    assert s.capacity.context_len == 2048 and s.capacity.kv_tokens == 8192
+    f = next(f for f in s.findings if f.code == "ollama-slots")
+    assert "4 slots × 2,048" in f.title and f.suggestion.flag == "OLLAMA_NUM_PARALLEL"
+
+
+def test_a_truncated_prompt_asks_for_a_num_ctx_that_holds_it(tmp_path):
+    """ollama's 'input truncated | n_ctx=2048 n_erase=39171 n_keep=4 n_left=2044' (#5862): the prompt had
+    4 + 39,171 + 1,022 … 2,044 tokens; num_ctx must reach the next power of two above it."""
+    from kvscope.api import analyze
+
+    log = tmp_path / "log.txt"
+    log.write_text("ollama_llama_server --model /m --ctx-size 8192 --parallel 4\n"
+                   "input truncated | n_ctx=2048 n_erase=39171 n_keep=4 n_left=2044 n_shift=1022\n")
+    f = next(f for f in analyze([str(log)]).startups[0].findings if f.code == "ollama-slots")
+    assert "40,197–41,219" in f.detail
+    assert (f.suggestion.flag, f.suggestion.from_value, f.suggestion.to_value) == ("num_ctx", 2048, 65536)

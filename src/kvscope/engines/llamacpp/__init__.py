@@ -32,7 +32,9 @@ SETTINGS = frozenset({
     "ollama_memory_required_full_gib",
     "ollama_memory_required_kv_gib",
     "ollama_memory_weights_total_gib",
+    "ollama_runner",
     "pipeline_parallel_copies",
+    "slots_from_command",
     "type_k",
     "type_v",
 })

@@ -128,6 +128,33 @@ def _kv_cost(s: Startup) -> Finding | None:
     return Finding("llamacpp-kv-cost", "info", title, detail, suggestion)
 
 
+def _ollama_slots(s: Startup, n_ctx: int, slots: int, each: int) -> Finding:
+    """ollama's runner: --ctx-size is num_ctx × OLLAMA_NUM_PARALLEL; each request gets num_ctx, and a prompt
+    longer than that is truncated (the server says so)."""
+    cut = next((w for w in s.warnings if w.get("code") == "input-truncated"), None)
+    detail = (f"ollama started its runner with --ctx-size {n_ctx:,} for --parallel {slots}: {slots} × {each:,}. Each "
+              f"request gets {each:,} tokens per slot (num_ctx); the {n_ctx:,} is the KV cache for all {slots} slots "
+              f"together, which ollama sizes as num_ctx × OLLAMA_NUM_PARALLEL (a model's minimum context, when it has "
+              "one, is applied per slot first).")
+    if cut is not None and cut.get("prompt_tokens_high"):
+        low, high = cut["prompt_tokens_low"], cut["prompt_tokens_high"]
+        want = 1 << (high - 1).bit_length()
+        detail += (f" The server truncated a prompt of ≈ {low:,}–{high:,} tokens to the {cut.get('n_ctx') or each:,} "
+                   f"a slot holds (input truncated): raise num_ctx (OLLAMA_CONTEXT_LENGTH, or the request's options) to "
+                   f"at least {high:,}; the KV cache grows to {want:,} × {slots} cells.")
+        alt = Suggestion("OLLAMA_NUM_PARALLEL", slots, 1, note="fewer slots: the same memory then allows a larger num_ctx")
+        sug = Suggestion("num_ctx", each, want, kv_tokens_after=want * slots,
+                         note=f"holds the ≈ {high:,}-token prompt; KV memory grows {want / each:.0f}×", alternatives=[alt])
+        title = f"A prompt was truncated: each of the {slots} slots holds {each:,} tokens ({slots} × {each:,} = --ctx-size {n_ctx:,})"
+    else:
+        detail += (f" Lowering OLLAMA_NUM_PARALLEL shrinks the cache (and the memory it takes) by the slots removed; "
+                   "raising num_ctx raises every slot's share.")
+        sug = Suggestion("OLLAMA_NUM_PARALLEL", slots, 1,
+                         note=f"KV cache {n_ctx:,} → {each:,} cells; one request at a time gets {each:,} tokens")
+        title = f"--ctx-size {n_ctx:,} is {slots} slots × {each:,} tokens (OLLAMA_NUM_PARALLEL {slots})"
+    return Finding("ollama-slots", "warning" if cut else "info", title, detail, sug)
+
+
 def _slots(s: Startup) -> Finding | None:
     """-np N: unless the cache is unified, each slot owns n_ctx / N cells."""
     n_ctx = s.capacity.kv_tokens or _int(s, "n_ctx")
@@ -142,14 +169,19 @@ def _slots(s: Startup) -> Finding | None:
                        f"With kv_unified the {slots} slots (-np {slots}) draw from the same {n_ctx:,} cells: one request "
                        f"may use up to {per_seq or n_ctx:,} tokens, but together they cannot hold more than {n_ctx:,}.")
     each = per_seq or n_ctx // slots
+    if s.setting("ollama_runner") is True:
+        return _ollama_slots(s, n_ctx, slots, each)
+    if each == n_ctx:  # the slots' share is not known (the cache may be unified): say nothing wrong about it
+        return None
     return Finding(
         "llamacpp-slots-divide-context", "warning",
         f"-np {slots} divides -c {n_ctx:,}: each slot gets {each:,} tokens",
-        f"llama-server splits the context between its {slots} slots, so a single request is cut at {each:,} tokens "
-        f"although the cache holds {n_ctx:,} cells. To give every slot {n_ctx:,} tokens set -c {n_ctx * slots:,} "
-        "(per-request context × -np), or lower -np, or use --kv-unified so the slots share the cells.",
+        f"llama-server splits the context between its {slots} slots ({slots} × {each:,} = -c {n_ctx:,}), so a single "
+        f"request is cut at {each:,} tokens although the cache holds {n_ctx:,} cells. For slots that each hold the "
+        f"whole {n_ctx:,}, set -c {n_ctx * slots:,} (per-request context × -np), or lower -np, or use --kv-unified so "
+        "the slots share the cells.",
         Suggestion("-c", n_ctx, n_ctx * slots, kv_tokens_after=n_ctx * slots,
-                   note=f"keeps {n_ctx:,} tokens per slot with -np {slots}; KV memory grows {slots}×"),
+                   note=f"every one of the {slots} slots then holds the full {n_ctx:,}; KV memory grows {slots}×"),
     )
 
 

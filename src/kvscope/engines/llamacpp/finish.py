@@ -194,7 +194,10 @@ def _capacity(s: Startup, caches: list[dict[str, Any]]) -> None:
     slots = _int(s, "n_slots") or _int(s, "n_seq_max")
     per_seq = _int(s, "n_ctx_seq") or _int(s, "n_ctx_slot")
     unified = s.setting("kv_unified")
-    if per_seq is None and n_ctx and slots and unified is False:
+    # ollama's runner never unifies: its --ctx-size is num_ctx × OLLAMA_NUM_PARALLEL, one num_ctx per slot
+    private = unified is False or (unified is None and (s.setting("ollama_runner") is True
+                                                         or s.setting("slots_from_command") is True))
+    if per_seq is None and n_ctx and slots and private:
         per_seq = n_ctx // slots
     cap.context_len = per_seq or n_ctx
     if cap.kv_tokens is None and _int(s, "n_ctx_slot") and slots and unified is False:

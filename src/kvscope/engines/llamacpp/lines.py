@@ -113,6 +113,8 @@ _OLLAMA_FIELD = lazy_compile(rf'\b(layers\.model|layers\.offload|memory\.require
 _OLLAMA_AVAILABLE = lazy_compile(r'memory\.available="\[([^\]]*)\]"')
 _OLLAMA_SIZE = lazy_compile(rf"{G}\s*(B|KiB|MiB|GiB)")
 _OLLAMA_FLAG = lazy_compile(r"--(ctx-size|parallel|n-gpu-layers|batch-size) (\d+)")
+_TRUNCATED = lazy_compile(r"input truncated\b")
+_TRUNC_FIELD = lazy_compile(r"\b(n_ctx|n_erase|n_keep|n_left|n_shift)\s*=\s*(\d+)")
 
 # --- process boundaries and identity --------------------------------------------------------------------
 _BUILD = lazy_compile(r"^(?:main: )?build(?: =|:)\s*(\d+) \((\w+)\)")
@@ -200,6 +202,8 @@ ANCHORS: tuple[bytes, ...] = (
     b'msg="offload to',
     b"CUDA error: out of memory",
     b"starting llama server",
+    b"--ctx-size",
+    b"input truncated",
 )
 
 _HOST_NAMES = ("CPU", "CPU_Mapped", "CPU_REPACK", "CPU_AARCH64", "Host", "AMX")
@@ -622,10 +626,30 @@ def _ollama_scheduler(msg: str, st: dict[str, Any]) -> list[Parsed]:
             else:
                 gib = (to_float(value) or 0.0) * _UNIT_MIB[unit or "B"] / 1024
                 data[f"ollama_{key.replace('.', '_')}_gib"] = gib  # ollama's estimate, not an allocation
-    elif "starting llama server" in msg:
+    elif "starting llama server" in msg or "--ctx-size" in msg:  # the runner's command line, however it was pasted
         names = {"ctx-size": "ctx_size", "parallel": "n_slots", "n-gpu-layers": "n_gpu_layers", "batch-size": "n_batch"}
         data = {names[k]: to_int(v) for k, v in _OLLAMA_FLAG.findall(msg)}
+        if data and "ollama" in msg:
+            data["ollama_runner"] = True  # slots are OLLAMA_NUM_PARALLEL, --ctx-size is num_ctx × slots
+        if "n_slots" in data:
+            data["slots_from_command"] = True  # --parallel N given explicitly: private slots unless kv_unified
     return [Parsed(ev.SETTINGS, data)] if data else []
+
+
+def _truncated(msg: str, st: dict[str, Any]) -> list[Parsed]:
+    """The server cut a prompt longer than a slot's context: 'input truncated | n_ctx=2048 n_erase=39171 n_keep=4
+    n_left=2044 n_shift=1022'. It kept n_keep tokens and the last part and erased n_erase in blocks of n_left / 2,
+    so the prompt had n_keep + n_erase + (n_left / 2 … n_left) tokens."""
+    m = _TRUNCATED.search(msg)
+    if not m:
+        return []
+    fields = {k: to_int(v) for k, v in _TRUNC_FIELD.findall(msg)}
+    n_ctx, erase, keep, left = (fields.get(k) for k in ("n_ctx", "n_erase", "n_keep", "n_left"))
+    data: dict[str, Any] = {"code": "input-truncated", "message": msg.strip(), "n_ctx": n_ctx}
+    if None not in (erase, keep, left):
+        data["prompt_tokens_low"] = keep + erase + left // 2
+        data["prompt_tokens_high"] = keep + erase + left
+    return [Parsed(ev.WARNING, data)]
 
 
 def _split_device(msg: str, split: str, st: dict[str, Any]) -> list[Parsed]:
@@ -699,7 +723,8 @@ def failure_events(msg: str, backend: str = "CUDA") -> list[Parsed]:
 _HANDLERS = (
     (("buffer size",), _buffers),
     (('msg="kv cache"', 'msg="compute graph"', 'msg="model weights"'), _ollama),
-    (("msg=offload", 'msg="offload to', "starting llama server"), _ollama_scheduler),
+    (("msg=offload", 'msg="offload to', "starting llama server", "--ctx-size"), _ollama_scheduler),
+    (("input truncated",), _truncated),
     (("cells", "self size", "KV self indexer"), _summaries),
     (("n_ctx", "n_seq_max", "n_batch", "n_ubatch", "flash_attn", "kv_unified", "causal_attn", "mla_attn", "type_k",
       "type_v", "n_rs_seq", "print_info", "llm_load_print_meta", "llama_model_load_internal", "n_embd_k_gqa",
