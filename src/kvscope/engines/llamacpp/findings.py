@@ -147,7 +147,7 @@ def _ollama_slots(s: Startup, n_ctx: int, slots: int, each: int) -> Finding:
                          note=f"holds the ≈ {high:,}-token prompt; KV memory grows {want / each:.0f}×", alternatives=[alt])
         title = f"A prompt was truncated: each of the {slots} slots holds {each:,} tokens ({slots} × {each:,} = --ctx-size {n_ctx:,})"
     else:
-        detail += (f" Lowering OLLAMA_NUM_PARALLEL shrinks the cache (and the memory it takes) by the slots removed; "
+        detail += (" Lowering OLLAMA_NUM_PARALLEL shrinks the cache (and the memory it takes) by the slots removed; "
                    "raising num_ctx raises every slot's share.")
         sug = Suggestion("OLLAMA_NUM_PARALLEL", slots, 1,
                          note=f"KV cache {n_ctx:,} → {each:,} cells; one request at a time gets {each:,} tokens")
