@@ -226,3 +226,36 @@ def test_a_truncated_prompt_asks_for_a_num_ctx_that_holds_it(tmp_path):
     f = next(f for f in analyze([str(log)]).startups[0].findings if f.code == "ollama-slots")
     assert "40,197–41,219" in f.detail
     assert (f.suggestion.flag, f.suggestion.from_value, f.suggestion.to_value) == ("num_ctx", 2048, 65536)
+
+
+def _question(prefix: str, *args: str):
+    from kvscope.api import analyze
+    from tests.conftest import FIXTURES
+
+    case = next((FIXTURES / "questions").glob(f"{prefix}-*"))
+    model = args[args.index("--model") + 1] if "--model" in args else None
+    return analyze([str(case / "log.txt")], {}, model).startups[0]
+
+
+def test_a_quantized_v_cache_without_flash_attention_is_a_setting_not_memory():
+    """question 360: 'V cache quantization requires flash_attn': turn -fa on (or keep V in f16)."""
+    s = _question("360")
+    f = next(f for f in s.findings if f.code == "llamacpp-v-quant-needs-fa")
+    assert s.failure.kind == "engine-init-failed" and "Not memory" in f.detail
+    assert f.suggestion.flag == "-fa" and f.suggestion.to_value is True
+
+
+def test_a_refused_kv_buffer_names_its_size_and_the_context():
+    """question 314: 805,306,368,032 B refused on the CPU for n_ctx 163,840 (the default, the training context)."""
+    s = _question("314")
+    f = next(f for f in s.findings if f.code == "llamacpp-kv-oom")
+    assert s.failure.kind == "kv-cache-oom" and "750.00 GiB" in f.title and "163,840" in f.title
+    assert f.suggestion.flag == "-c" and f.suggestion.to_value == 8192
+
+
+def test_the_kv_cache_a_context_will_need_is_said_before_the_log_shows_it():
+    """question 312 (Metal, Phi-3.5-mini): n_ctx 131,072 needs 48 GiB of f16 KV against a 49,152 MiB working set."""
+    s = _question("312", "--model", "microsoft/Phi-3.5-mini-instruct")
+    f = next(f for f in s.findings if f.code == "llamacpp-kv-will-not-fit")
+    assert "48.00 GiB" in f.title and "49,152 MiB Metal working set" in f.detail
+    assert f.suggestion.flag == "-c" and f.suggestion.to_value < 131072

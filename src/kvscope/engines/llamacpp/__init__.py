@@ -14,6 +14,7 @@ SETTINGS = frozenset({
     "kv_layer_n_embd_v_gqa",
     "kv_size",
     "kv_unified",
+    "metal_working_set_mib",
     "n_ctx",
     "n_ctx_seq",
     "n_ctx_slot",

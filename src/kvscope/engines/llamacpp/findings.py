@@ -10,7 +10,7 @@ from typing import Any
 
 from kvscope.core.startup import Finding, Startup, Suggestion
 from kvscope.engines.llamacpp import rules
-from kvscope.engines.llamacpp.finish import AGGREGATE_RANK
+from kvscope.engines.llamacpp.finish import AGGREGATE_RANK, cache_shape
 from kvscope.engines.llamacpp.lines import HOST_RANK
 
 BIG_COMPUTE_GIB = 1.0  # compute buffers above this per device are worth a word
@@ -362,17 +362,53 @@ def _failure(s: Startup) -> Finding | None:
         return Finding("llamacpp-compute-oom", "error", f"Startup failed: {size} compute buffer did not fit on {device}",
                        detail, _ubatch(s))
     if f.kind == "kv-cache-oom":
-        sug = Suggestion("-c", n_ctx, n_ctx // 2, kv_tokens_after=n_ctx // 2) if n_ctx else \
-            Suggestion("--cache-type-k/--cache-type-v", "f16", "q8_0")
-        return Finding("llamacpp-kv-oom", "error", f"Startup failed: the KV cache did not fit on {device}",
-                       "The KV cache is -c cells × bytes per cell; lower -c, quantize it (--cache-type-k/-v q8_0), "
-                       "offload fewer layers (-ngl) or keep it in host memory (--no-kv-offload).", sug)
+        return _kv_oom(s, f, device, n_ctx)
     if f.kind == "weights-oom":
         layers = _int(s, "n_gpu_layers_offloaded")
         return Finding("llamacpp-weights-oom", "error", f"Startup failed: the model weights did not fit on {device}",
                        "Lower -ngl so fewer layers go to the GPU, or spread them with --tensor-split.",
                        Suggestion("-ngl", layers, max(0, layers - 4)) if layers else None)
+    if f.data.get("cause") == "quantized-v-needs-flash-attn":
+        return Finding("llamacpp-v-quant-needs-fa", "error", "Startup failed: a quantized V cache needs flash attention",
+                       "Not memory: llama.cpp refuses a quantized V cache (-ctv / --cache-type-v q8_0, q4_0, …) unless "
+                       "flash attention is on, and stops before allocating anything. Turn it on (-fa, --flash-attn on; "
+                       "OLLAMA_FLASH_ATTENTION=1 in ollama), or keep V in f16 and quantize only K (-ctk).",
+                       Suggestion("-fa", False, True, note="flash attention on: the quantized V cache is allowed",
+                                  alternatives=[Suggestion("--cache-type-v", None, "f16",
+                                                           note="an f16 V cache needs no flash attention")]))
     return Finding("llamacpp-startup-failed", "error", f"Startup failed ({f.kind})", f.message)
+
+
+WORKING_CONTEXT = 8192  # a context most chats fit in, offered when the one that failed was tens of thousands
+
+
+def _kv_oom(s: Startup, f, device: str, n_ctx: int | None) -> Finding:
+    """The KV buffer itself was refused: its size, the context that asked for it, and a context that fits."""
+    size = f.data.get("alloc_bytes")
+    gib = size / (1 << 30) if size else None
+    asked = f" ({size:,} B = {gib:,.2f} GiB)" if size else ""
+    detail = (f"llama.cpp could not allocate the KV cache{asked} on {device}: it is -c cells × bytes per cell, "
+              "allocated in full at start.")
+    train = _int(s, "n_ctx_train")
+    if n_ctx:
+        default = " — the model's training context, which llama.cpp uses when -c is not given" if (
+            train and n_ctx == train) or n_ctx >= 131072 else ""
+        detail += f" The context (n_ctx) was {n_ctx:,} tokens{default}."
+    sug = None
+    if n_ctx:
+        to = WORKING_CONTEXT if n_ctx > 2 * WORKING_CONTEXT else max(512, n_ctx // 2)
+        after = f"; the KV cache then takes ≈ {gib * to / n_ctx:,.2f} GiB" if gib else ""
+        sug = Suggestion("-c", n_ctx, to, kv_tokens_after=to,
+                         note=f"a context sized to the requests instead of {n_ctx:,}{after}")
+        detail += (f" Set -c to what the requests need (e.g. -c {to:,}{after.replace('; the KV cache then takes', ':')}); "
+                   "or quantize the cache (--cache-type-k/-v q8_0), offload fewer layers (-ngl) or keep it in host "
+                   "memory (--no-kv-offload).")
+    else:
+        sug = Suggestion("--cache-type-k/--cache-type-v", "f16", "q8_0")
+        detail += " Lower -c, quantize it (--cache-type-k/-v q8_0), offload fewer layers (-ngl) or use --no-kv-offload."
+    what = f"the {gib:,.2f} GiB KV cache" if gib else "the KV cache"
+    ctx = f" for n_ctx {n_ctx:,}" if n_ctx else ""
+    return Finding("llamacpp-kv-oom", "error", f"Startup failed: {what}{ctx} did not fit on {device}", detail, sug)
 
 
 def _recovered(s: Startup) -> Finding | None:
@@ -407,8 +443,47 @@ def _drop_aggregate_noise(s: Startup) -> None:
     s.findings[:] = kept
 
 
+COMPUTE_ALLOWANCE_MIB = 1024.0  # compute buffers and the output buffer beside weights + KV (a few hundred MiB to 1 GiB)
+
+
+def _kv_ahead(s: Startup) -> Finding | None:
+    """The log stops before the KV cache (or never prints it) but says n_ctx and the model's shape is known: what
+    the cache will take at that context (f16, llama.cpp's default types), against the device's memory when the log
+    shows it (Metal's working set)."""
+    n_ctx = _int(s, "n_ctx")
+    if not n_ctx or _costed_cache(s) is not None or s.failure is not None:
+        return None
+    shape = cache_shape(s)
+    types = (_setting_str(s, "type_k", {}) or "f16", _setting_str(s, "type_v", {}) or "f16")
+    bpt = shape.bytes_per_token(*types) if shape else None
+    if not bpt:
+        return None
+    kv_mib = n_ctx * bpt / rules.MIB
+    train = _int(s, "n_ctx_train")
+    why = " (the model's training context: -c was not given)" if (train and n_ctx == train) or n_ctx >= 131072 else ""
+    detail = (f"At n_ctx {n_ctx:,} tokens{why} the KV cache takes {n_ctx:,} × {bpt:,.0f} B = {kv_mib:,.1f} MiB "
+              f"({kv_mib / 1024:,.2f} GiB): {shape.layers} layers × ({shape.n_embd_k_gqa:,} K + {shape.n_embd_v_gqa:,} V) "
+              f"× {types[0]}/{types[1]}, from {shape.source}. llama.cpp allocates it in full at start.")
+    ws = s.settings.get("metal_working_set_mib")
+    weights = sum(r.weights_gib or 0.0 for r in s.ranks if r.rank not in (AGGREGATE_RANK, HOST_RANK)) * 1024
+    sug = None
+    if isinstance(ws, float) and ws > 0 and kv_mib + weights > ws:
+        room = ws - weights - COMPUTE_ALLOWANCE_MIB
+        fit = int(room * rules.MIB // bpt) if room > 0 else 0
+        to = 1 << (fit.bit_length() - 1) if fit >= 512 else 0
+        detail += (f" With the {weights:,.0f} MiB of weights that exceeds the {ws:,.0f} MiB Metal working set "
+                   "(recommendedMaxWorkingSetSize): the context cannot be allocated, or macOS aborts with "
+                   "'Insufficient Memory'.")
+        if to:
+            detail += f" A -c of {to:,} takes {to * bpt / rules.MIB:,.0f} MiB and fits."
+            sug = Suggestion("-c", n_ctx, to, kv_tokens_after=to, note="a context that fits the working set")
+        return Finding("llamacpp-kv-will-not-fit", "error",
+                       f"n_ctx {n_ctx:,} needs a {kv_mib / 1024:,.2f} GiB KV cache: more than the device holds", detail, sug)
+    return Finding("llamacpp-kv-ahead", "info", f"n_ctx {n_ctx:,} → KV cache {kv_mib / 1024:,.2f} GiB", detail)
+
+
 def findings(s: Startup) -> list[Finding]:
     _drop_aggregate_noise(s)
-    out = [f for f in (_failure(s), _recovered(s), _kv_cost(s), _slots(s), _train_context(s), _offload(s),
-                       _compute(s)) if f is not None]
+    out = [f for f in (_failure(s), _recovered(s), _kv_ahead(s), _kv_cost(s), _slots(s), _train_context(s),
+                       _offload(s), _compute(s)) if f is not None]
     return out

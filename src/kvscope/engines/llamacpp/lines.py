@@ -138,6 +138,12 @@ _FATAL = lazy_compile(
     r"failed to load model"
 )
 _METAL_ALLOC = lazy_compile(rf"error: failed to allocate buffer, size = {G}{MIB}")
+# a host (or other backend) buffer the allocator refused, before the line that names what it was for
+_BUF_TYPE_FAIL = lazy_compile(r"(\w+?)_buffer_type_alloc_buffer: failed to allocate buffer of size (\d+)")
+# a quantized V cache without flash attention: a setting refused, not memory
+_V_NEEDS_FA = lazy_compile(r"V cache quantization requires flash.?attn")
+# Metal reports each allocation against the device's working set: "( 3772.66 / 49152.00)"
+_METAL_WORKING_SET = lazy_compile(rf"allocated buffer, size =\s*{G}{MIB},\s*\(\s*{G}\s*/\s*{G}\s*\)")
 _VULKAN_ALLOC = lazy_compile(r"Device memory allocation of size (\d+) failed")
 # Vulkan caps one allocation (maxMemoryAllocationSize / maxBufferSize, often 2–4 GiB) below the device's memory
 _VULKAN_LIMIT = lazy_compile(r"exceeds device memory allocation limit")
@@ -192,6 +198,8 @@ ANCHORS: tuple[bytes, ...] = (
     b"loading model",
     b"draft model",
     b"failed",
+    b"requires flash",
+    b"allocated buffer, size",
     b"unable to",
     b"error loading model",
     b"Free memory",
@@ -695,6 +703,17 @@ def failure_events(msg: str, backend: str = "CUDA") -> list[Parsed]:
         return [Parsed(ev.FAILURE, {"kind": "weights-oom", "message": msg.strip(), "device": m.group(1)})]
     if _COMPUTE_FAIL.search(msg):
         return [Parsed(ev.FAILURE, {"kind": "compute-buffer-oom", "message": msg.strip()})]
+    m = _BUF_TYPE_FAIL.search(msg)
+    if m:
+        device = "CPU" if m.group(1).endswith("cpu") else m.group(1).replace("ggml_backend_", "")
+        return [Parsed(ev.FAILURE, {"kind": "alloc-failed", "message": msg.strip(), "alloc_bytes": to_int(m.group(2)),
+                                    "device": device})]
+    if _V_NEEDS_FA.search(msg):
+        return [Parsed(ev.FAILURE, {"kind": "engine-init-failed", "message": msg.strip(),
+                                    "cause": "quantized-v-needs-flash-attn"})]
+    m = _METAL_WORKING_SET.search(msg)
+    if m:
+        return [Parsed(ev.SETTINGS, {"metal_working_set_mib": to_float(m.group(3))})]
     if _KV_FAIL.search(msg):
         return [Parsed(ev.FAILURE, {"kind": "kv-cache-oom", "message": msg.strip()})]
     if _RETRY.search(msg):
@@ -734,6 +753,7 @@ _HANDLERS = (
     (("using device", " devices", "Device ", "memory_breakdown", "llama_params_fit"), _devices),
     (("VRAM", "mem required", "system memory used", "compute buffer total"), _old_era),
     (("build", "loaded meta data", "draft", "loading model", "general.name"), _boundary),
-    (("alloc", "failed", "unable to", "error loading model", "Free memory", "CUDA error"), _failures),
+    (("alloc", "failed", "unable to", "error loading model", "Free memory", "CUDA error", "requires flash"),
+     _failures),
 )
 _GATE = lazy_compile("|".join(re.escape(t) for triggers, _ in _HANDLERS for t in triggers))
