@@ -119,6 +119,15 @@ def _headroom(s: Startup, mfs: float, pre: float, bpt: int) -> Finding | None:
         back = math.ceil((margin - free_ready) / step_gib)
         to = round(mfs - back / 100, 2)
         detail += f" Only {free_ready:.2f} GiB is free at ready, under a {margin:.1f} GiB safety margin: a long prefill can OOM."
+        if to < max(0.3, mfs - 0.15):
+            # the step the figures imply is implausibly large: the free memory they derive F from is not the reserve
+            # SGLang kept (something outside the budget took it), so move one safe step and look again
+            to = round(mfs - 0.05, 2)
+            detail += (f" The figures cannot size the step (they put F at {pre:.2f} GiB, less than the pool): lower "
+                       f"--mem-fraction-static to {to} and check the 'avail mem' SGLang prints at ready.")
+            return Finding("thin-reserve", "warning", f"Only {free_ready:.2f} GiB free at ready: no headroom left",
+                           detail, Suggestion("--mem-fraction-static", mfs, to,
+                                              note="one step down; the log's figures do not size it exactly"))
         return Finding("thin-reserve", "warning", f"Only {free_ready:.2f} GiB free at ready", detail,
                        Suggestion("--mem-fraction-static", mfs, to, max(0, target.tokens - back * per_step)))
     return Finding("mfs-headroom", "info", "mem_fraction_static is about right", detail)

@@ -206,6 +206,18 @@ def _contention(s: Startup) -> Finding:
 
 
 _EAGER = Suggestion("--enforce-eager", False, True, note="no CUDA graphs: nothing to capture, slower decode")
+DEFAULT_MAX_NUM_SEQS = {"V0": 256, "V1": 1024}  # vLLM's default per engine generation (V1 servers on large GPUs)
+
+
+def _fewer_sequences(s: Startup) -> list[Suggestion]:
+    """Half of --max-num-seqs: graphs are captured for batch sizes up to it, so fewer and smaller graphs."""
+    given = setting_int(s, "max_num_seqs")
+    start = given or DEFAULT_MAX_NUM_SEQS.get(era_of(s).engine)
+    if not start or start < 2:
+        return []
+    return [Suggestion("--max-num-seqs", start, start // 2,
+                       note=("" if given else f"from vLLM's {era_of(s).engine} default; ") +
+                       "graphs are captured for batch sizes up to it, so fewer and smaller ones; fewer requests at once")]
 
 
 def _graph_oom(s: Startup) -> Finding:
@@ -225,9 +237,10 @@ def _graph_oom(s: Startup) -> Finding:
                    f"context, the graphs and the sampler; vLLM itself warns graphs take 1–3 GiB. {to} leaves "
                    f"{(1 - to) * total:.2f} GiB.")
         sug = Suggestion("--gpu-memory-utilization", u, to, _kv_tokens_at(s, to), note="or --enforce-eager",
-                         alternatives=[_EAGER])
+                         alternatives=[_EAGER, *_fewer_sequences(s)])
     else:
-        sug = _EAGER
+        sug = Suggestion(_EAGER.flag, _EAGER.from_value, _EAGER.to_value, note=_EAGER.note,
+                         alternatives=_fewer_sequences(s))  # a copy: the module's _EAGER is shared
     detail += (" Alternatives: --enforce-eager (no graphs, slower decode), or fewer capture sizes (a lower --max-num-seqs; "
                "in V1 --cuda-graph-sizes / compilation_config.cudagraph_capture_sizes).")
     title = "Startup probably failed: out of memory while capturing CUDA graphs" if inferred else \
@@ -484,6 +497,28 @@ def _foreign_memory(s: Startup) -> Finding | None:
                    "profiling", detail)
 
 
+LONG_CONTEXT_TOKENS = 131_072  # from here a max_model_len is worth a word when the log shows no KV figure
+
+
+def _long_context(s: Startup) -> Finding | None:
+    """The log shows the engine's configuration but no KV figure: a very long max_model_len (often a model's rope-scaled
+    default) is what vLLM checks one request against at startup; say so, with the KV it needs when the model is known."""
+    cap = s.capacity
+    m = cap.max_model_len or setting_int(s, "max_model_len")
+    if (not m or m < LONG_CONTEXT_TOKENS or s.failure is not None or cap.available_kv_gib is not None
+            or cap.num_gpu_blocks is not None or cap.kv_tokens is not None):
+        return None
+    bpt = _bytes_per_token(s)
+    need = f" — {m * bpt / GIB:,.1f} GiB of KV cache per GPU at {bpt:,} B per token" if bpt else ""
+    to = max(32_768, m // 4)
+    detail = (f"max_model_len is {m:,} tokens{need}. vLLM refuses to start unless one request of max_model_len fits "
+              "in the KV cache, and sizes its profiling run for it; when the model's default context is this long "
+              "(a rope-scaled checkpoint says so in its config), set --max-model-len to what requests need.")
+    return Finding("long-max-model-len", "info", f"max_model_len {m:,}: one request of that length must fit in the KV "
+                   "cache", detail, Suggestion("--max-model-len", m, to, note="a context requests actually use; "
+                                               "the KV cache then holds more of them at once"))
+
+
 def _device_zero(s: Startup) -> Finding | None:
     """Several GPUs: what nvidia-smi shows on GPU 0 beyond the worker's own figures (context only)."""
     tp = tp_size(s)
@@ -500,7 +535,7 @@ def _device_zero(s: Startup) -> Finding | None:
 
 def findings(s: Startup) -> list[Finding]:
     out: list[Finding] = _failure(s)
-    for f in (_foreign_memory(s), _reconciled(s), _util_step(s), _graph_profiling(s), _vllm_suggestion(s),
+    for f in (_foreign_memory(s), _long_context(s), _reconciled(s), _util_step(s), _graph_profiling(s), _vllm_suggestion(s),
               _overallocated(s), _rank_spread(s), _offload(s)):
         if f is not None:
             out.append(f)

@@ -369,6 +369,11 @@ def _refine_failure(s: Startup, era: Era, arch: Architecture | None) -> None:
             f.data.pop("engine_init", None)
             f.data.update(phase="CUDA graph capture", inferred=True)
             f.kind = "oom-cuda-graph"
+        elif f.kind == "exception" and _capture_unfinished(s) and (headroom := _thin_headroom(s, era)) is not None:
+            # an error while graphs were being captured, outside a budget that left less than graphs take
+            f.data.pop("engine_init", None)
+            f.data.update(phase="CUDA graph capture", inferred=True, headroom_gib=round(headroom, 2))
+            f.kind = "oom-cuda-graph"
         elif f.kind == "exception" and f.data.pop("engine_init", False):
             f.kind = "engine-init-failed"
             _explain_init_failure(s, arch)
@@ -392,15 +397,23 @@ def _infer_v0_max_len(s: Startup, era: Era) -> None:
         data={"inferred": True, "max_model_len": cap.max_model_len, "kv_tokens": tokens})
 
 
+def _thin_headroom(s: Startup, era: Era) -> float | None:
+    """(1 − util) × total when graphs are captured outside the budget and that is less than they take, else None."""
+    u, total = util(s), total_gib(s, s.reference_rank)
+    if era.graphs_in_budget or u is None or total is None:
+        return None
+    headroom = (1 - u) * total
+    return headroom if headroom < THIN_HEADROOM_GIB else None
+
+
 def _infer_graph_oom(s: Startup, era: Era) -> None:
     """The log ends inside CUDA-graph capture with less headroom than graphs take: the likely end."""
-    ref = s.reference_rank
-    u, total = util(s), total_gib(s, ref)
-    if era.graphs_in_budget or not _capture_unfinished(s) or u is None or total is None:
+    if not _capture_unfinished(s):
         return
-    headroom = (1 - u) * total
-    if headroom >= THIN_HEADROOM_GIB:
+    headroom = _thin_headroom(s, era)
+    if headroom is None:
         return
+    u = util(s)
     s.failure = Failure("oom-cuda-graph", (
         f"inferred: the log ends during CUDA graph capture, and graphs are captured outside the budget, in the "
         f"(1 − {u}) × {total:.2f} = {headroom:.2f} GiB headroom — less than the 1–3 GiB vLLM says graphs take"),
