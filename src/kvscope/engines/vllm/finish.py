@@ -413,7 +413,7 @@ def _infer_graph_oom(s: Startup, era: Era) -> None:
     headroom = _thin_headroom(s, era)
     if headroom is None:
         return
-    u = util(s)
+    u, total = util(s), total_gib(s, s.reference_rank)
     s.failure = Failure("oom-cuda-graph", (
         f"inferred: the log ends during CUDA graph capture, and graphs are captured outside the budget, in the "
         f"(1 − {u}) × {total:.2f} = {headroom:.2f} GiB headroom — less than the 1–3 GiB vLLM says graphs take"),
