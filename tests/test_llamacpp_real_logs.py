@@ -259,3 +259,17 @@ def test_the_kv_cache_a_context_will_need_is_said_before_the_log_shows_it():
     f = next(f for f in s.findings if f.code == "llamacpp-kv-will-not-fit")
     assert "48.00 GiB" in f.title and "49,152 MiB Metal working set" in f.detail
     assert f.suggestion.flag == "-c" and f.suggestion.to_value < 131072
+
+
+def test_ollama_names_the_gpus_it_found_and_why_one_is_used():
+    """question 350 (2 × Tesla M60): both GPUs were found; a model that fits on one is placed on one."""
+    s = _question("350")
+    f = next(f for f in s.findings if f.code == "ollama-gpus-found")
+    assert "2 GPUs" in f.title and "7.9 GiB" in f.title and f.suggestion.flag == "OLLAMA_SCHED_SPREAD"
+
+
+def test_the_one_layer_left_on_the_cpu_is_the_output_layer():
+    """question 351 (gemma4, 42/43 layers): 'offloading output layer to CPU': that is the layer left behind."""
+    s = _question("351")
+    f = next(f for f in s.findings if f.code == "llamacpp-output-layer-on-cpu")
+    assert "42/43" in f.title and "output layer" in f.title

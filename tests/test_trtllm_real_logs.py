@@ -180,3 +180,15 @@ def test_engine_limits_without_kv_lines():
     limits = next(f for f in s.findings if f.code == "trtllm-engine-limits")
     assert "8 × 1,048,576 = 8,388,608 tokens" in limits.title and "2 TP ranks" in limits.detail
     assert s.era == "C++ TensorRT-engine runtime (TRTGptModel)"
+
+
+def test_an_old_runtime_token_count_is_tokens_rounded_up_to_blocks():
+    """question 301 (TensorRT-LLM 0.5, A10): 'Using 10718 tokens in paged KV cache' with 16-token blocks:
+    tokens, not blocks; the pool is 670 blocks = 10,720 tokens."""
+    from kvscope.api import analyze
+    from tests.conftest import FIXTURES
+
+    case = next((FIXTURES / "questions").glob("301-*"))
+    s = analyze([str(case / "log.txt")], {"tokens_per_block": 16}).startups[0]
+    f = next(f for f in s.findings if f.code == "trtllm-kv-tokens")
+    assert "670 blocks of 16" in f.title and "10,720 tokens" in f.detail and "not blocks" in f.detail

@@ -235,6 +235,13 @@ def _offload(s: Startup) -> Finding | None:
     weights = weights or s.settings.get("ollama_memory_weights_total_gib") or 0.0
     detail = f"{total - done} layers run on the CPU from host memory, which dominates token latency."
     suggestion = Suggestion("-ngl", done, total)
+    if s.setting("output_layer_on_cpu") is True and total - done == 1:
+        return Finding("llamacpp-output-layer-on-cpu", "info",
+                       f"{done}/{total} layers on the GPU: the one left on the CPU is the output layer",
+                       f"All {done} repeating layers are on the GPU; the output layer (the vocabulary projection, often "
+                       "far larger than one repeating layer, several GB for large vocabularies) did not fit and runs "
+                       "on the CPU from host memory, which is where the CPU share of the work comes from. A smaller "
+                       "context (num_ctx / -c), a smaller quantization or more VRAM lets it move to the GPU.")
     if weights:
         per_layer = weights / total
         need = per_layer * (total - done)
@@ -482,8 +489,24 @@ def _kv_ahead(s: Startup) -> Finding | None:
     return Finding("llamacpp-kv-ahead", "info", f"n_ctx {n_ctx:,} → KV cache {kv_mib / 1024:,.2f} GiB", detail)
 
 
+def _ollama_devices(s: Startup) -> Finding | None:
+    """ollama listed the GPUs it found: say so, and why it may still place a model on one of them."""
+    found = _int(s, "ollama_gpus_found")
+    if not found or found < 2:
+        return None
+    gpus = [r for r in s.ranks if r.total_gib is not None]
+    sizes = ", ".join(f"{r.rank} {r.total_gib:.1f} GiB" + (f" ({r.pre_load_free_gib:.1f} available)"
+                                                           if r.pre_load_free_gib is not None else "") for r in gpus)
+    return Finding("ollama-gpus-found", "info", f"ollama found {found} GPUs: {sizes}",
+                   f"{'Both' if found == 2 else f'All {found}'} GPUs were detected ({sizes}). When a model fits on a "
+                   "single GPU, ollama loads it on one GPU by design (no cross-GPU traffic), so the others stay idle; "
+                   "OLLAMA_SCHED_SPREAD=1 makes it spread every model over all of them. A model too large for one GPU "
+                   "is split across them anyway.",
+                   Suggestion("OLLAMA_SCHED_SPREAD", 0, 1, note="spread over all GPUs even when one would do"))
+
+
 def findings(s: Startup) -> list[Finding]:
     _drop_aggregate_noise(s)
     out = [f for f in (_failure(s), _recovered(s), _kv_ahead(s), _kv_cost(s), _slots(s), _train_context(s),
-                       _offload(s), _compute(s)) if f is not None]
+                       _offload(s), _compute(s), _ollama_devices(s)) if f is not None]
     return out

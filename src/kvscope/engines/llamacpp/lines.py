@@ -91,6 +91,10 @@ _SLOT_CAP = lazy_compile(r"slot context \((\d+)\) exceeds the training context o
 _KV_UNIFIED_SRV = lazy_compile(r"kv_unified\s*=\s*'?(true|false)")
 _PIPELINE = lazy_compile(r"pipeline parallelism enabled \(n_copies=(\d+)\)")
 _OFFLOADED = lazy_compile(r"offloaded (\d+)/(\d+) layers to GPU")
+_OUTPUT_ON_CPU = lazy_compile(r"offloading output layer to CPU")
+# ollama's device discovery: msg="inference compute" id=GPU-… name="Tesla M60" total="7.9 GiB" available="7.9 GiB"
+_OLLAMA_DEVICE = lazy_compile(rf'msg="inference compute".*?\bid=(\S+).*?\btotal="{G}\s*(B|KiB|MiB|GiB)"'
+                              rf'(?:.*?\bavailable="{G}\s*(B|KiB|MiB|GiB)")?')
 _USING_DEVICE = lazy_compile(r"using device (\S+) \((.*?)\)(?: \([^)]*\))? - (\d+) MiB free")
 _FOUND = lazy_compile(r"found (\d+) (CUDA|ROCm|SYCL|MUSA|Vulkan) devices")
 _GPU_LINE = lazy_compile(r"^\s*Device (\d+): ([^,]+), (?:compute capability|gfx)")
@@ -188,6 +192,8 @@ ANCHORS: tuple[bytes, ...] = (
     b"general.name",
     b"pipeline parallelism",
     b"offloaded",
+    b"output layer to CPU",
+    b"inference compute",
     b"using device",
     b"devices:",
     b"Device ",
@@ -568,6 +574,18 @@ def _server(msg: str, st: dict[str, Any]) -> list[Parsed]:
     if m:
         return [Parsed(ev.SETTINGS, {"n_gpu_layers_offloaded": to_int(m.group(1)),
                                      "n_layers_offloadable": to_int(m.group(2))})]
+    if _OUTPUT_ON_CPU.search(msg):
+        return [Parsed(ev.SETTINGS, {"output_layer_on_cpu": True})]
+    m = _OLLAMA_DEVICE.search(msg)
+    if m:
+        seen = st.setdefault("ollama_devices", [])
+        if m.group(1) not in seen:
+            seen.append(m.group(1))
+        total = (to_float(m.group(2)) or 0.0) * _UNIT_MIB[m.group(3)] / 1024
+        free = (to_float(m.group(4)) or 0.0) * _UNIT_MIB[m.group(5)] / 1024 if m.group(4) else None
+        return [Parsed(ev.RANK, {"total_gib": total, "pre_load_free_gib": free},
+                       rank=f"GPU{seen.index(m.group(1))}"),
+                Parsed(ev.SETTINGS, {"ollama_gpus_found": len(seen)})]
     m = _SPLIT_HEADER.search(msg)
     if m:
         st["split_header"] = "kv" if m.group(1) == "KV cache" else "weights"
@@ -749,6 +767,7 @@ _HANDLERS = (
       "type_v", "n_rs_seq", "print_info", "llm_load_print_meta", "llama_model_load_internal", "n_embd_k_gqa",
       "n_kv_max", "kv_size", "ctx_size"), _params),
     (("n_slots", "n_ctx_slot", "max context", "new slot", "slot context", "pipeline parallelism", "offloaded",
+      "output layer to CPU", 'msg="inference compute"',
       "size per device"), _server),
     (("using device", " devices", "Device ", "memory_breakdown", "llama_params_fit"), _devices),
     (("VRAM", "mem required", "system memory used", "compute buffer total"), _old_era),

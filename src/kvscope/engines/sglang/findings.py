@@ -247,7 +247,11 @@ def _capacity_meaning(s: Startup) -> Finding | None:
     if not tokens or s.failure is not None:
         return None
     ctx, mrr = cap.context_len, cap.max_running_requests
-    parts = [f"The KV cache holds {tokens:,} tokens in all (max_total_num_tokens), shared by every running request"]
+    mfs = s.setting_number("mem_fraction_static")
+    sized = (f", sized by mem_fraction_static {mfs:g} of the free memory before weights (weights + pool)" if mfs is not None
+             and not pool_capped(s) else "")
+    parts = [f"The KV cache holds {tokens:,} tokens in all (max_total_num_tokens){sized}, shared by every running "
+             "request"]
     if ctx:
         parts.append(f"context_len {ctx:,} is the most one request may use, not the pool's size: {tokens / ctx:,.1f} "
                      "requests at that full length fit at once")

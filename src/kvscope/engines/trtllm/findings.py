@@ -181,6 +181,27 @@ def _failure(s: Startup) -> Finding | None:
                    Suggestion("kv_cache_free_gpu_mem_fraction", frac or DEFAULT_FRACTION, lower))
 
 
+def _token_count(s: Startup) -> Finding | None:
+    """The older runtime's 'Using N tokens in paged KV cache': N is tokens, and the pool holds whole blocks."""
+    ref = s.reference_rank
+    if ref is not None and ref.pool("target") is not None:
+        return None  # the size line said more; the budget finding covers it
+    tokens, tpb = s.capacity.kv_tokens, s.capacity.extras.get("tokens_per_block")
+    if not tokens or s.failure is not None:
+        return None
+    detail = (f"{tokens:,} is a number of tokens, not blocks: TensorRT-LLM computed it from the memory it may use "
+              "(kv_cache_free_gpu_mem_fraction of what is free, or max_tokens_in_paged_kv_cache).")
+    title = f"KV cache: {tokens:,} tokens"
+    if isinstance(tpb, int) and tpb > 0:
+        blocks = -(-tokens // tpb)
+        detail += (f" The pool is allocated in whole blocks of tokens_per_block = {tpb}, so it is rounded up to "
+                   f"{tokens / tpb:,.1f} → {blocks:,} blocks = {blocks * tpb:,} tokens.")
+        title += f" = {blocks:,} blocks of {tpb}"
+    else:
+        detail += " The pool is allocated in whole blocks of tokens_per_block (a build setting), rounded up."
+    return Finding("trtllm-kv-tokens", "info", title, detail, context=True)
+
+
 def _smaller_build(s: Startup) -> Suggestion | None:
     """Half the build's max_batch_size (runtime buffers scale with it), max_num_tokens halved as the alternative;
     None when the log and --assume do not say what the engine was built with."""
@@ -207,8 +228,9 @@ def _build_buffers(s: Startup) -> Finding | None:
         return None
     parts = [f"runtime buffers {runtime:.2f} GB" if runtime else "", f"decoder {decoder:.2f} GB" if decoder else ""]
     than = f", {buffers / engine:.0f}× the {engine:.2f} GiB engine" if engine else ""
-    detail = (f"The {' and '.join(p for p in parts if p)} ({buffers:.2f} GB{than}) are allocated for the engine's build "
-              "limits (max_batch_size, max_num_tokens, max_beam_width, max_seq_len), not for the model: a default "
+    detail = (f"Runtime buffers and decoder are allocated for the engine's build limits (max_batch_size, "
+              f"max_num_tokens, max_beam_width, max_seq_len), not for the model: {' and '.join(p for p in parts if p)} "
+              f"({buffers:.2f} GB{than}). A default "
               "trtllm-build sizes them for far more concurrent requests than one GPU serves. Rebuild with a smaller "
               "--max_batch_size (and --max_num_tokens) to give that memory back; the KV cache then takes "
               "kv_cache_free_gpu_mem_fraction of what is freed, so lower that fraction too if the point is to leave "
@@ -244,5 +266,5 @@ def findings(s: Startup) -> list[Finding]:
     bigger = buffers is not None and ref is not None and (
         (ref.extras.get("runtime_buffers_gib") or 0) + (ref.extras.get("decoder_gib") or 0) > pool_gib)
     first = (buffers, budget) if bigger else (budget, buffers)
-    found = (_failure(s), *first, _greedy(s), _concurrency(s), _window(s), _context(s), _limits(s))
+    found = (_failure(s), *first, _token_count(s), _greedy(s), _concurrency(s), _window(s), _context(s), _limits(s))
     return [f for f in found if f is not None]
