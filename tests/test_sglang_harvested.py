@@ -408,3 +408,23 @@ def test_a_runner_after_the_target_graphs_is_the_draft_worker():
     f = _finding(s, "second-model-runner")
     assert "TP4" in f.title and "draft" in f.detail and "other processes" not in f.detail
     assert len(analyze(case_files(_dir("401"))).startups) == 1
+
+
+def _question(prefix: str, assumptions: dict | None = None, model: str | None = None):
+    case = next((FIXTURES / "questions").glob(f"{prefix}-*"))
+    return analyze([str(case / "log.txt")], assumptions or {}, model).startups[0]
+
+
+def test_a_capture_failure_with_small_batches_and_room_is_not_called_memory():
+    """question 202 (RTX 5060): capture of bs ≤ 4 for a 0.99 GB model with 4.78 GB free fails: not an out-of-memory."""
+    f = _finding(_question("202"), "startup-exception")
+    assert "an out-of-memory is unlikely" in f.detail and "batches this small" in f.detail
+
+
+def test_the_dsa_indexer_cache_left_out_of_the_printed_size_is_named():
+    """question 204 (DeepSeek-V3.2 on B200, main branch): 54.52 GB printed, 65.49 GB with the indexer's K cache;
+    the ranks are DP-labelled, so DP attention is never suggested as if it were off."""
+    s = _question("204", {"mem_fraction_static": 0.8, "tp_size": 8}, "deepseek-ai/DeepSeek-V3.2-Exp")
+    f = _finding(s, "dsa-indexer-not-counted")
+    assert "54.52 GiB" in f.title and "65.49 GiB" in f.title and "10.97 GiB" in f.detail
+    assert not any(x.code == "mla-replicated" for x in s.findings)

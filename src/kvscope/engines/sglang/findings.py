@@ -22,6 +22,7 @@ from kvscope.engines.sglang.finish import (
     tp_size,
 )
 from kvscope.engines.sglang.rules import GIB
+from kvscope.model.catalog import load_architecture
 from kvscope.model.weights import sglang_parallel, weights_delta_gib
 
 TYPICAL_MFS = 0.8  # the low end of SGLang's automatic mem_fraction_static (0.81–0.88 on 24–141 GB GPUs)
@@ -201,6 +202,29 @@ def _default_fraction(s: Startup) -> tuple[float | None, str | None]:
                    f"the log can be from; pass --assume mem_fraction_static=… if it was set")
 
 
+def _indexer_left_out(s: Startup) -> Finding | None:
+    """A DSA model (DeepSeek-V3.2, GLM-5) whose printed pool size matched the latent cache alone: the NSA indexer's
+    K cache is allocated too but not in that figure (and, in the releases that printed it so, not in the profile)."""
+    rec, ref = s.reconciliation, s.reference_rank
+    target = ref.pool("target") if ref is not None else None
+    if rec is None or target is None or not target.tokens or rules.INDEXER_LEFT_OUT not in rec.method:
+        return None
+    arch, _ = load_architecture(model_name(s))
+    if arch is None or not arch.index_head_dim:
+        return None
+    per_token = rules.dsa_indexer_row_bytes(arch) * arch.num_layers
+    extra = target.tokens * per_token / GIB
+    size = target.size_gib() or 0.0
+    return Finding("dsa-indexer-not-counted", "warning",
+                   f"The printed KV size ({size:.2f} GiB) leaves out the indexer's K cache: {size + extra:.2f} GiB in all",
+                   f"This DSA model also keeps an NSA indexer K cache of {rules.dsa_indexer_row_bytes(arch)} B per token "
+                   f"and layer ({per_token:,} B per token over {arch.num_layers} layers): {extra:.2f} GiB for the "
+                   f"{target.tokens:,}-token pool, not included in the logged {size:.2f} GiB. Releases that print it "
+                   "this way also left it out of the profile that sized the pool, so the pool came out larger than the "
+                   f"budget allows by about that much and the reserve is {extra:.2f} GiB smaller than it looks (later "
+                   "SGLang counts it in both).")
+
+
 def _input_refused(s: Startup) -> Finding | None:
     """'Input length (X tokens) exceeds the maximum allowed length (Y tokens)': what Y is (the KV pool, or the
     context length), and what serving X takes."""
@@ -294,6 +318,8 @@ def _mla_replicated(s: Startup, bpt: int, mfs: float | None, pre: float | None) 
     tp, attn_tp = tp_size(s), attn_tp_size(s)
     if rec is None or rec.architecture.get("attention") != "mla" or tp <= 1 or attn_tp < tp or ref is None:
         return None
+    if any(p.startswith("DP") for r in s.ranks for p in r.rank.split()):
+        return None  # ranks labelled DPn: data-parallel (attention) groups are on already, whatever their count
     tokens = s.capacity.kv_tokens or 0
     head = (f"With MLA every TP rank stores the full latent cache of every request, so the server holds {tokens:,} tokens "
             f"in total, not {tp}×. --enable-dp-attention --dp-size {tp} gives each rank its own pool for its own requests")
@@ -456,7 +482,18 @@ _NO_KERNEL_IMAGE = ("'no kernel image is available' means a library's kernels (t
 GRAPH_AMPLE_GIB = 8.0  # free at capture beyond what CUDA graphs take in the logs we know (largest seen: 8.6 GiB at bs 512+)
 
 
-def _capture_hint(free: float | None, pre: float | None, what: str) -> str:
+SMALL_CAPTURE_BS = 16  # graphs for batches up to this take a few hundred MiB at most, even for large models
+
+
+def _graphs_small(ref) -> bool:
+    """Capture of only small batches for a model whose weights fit in what was free: graphs need far less."""
+    bs = ref.extras.get("capture_max_bs") if ref is not None else None
+    free = ref.extras.get("avail_before_graphs_gib") if ref is not None else None
+    weights = ref.weights_gib if ref is not None else None
+    return bool(bs and bs <= SMALL_CAPTURE_BS and free and free >= RESERVE_MARGIN_GIB and weights and weights <= free)
+
+
+def _capture_hint(free: float | None, pre: float | None, what: str, small: bool = False) -> str:
     """What the free memory at capture says about an out-of-memory, graded: thin, middling, ample."""
     if free is None:
         return ("The log does not show the free memory at capture; an out-of-memory is one common cause (lower "
@@ -466,8 +503,10 @@ def _capture_hint(free: float | None, pre: float | None, what: str) -> str:
     if free < thin:
         return (f"Only {free:.2f} GiB was free {what}; an out-of-memory here is the usual cause: lower "
                 "--mem-fraction-static or --cuda-graph-max-bs, or --disable-cuda-graph to confirm.")
-    if free >= GRAPH_AMPLE_GIB:
-        return (f"{free:.2f} GiB was free {what}, more than CUDA graphs usually take, so an out-of-memory is unlikely: "
+    if free >= GRAPH_AMPLE_GIB or small:
+        usual = "more than graphs of batches this small take" if small and free < GRAPH_AMPLE_GIB else \
+            "more than CUDA graphs usually take"
+        return (f"{free:.2f} GiB was free {what}, {usual}, so an out-of-memory is unlikely: "
                 "the exception text names the cause (often a kernel or attention backend this GPU or model does not "
                 "support, or torch.compile); --disable-cuda-graph confirms that capture is the failing step.")
     return (f"{free:.2f} GiB was free {what}: if the exception is an out-of-memory, lower --mem-fraction-static or "
@@ -486,7 +525,7 @@ def _stage(s: Startup, pre: float | None = None, capture: bool = False, memory_h
         free, what = ref.extras.get("avail_before_graphs_gib"), "when capture began"
         if free is None and ref.avail_after_pool_gib is not None:
             free, what = ref.avail_after_pool_gib, "after the KV pool, just before capture"
-        return _CAPTURING, _capture_hint(free, pre, what) if memory_hint else ""
+        return _CAPTURING, _capture_hint(free, pre, what, _graphs_small(ref)) if memory_hint else ""
     if ref.pre_load_free_gib is not None and ref.weights_gib is None and ref.avail_after_weights_gib is None:
         return ("while loading weights",
                 f"{ref.pre_load_free_gib:.2f} GiB was free before loading: check that the checkpoint's weights per GPU "
@@ -568,7 +607,7 @@ def findings(s: Startup) -> list:
     graphs = _after_graphs(s, mfs, pre) if fail is None and not (mfs is not None and pre and bpt) else None
     if graphs is not None and graphs.severity != "info":
         out.append(graphs)
-    out.extend(f for f in (_input_refused(s), _second_runner(s), _pool(s), _mla_replicated(s, bpt or 0, mfs, pre), _dsv4_pools(s)) if f)
+    out.extend(f for f in (_input_refused(s), _second_runner(s), _indexer_left_out(s), _pool(s), _mla_replicated(s, bpt or 0, mfs, pre), _dsv4_pools(s)) if f)
     for w in s.warnings:
         if (w.get("code") == "max-total-tokens-above-profile" and None not in (w.get("requested"), w.get("profiled"))
                 and w["profiled"] > 0):  # ≤ 0: no KV room at all, the not-enough-memory failure says so

@@ -87,6 +87,14 @@ def cell_size(arch: Architecture, kv_bytes: int, attn_tp: int, era: Era, layers:
     return CellSize(row * n_layers, n_layers, row, 2, formula, head_dim / (head_dim + (v_dim or head_dim)))
 
 
+INDEXER_LEFT_OUT = "indexer K cache not counted in the printed size"
+
+
+def dsa_indexer_row_bytes(arch: Architecture) -> int:
+    """The DSA indexer's K cache per token and layer: index_head_dim fp8 bytes plus a 4-B scale per 128."""
+    return (arch.index_head_dim or 0) + (arch.index_head_dim or 0) // 128 * 4
+
+
 def dsa_cells(arch: Architecture, kv_bytes: int, layers: int) -> list[CellSize]:
     """DeepSeek DSA (V3.2, GLM-5) pool widths SGLang has used (doc §2.2 NSA/DSA).
 
@@ -94,7 +102,7 @@ def dsa_cells(arch: Architecture, kv_bytes: int, layers: int) -> list[CellSize]:
     some releases print the KV size without the indexer buffers. All are candidates; the printed
     pool size says which one this run used.
     """
-    idx = (arch.index_head_dim or 0) + (arch.index_head_dim or 0) // 128 * 4
+    idx = dsa_indexer_row_bytes(arch)
     latent = mla_row_bytes(arch, kv_bytes)
     rows = [(latent, f"latent ({arch.kv_lora_rank} + {arch.qk_rope_head_dim}) × {kv_bytes} B")]
     if kv_bytes == 1:
@@ -104,7 +112,7 @@ def dsa_cells(arch: Architecture, kv_bytes: int, layers: int) -> list[CellSize]:
     out = []
     for row, what in rows:
         out.append(CellSize((row + idx) * layers, layers, row + idx, 1, f"{what} + indexer {idx} B, × {layers} layers (DSA)"))
-        out.append(CellSize(row * layers, layers, row, 1, f"{what} × {layers} layers (DSA, indexer not in the printed size)"))
+        out.append(CellSize(row * layers, layers, row, 1, f"{what} × {layers} layers (DSA, {INDEXER_LEFT_OUT})"))
     return out
 
 
