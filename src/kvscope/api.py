@@ -45,6 +45,7 @@ def no_cycle_collection() -> Iterator[None]:
 
 def analyze(paths: Iterable[str], assumptions: dict[str, Any] | None = None, model: str | None = None) -> Analysis:
     """Read logs and explain every startup in them."""
+    from kvscope.analysis.compare import compare_startups
     from kvscope.analysis.explain import finish_startup
 
     stats = ReadStats()
@@ -56,6 +57,7 @@ def analyze(paths: Iterable[str], assumptions: dict[str, Any] | None = None, mod
         startups = list(assemble(parse_lines(lines)))
     for s in startups:
         finish_startup(s, assumptions)
+    compare_startups(startups)
     return Analysis(startups, stats, assumptions)
 
 
