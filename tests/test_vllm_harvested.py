@@ -508,3 +508,11 @@ def test_killed_after_the_kv_cache_is_sized_lowers_the_utilization():
     s = _one("219")
     sug = next(f for f in s.findings if f.code == "process-killed").suggestion
     assert sug is not None and sug.flag == "--gpu-memory-utilization" and sug.to_value < sug.from_value == 0.9
+
+
+def test_the_kv_figure_is_turned_into_requests_at_full_and_typical_lengths():
+    """401 (club-3090, 200,769 tokens at max_model_len 200,000, --max-num-seqs 1): one full-length request, 49 of
+    4,096 tokens, and the cap of 1 is the real limit for short ones."""
+    f = next(f for f in _one("401").findings if f.code == "kv-capacity")
+    assert "1.00 requests at that full length" in f.detail and "49 requests of 4,096 tokens" in f.detail
+    assert "--max-num-seqs 1 caps" in f.detail and f.context

@@ -519,12 +519,41 @@ def _long_context(s: Startup) -> Finding | None:
                                                "the KV cache then holds more of them at once"))
 
 
+TYPICAL_REQUEST_TOKENS = (4_096, 32_768)  # a chat turn and a long-document request, prompt + output
+
+
+def _capacity_meaning(s: Startup) -> Finding | None:
+    """What the KV figure means for serving: shared by all requests, how many fit at max_model_len and at typical
+    lengths, and when --max-num-seqs rather than the cache is the limit (context only)."""
+    cap = s.capacity
+    tokens = cap.kv_tokens
+    if not tokens or s.failure is not None or s.capacity.extras.get("hybrid_layout"):
+        return None  # a hybrid model's tokens are not one per cell: its own findings say what they hold
+    m = cap.max_model_len or setting_int(s, "max_model_len")
+    seqs = setting_int(s, "max_num_seqs")
+    parts = [f"The KV cache holds {tokens:,} tokens in all, shared by every running request (prefix caching lets "
+             "requests with a common prefix share blocks)"]
+    if m:
+        parts.append(f"max_model_len {m:,} is the most one request may use: {tokens / m:,.2f} requests at that full "
+                     "length fit at once (vLLM's 'Maximum concurrency')")
+    typical = [(n, tokens // n) for n in TYPICAL_REQUEST_TOKENS if not m or n < m]
+    if typical:
+        text = "At typical lengths it holds " + " or ".join(f"{k:,} requests of {n:,} tokens" for n, k in typical)
+        if seqs and any(k > seqs for _, k in typical):
+            text += (f"; --max-num-seqs {seqs:,} caps how many run at once, so with short requests that cap, not the "
+                     "KV cache, is the limit")
+        parts.append(text)
+    detail = ". ".join(parts) + "."
+    return Finding("kv-capacity", "info", f"KV cache: {tokens:,} tokens shared by all requests", detail, context=True)
+
+
 def _device_zero(s: Startup) -> Finding | None:
     """Several GPUs: what nvidia-smi shows on GPU 0 beyond the worker's own figures (context only)."""
     tp = tp_size(s)
     if tp < 2 or s.failure is not None:
         return None
-    return Finding("device-zero-overhead", "info", f"GPU 0 carries more than the other {tp - 1} GPUs",
+    others = "the other GPU" if tp == 2 else f"the other {tp - 1} GPUs"
+    return Finding("device-zero-overhead", "info", f"GPU 0 carries more than {others}",
                    "The figures above are each worker's own. nvidia-smi shows GPU 0 (rank 0, TP0) fuller than the rest "
                    "by memory no worker reports: rank 0's NCCL communicator buffers (more with NCCL_P2P_DISABLE=1 or "
                    "over PCIe, where NCCL stages through extra buffers), and the CUDA context and library workspaces "
@@ -540,9 +569,9 @@ def findings(s: Startup) -> list[Finding]:
         if f is not None:
             out.append(f)
     out.extend(_warnings(s))
-    zero = _device_zero(s)
-    if zero is not None:
-        out.append(zero)
+    for context in (_capacity_meaning(s), _device_zero(s)):
+        if context is not None:
+            out.append(context)
     return out
 
 
