@@ -428,3 +428,14 @@ def test_the_dsa_indexer_cache_left_out_of_the_printed_size_is_named():
     f = _finding(s, "dsa-indexer-not-counted")
     assert "54.52 GiB" in f.title and "65.49 GiB" in f.title and "10.97 GiB" in f.detail
     assert not any(x.code == "mla-replicated" for x in s.findings)
+
+
+def test_a_traceback_through_the_serving_loop_is_a_crash_while_serving():
+    """question 210 (#6027, DP attention): 'TpModelWorkerClient hit an exception' through forward_thread_func →
+    forward_extend, cut before its error: no failed startup; a crash while serving a prefill, with the levers that
+    give a prefill's activations room, never a larger fraction."""
+    s = _question("210")
+    assert s.failure is None
+    f = _finding(s, "error-while-serving")
+    assert "while serving a prefill" in f.title and "--max-total-tokens" in f.detail
+    assert f.suggestion is None or f.suggestion.to_value < f.suggestion.from_value

@@ -225,6 +225,28 @@ def _indexer_left_out(s: Startup) -> Finding | None:
                    "SGLang counts it in both).")
 
 
+def _serving_error(s: Startup) -> Finding | None:
+    """The server crashed while serving (its traceback runs through the serving loop): the step, and what the
+    usual cause would take."""
+    w = next((w for w in s.warnings if w.get("code") == "error-while-serving" and w.get("step")), None)
+    if w is None:
+        return None
+    raised = w.get("raised")
+    oom = bool(raised and _OOM_TEXT.search(raised))
+    said = f"it raised '{excerpt(raised, 200)}'" if raised else "the traceback is cut before its error"
+    detail = (f"The traceback runs through SGLang's serving loop: the server had started and crashed while running "
+              f"{w['step']}; {said}.")
+    if oom or not raised:
+        detail += (" A crash in a prefill while serving is most often an out of memory in its activations: the KV pool "
+                   "took the budget and what it left (the 1 − mem_fraction_static reserve) was too small for a chunk "
+                   "of this size. Lower --mem-fraction-static, or cap the pool with --max-total-tokens, or shorten "
+                   "--chunked-prefill-size so each prefill needs less activation memory.")
+    title = ("The server ran out of memory while serving " if oom else "The server crashed while serving ") + w["step"]
+    sug = _reserve_step_down(s, s.reference_rank.pre_load_free_gib if s.reference_rank else None) if (
+        oom or not raised) else None
+    return Finding("error-while-serving", "error" if oom else "warning", title, detail, sug)
+
+
 def _input_refused(s: Startup) -> Finding | None:
     """'Input length (X tokens) exceeds the maximum allowed length (Y tokens)': what Y is (the KV pool, or the
     context length), and what serving X takes."""
@@ -607,7 +629,7 @@ def findings(s: Startup) -> list:
     graphs = _after_graphs(s, mfs, pre) if fail is None and not (mfs is not None and pre and bpt) else None
     if graphs is not None and graphs.severity != "info":
         out.append(graphs)
-    out.extend(f for f in (_input_refused(s), _second_runner(s), _indexer_left_out(s), _pool(s), _mla_replicated(s, bpt or 0, mfs, pre), _dsv4_pools(s)) if f)
+    out.extend(f for f in (_serving_error(s), _input_refused(s), _second_runner(s), _indexer_left_out(s), _pool(s), _mla_replicated(s, bpt or 0, mfs, pre), _dsv4_pools(s)) if f)
     for w in s.warnings:
         if (w.get("code") == "max-total-tokens-above-profile" and None not in (w.get("requested"), w.get("profiled"))
                 and w["profiled"] > 0):  # ≤ 0: no KV room at all, the not-enough-memory failure says so

@@ -139,8 +139,32 @@ def log_version_range(s: Startup) -> VersionRange:
     return infer_version_range(_features(s), _log_date(s))
 
 
+# functions of SGLang's serving loop: a traceback through them is a crash while serving, not a failed startup
+SERVING_FRAMES = ("forward_thread_func", "forward_batch_generation", "event_loop_normal", "event_loop_overlap",
+                  "run_batch")
+SERVING_STEPS = (("forward_extend", "a prefill (forward_extend)"), ("forward_decode", "a decode step"),
+                 ("forward_idle", "an idle step"))
+
+
+def _serving_crash(s: Startup) -> None:
+    """A traceback that runs through the serving loop: the server had started. The crash is said as what it is,
+    an error while serving (the contract's failure kinds are for startups), with the step it hit."""
+    f = s.failure
+    if f is None or f.kind != "exception":
+        return
+    frames = [str(x).rsplit(":", 1)[-1] for x in f.data.get("frames") or []]
+    if not any(fn in SERVING_FRAMES for fn in frames):
+        return
+    step = next((what for fn in reversed(frames) for name, what in SERVING_STEPS if fn == name), "a batch")
+    raised = [str(x) for x in f.data.get("raised") or []]
+    s.warnings.append({"code": "error-while-serving", "message": f.message, "step": step,
+                       "raised": raised[0] if raised else None, "line": f.source.line_no if f.source else None})
+    s.failure = None
+
+
 def finish(s: Startup) -> None:
     """Fill era, derived figures, capacity, reconciliation and ledger rows of an SGLang startup."""
+    _serving_crash(s)
     vr = infer_version_range(_features(s), _log_date(s))
     logged = parse_version(s.engine_version)
     era = era_for(logged) if logged else vr.eras[-1] if vr.eras else era_for((0, 5, 9))

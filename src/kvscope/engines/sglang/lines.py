@@ -97,7 +97,7 @@ _VLM_ADJUST = lazy_compile(
 )
 _MRR_RESET = lazy_compile(r"Max running requests is reset to (\d+)")
 _EXCEPTION = lazy_compile(
-    r"Scheduler hit an exception|TpModelWorker hit an exception|Exception in ModelRunner"
+    r"Scheduler hit an exception|TpModelWorker\w* hit an exception|Exception in ModelRunner"
     r"|Exception in run_tp_server|Exception in ModelTpServer"  # 0.3.x / 0.2.x worker loops
     r"|Initialization failed\. router_init_state"  # ≤0.1.x
 )
