@@ -86,6 +86,24 @@ class EngineLines(Protocol):
         ...
 
 
+TYPICAL_REQUEST_TOKENS = (4_096, 32_768)  # prompt + output of a chat turn and of a long-document request
+
+
+def typical_fits(tokens: int, ceiling: int | None, lead: str, cap_name: str, cap: int | None,
+                 advice: str = "") -> str | None:
+    """'At typical lengths <lead> N requests of 4,096 tokens or M requests of 32,768 tokens' for the typical lengths
+    under one request's ceiling, and the engine's request cap named as the real limit where it binds (each engine
+    says it in its own flag); None when no typical length is under the ceiling."""
+    typical = [(n, tokens // n) for n in TYPICAL_REQUEST_TOKENS if not ceiling or n < ceiling]
+    if not typical:
+        return None
+    text = f"At typical lengths {lead} " + " or ".join(f"{k:,} requests of {n:,} tokens" for n, k in typical)
+    if cap and any(k > cap for _, k in typical):
+        text += (f"; {cap_name} {cap:,} caps how many run at once, so with short requests that cap, not the KV cache, "
+                 f"is the limit{advice}")
+    return text
+
+
 def cut_short(text: str, joinable: tuple[tuple[str, re.Pattern[str]], ...]) -> bool:
     """Whether ``text`` holds a known message head (the fast ``in`` test) whose whole pattern does
     not match: a line a terminal wrapped. A plain loop: it runs for every candidate line."""

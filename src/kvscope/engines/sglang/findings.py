@@ -7,6 +7,7 @@ import math
 from kvscope.core.margins import RESERVE_MARGIN_GIB, reserve_margin_gib
 from kvscope.core.startup import Finding, Startup, Suggestion, finite_number
 from kvscope.core.text import excerpt
+from kvscope.engines.base import typical_fits
 from kvscope.engines.lazy import lazy_compile
 from kvscope.engines.sglang import defaults as sgd
 from kvscope.engines.sglang import dsv4, rules
@@ -282,9 +283,6 @@ def _input_refused(s: Startup) -> Finding | None:
                    f"A {asked:,}-token input was refused: the KV pool holds only {bound:,} tokens", detail)
 
 
-TYPICAL_REQUEST_TOKENS = (4_096, 32_768)  # prompt + output of a chat turn and of a long-document request
-
-
 def _capacity_meaning(s: Startup) -> Finding | None:
     """What the startup's token figures mean: the pool is shared by all requests, the context length is one
     request's ceiling, the free memory at ready is not the KV size; concurrency at full and at typical lengths."""
@@ -301,14 +299,8 @@ def _capacity_meaning(s: Startup) -> Finding | None:
     if ctx:
         parts.append(f"context_len {ctx:,} is the most one request may use, not the pool's size: {tokens / ctx:,.1f} "
                      "requests at that full length fit at once")
-    typical = [(n, tokens // n) for n in TYPICAL_REQUEST_TOKENS if not ctx or n < ctx]
-    if typical:
-        fits = " or ".join(f"{k:,} requests of {n:,} tokens" for n, k in typical)
-        text = f"At typical lengths the pool holds {fits}"
-        if mrr and any(k > mrr for _, k in typical):
-            text += (f"; max_running_requests {mrr:,} caps how many run at once, so with short requests that cap, not "
-                     "the KV cache, is the limit (raise --max-running-requests if decode speed allows)")
-        parts.append(text)
+    parts.append(typical_fits(tokens, ctx, "the pool holds", "max_running_requests", mrr,
+                              " (raise --max-running-requests if decode speed allows)"))
     ref = s.reference_rank
     if ref is not None and ref.avail_at_ready_gib is not None:
         parts.append(f"available_gpu_mem {ref.avail_at_ready_gib:.2f} GB is GPU memory still free after startup "

@@ -11,6 +11,7 @@ import re
 
 from kvscope.core.startup import Finding, Rank, Startup, Suggestion, finite_number
 from kvscope.core.text import excerpt
+from kvscope.engines.base import typical_fits
 from kvscope.engines.vllm import eras, rules
 from kvscope.engines.vllm.finish import (
     block_size,
@@ -519,9 +520,6 @@ def _long_context(s: Startup) -> Finding | None:
                                                "the KV cache then holds more of them at once"))
 
 
-TYPICAL_REQUEST_TOKENS = (4_096, 32_768)  # a chat turn and a long-document request, prompt + output
-
-
 def _capacity_meaning(s: Startup) -> Finding | None:
     """What the KV figure means for serving: shared by all requests, how many fit at max_model_len and at typical
     lengths, and when --max-num-seqs rather than the cache is the limit (context only)."""
@@ -531,19 +529,13 @@ def _capacity_meaning(s: Startup) -> Finding | None:
         return None  # a hybrid model's tokens are not one per cell: its own findings say what they hold
     m = cap.max_model_len or setting_int(s, "max_model_len")
     seqs = setting_int(s, "max_num_seqs")
-    parts = [f"The KV cache holds {tokens:,} tokens in all, shared by every running request (prefix caching lets "
+    parts: list[str | None] = [f"The KV cache holds {tokens:,} tokens in all, shared by every running request (prefix caching lets "
              "requests with a common prefix share blocks)"]
     if m:
         parts.append(f"max_model_len {m:,} is the most one request may use: {tokens / m:,.2f} requests at that full "
                      "length fit at once (vLLM's 'Maximum concurrency')")
-    typical = [(n, tokens // n) for n in TYPICAL_REQUEST_TOKENS if not m or n < m]
-    if typical:
-        text = "At typical lengths it holds " + " or ".join(f"{k:,} requests of {n:,} tokens" for n, k in typical)
-        if seqs and any(k > seqs for _, k in typical):
-            text += (f"; --max-num-seqs {seqs:,} caps how many run at once, so with short requests that cap, not the "
-                     "KV cache, is the limit")
-        parts.append(text)
-    detail = ". ".join(parts) + "."
+    parts.append(typical_fits(tokens, m, "it holds", "--max-num-seqs", seqs))
+    detail = ". ".join(p for p in parts if p) + "."
     return Finding("kv-capacity", "info", f"KV cache: {tokens:,} tokens shared by all requests", detail, context=True)
 
 
