@@ -100,15 +100,20 @@ def _first(cfg: dict[str, Any], *keys: str) -> Any:
     return None
 
 
-def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
-    """Multimodal configs nest the language model under text_config / llm_config."""
+def text_subconfig(cfg: dict[str, Any]) -> dict[str, Any] | None:
+    """The language model's own config where a multimodal wrapper nests it (text_config / llm_config /
+    language_config), else None."""
     for key in ("text_config", "llm_config", "language_config"):
         sub = cfg.get(key)
         if isinstance(sub, dict) and sub.get("num_hidden_layers"):
-            merged = dict(cfg)
-            merged.update(sub)
-            return merged
-    return cfg
+            return sub
+    return None
+
+
+def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Multimodal configs nest the language model under text_config / llm_config."""
+    sub = text_subconfig(cfg)
+    return cfg if sub is None else {**cfg, **sub}
 
 
 def _layer_split(cfg: dict[str, Any], layers: int) -> tuple[int | None, int, int]:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from kvscope.core.startup import finite_number
+from kvscope.model.arch import text_subconfig
 from kvscope.model.catalog import catalog_entry, name_quantization, read_local_config
 from kvscope.model.layout import NEUTRAL_LAYOUT, WeightRules
 
@@ -76,17 +77,13 @@ def _from_hf_quant_config(hq: dict[str, Any]) -> dict[str, Any]:
 
 def _flatten_text_config(cfg: dict[str, Any]) -> dict[str, Any]:
     """Multimodal wrappers nest the language model; keep the top-level quantization config."""
-    for key in ("text_config", "llm_config", "language_config"):
-        sub = cfg.get(key)
-        if isinstance(sub, dict) and sub.get("num_hidden_layers"):
-            merged = dict(cfg)
-            merged.update(sub)
-            merged["_vision_config"] = cfg.get("vision_config")
-            merged["_outer_model_type"] = cfg.get("model_type")
-            if cfg.get("quantization_config") and not sub.get("quantization_config"):
-                merged["quantization_config"] = cfg["quantization_config"]
-            return merged
-    return cfg
+    sub = text_subconfig(cfg)
+    if sub is None:
+        return cfg
+    merged = {**cfg, **sub, "_vision_config": cfg.get("vision_config"), "_outer_model_type": cfg.get("model_type")}
+    if cfg.get("quantization_config") and not sub.get("quantization_config"):
+        merged["quantization_config"] = cfg["quantization_config"]
+    return merged
 
 
 def load_model_config(model: str) -> ModelConfig | None:

@@ -4,7 +4,7 @@ facts alone (no log): rest = F × mem_fraction_static − W − load extras; tok
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kvscope.core.errors import InputError
 from kvscope.engines.sglang import defaults as sgd
@@ -13,19 +13,6 @@ from kvscope.engines.sglang import eras as sg_eras
 from kvscope.engines.sglang import rules as sg_rules
 from kvscope.engines.sglang.load_memory import rope_table_bytes, sglang_load_memory
 from kvscope.model.arch import Architecture, dtype_bytes
-from kvscope.model.spread import sglang_spread
-from kvscope.model.weights import (
-    GIB,
-    Parallel,
-    WeightEstimate,
-    is_deepseek_v4,
-    quant_plan,
-    sglang_parallel,
-    stage_layers,
-)
-
-if TYPE_CHECKING:
-    pass
 from kvscope.model.planning import (
     Context,
     _dsv4_refusal,
@@ -35,6 +22,16 @@ from kvscope.model.planning import (
     _truthy,
     _weights,
     rope_cache_bytes,
+)
+from kvscope.model.spread import sglang_spread
+from kvscope.model.weights import (
+    GIB,
+    Parallel,
+    WeightEstimate,
+    is_deepseek_v4,
+    quant_plan,
+    sglang_parallel,
+    stage_layers,
 )
 
 SGLANG_NEWEST = "0.5.23"
