@@ -215,6 +215,11 @@ def _smaller_build(s: Startup) -> Suggestion | None:
     return alts[0] if alts else None
 
 
+def _buffers_gib(ref) -> float:
+    """What the runtime buffers and the decoder took on a rank (0 when the log does not say)."""
+    return (ref.extras.get("runtime_buffers_gib") or 0.0) + (ref.extras.get("decoder_gib") or 0.0)
+
+
 def _build_buffers(s: Startup) -> Finding | None:
     """Runtime buffers and the decoder, sized by the engine's build limits, dwarf the engine: the answer to
     'why does a small model take the whole GPU' alongside the KV fraction."""
@@ -222,7 +227,7 @@ def _build_buffers(s: Startup) -> Finding | None:
     if ref is None:
         return None
     runtime, decoder = ref.extras.get("runtime_buffers_gib"), ref.extras.get("decoder_gib")
-    buffers = (runtime or 0.0) + (decoder or 0.0)
+    buffers = _buffers_gib(ref)
     engine = ref.weights_gib or (ref.extras.get("trt_managed_gpu_mib") or 0) / 1024 or None
     if buffers < LARGE_CONTEXT_GIB or (engine and buffers < engine):
         return None
@@ -263,8 +268,7 @@ def findings(s: Startup) -> list[Finding]:
     pool = ref.pool("target") if ref else None
     # the larger consumer leads: buffers sized by the build limits can outweigh the KV pool itself
     pool_gib = pool.gib if pool is not None and pool.gib is not None else 0.0
-    bigger = buffers is not None and ref is not None and (
-        (ref.extras.get("runtime_buffers_gib") or 0) + (ref.extras.get("decoder_gib") or 0) > pool_gib)
+    bigger = buffers is not None and ref is not None and _buffers_gib(ref) > pool_gib
     first = (buffers, budget) if bigger else (budget, buffers)
     found = (_failure(s), *first, _token_count(s), _greedy(s), _concurrency(s), _window(s), _context(s), _limits(s))
     return [f for f in found if f is not None]
