@@ -105,10 +105,7 @@ def _gpu_names() -> dict[str, str]:
 def check_model(model: str) -> None:
     if read_local_config(model) is not None or catalog_entry(model) is not None:
         return
-    ids = model_ids()
-    tails = {i.split("/")[-1]: i for i in ids}
-    near = _nearest(model.split("/")[-1], tails)
-    hint = f"; did you mean {' or '.join(repr(tails[n]) for n in near)}?" if near else ""
+    hint = _did_you_mean(model.split("/")[-1], {i.split("/")[-1]: i for i in model_ids()})  # by name, shown as the id
     raise InputError(f"model {model!r} is neither a config.json (file or directory) nor in the built-in catalog{hint}")
 
 
