@@ -192,3 +192,28 @@ def test_an_old_runtime_token_count_is_tokens_rounded_up_to_blocks():
     s = analyze([str(case / "log.txt")], {"tokens_per_block": 16}).startups[0]
     f = next(f for f in s.findings if f.code == "trtllm-kv-tokens")
     assert "670 blocks of 16" in f.title and "10,720 tokens" in f.detail and "not blocks" in f.detail
+
+
+def _build_suggestion(case: str, **assume):
+    from tests.conftest import FIXTURES
+    files = [str(next((FIXTURES / "questions").glob(f"{case}-*")) / "log.txt")]
+    s = analyze(files, {"gpu": "Quadro A4000", **assume}).startups[0]
+    return next(f.suggestion for f in s.findings if f.code == "trtllm-build-buffers")
+
+
+def test_buffers_that_dwarf_the_engine_give_a_computed_max_batch_size():
+    """A real A4000 log (runtime buffers 2.66 GB + decoder 5.76 GB for a 0.85 GiB engine, build limits unstated):
+    the build is taken to have kept the default of the newest release (2048), and the target is the largest
+    power of two at which the buffers, scaled in proportion, fit in 1 GiB (the engine is smaller)."""
+    sug = _build_suggestion("302")
+    assert (sug.flag, sug.from_value, sug.to_value) == ("--max_batch_size", 2048, 128)
+    assert "default since 0.14" in sug.note and "--assume max_batch_size" in sug.note
+    stated = _build_suggestion("302", max_batch_size=64)  # the user's own build value wins over the default
+    assert (stated.from_value, stated.to_value) == (64, 4) and "default" not in stated.note
+
+
+@pytest.mark.parametrize("version, batch", [(None, 2048), ("0.15.0", 2048), ("0.12.0", 256), ("0.9.0", None)])
+def test_default_max_batch_size_by_release(version, batch):
+    from kvscope.engines.trtllm.eras import default_max_batch_size
+    got = default_max_batch_size(version)
+    assert (got[0] if got else None) == batch

@@ -165,6 +165,18 @@ def _seen_enough(rec: Path) -> bool:
             and any(s.get("preemptions", 0) > 0 for s in samples))
 
 
+def _communicate_or_dump(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
+    """communicate(); when the watch does not end in time, SIGABRT makes faulthandler (enabled through
+    PYTHONFAULTHANDLER) print where every thread of it is stuck, and the failure shows that."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        out, err = proc.communicate(timeout=30)
+        pytest.fail(f"the watch did not end {timeout:g} s after SIGTERM; where it was:\n{err[-6000:]}\n"
+                    f"its last output:\n{out[-2000:]}")
+
+
 def test_watch_sees_usage_rise_queueing_and_preemptions(server, tmp_path):
     """Load runs until the recording shows a preemption (bounded by LOAD_S), then the watch is stopped
     as a user would (SIGTERM). A fixed duration made this depend on the machine's speed: a busy 2-core
@@ -176,7 +188,7 @@ def test_watch_sees_usage_rise_queueing_and_preemptions(server, tmp_path):
                               daemon=True)
     watch = subprocess.Popen([sys.executable, "-m", "kvscope", "watch", server["url"], "--interval", "1",
                               "--duration", str(LOAD_S + 30), "--record", str(rec)], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+                             stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONFAULTHANDLER": "1"})
     time.sleep(3)  # a couple of idle samples first: usage must be seen to *rise*
     loader.start()
     deadline = time.monotonic() + LOAD_S
@@ -184,9 +196,12 @@ def test_watch_sees_usage_rise_queueing_and_preemptions(server, tmp_path):
         while time.monotonic() < deadline and watch.poll() is None and not _seen_enough(rec):
             time.sleep(1)
         time.sleep(2)  # one more sample after the preemption, so the summary is not cut mid-interval
+        # the load has done its work: stopping it first leaves the 2-core machine to the watch's shutdown (once,
+        # with the server still saturated, the watch printed nothing more for 120 s after SIGTERM)
+        stop.set()
         if watch.poll() is None:
             watch.send_signal(signal.SIGTERM)
-        out, err = watch.communicate(timeout=120)
+        out, err = _communicate_or_dump(watch, timeout=120)
     finally:
         stop.set()
         loader.join(timeout=180)

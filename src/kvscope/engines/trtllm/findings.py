@@ -8,6 +8,7 @@ explains most "TensorRT-LLM took all my GPU memory" reports, so the budget findi
 from __future__ import annotations
 
 from kvscope.core.startup import Finding, Startup, Suggestion
+from kvscope.engines.trtllm.eras import default_max_batch_size
 from kvscope.engines.trtllm.finish import DEFAULT_FRACTION, effective_fraction, runtime_buffer_oom
 
 RAISED_FRACTION = 0.95
@@ -202,12 +203,34 @@ def _token_count(s: Startup) -> Finding | None:
     return Finding("trtllm-kv-tokens", "info", title, detail, context=True)
 
 
-def _smaller_build(s: Startup) -> Suggestion | None:
-    """Half the build's max_batch_size (runtime buffers scale with it), max_num_tokens halved as the alternative;
-    None when the log and --assume do not say what the engine was built with."""
+def _smaller_build(s: Startup, buffers_gib: float | None = None, engine_gib: float | None = None) -> Suggestion | None:
+    """A smaller max_batch_size (runtime buffers scale with it), max_num_tokens halved as the alternative.
+
+    Given the buffers' size (the build-buffers finding), the target is computed: the largest power of two at
+    which the buffers, scaled in proportion, take no more than the engine itself (at least 1 GiB); a build
+    the log does not describe is taken to have kept the release's default (eras.py), and the note says so.
+    Without the buffers' size (a failed start: how much was missing is unknown) the build's own value is
+    halved. None when nothing says what the engine was built with."""
     batch, tokens = s.setting_number("max_batch_size"), s.setting_number("max_num_tokens")
     alts = [Suggestion("--max_num_tokens", int(tokens), max(1, int(tokens) // 2),
                        note="trtllm-build: the execution context (activations) scales with it")] if tokens and tokens > 1 else []
+    assumed = ""
+    if not batch and buffers_gib:
+        default = default_max_batch_size(s.engine_version)
+        if default is not None:
+            batch, where = default
+            assumed = (f". The log does not show the build's value: {int(batch):,} is {where}; if you built with "
+                       "another, say it with --assume max_batch_size=N")
+    if batch and batch > 1 and buffers_gib:
+        per_request_gib = buffers_gib / batch
+        room_gib = max(1.0, engine_gib or 0.0)
+        target = 1
+        while target * 2 < batch and target * 2 * per_request_gib <= room_gib:
+            target *= 2
+        return Suggestion("--max_batch_size", int(batch), target, alternatives=alts,
+                          note=f"trtllm-build: runtime and decoder buffers scale with it, about {target * per_request_gib:.2f} GB "
+                               f"at {target:,} instead of {buffers_gib:.2f} GB at {int(batch):,}; at most {target:,} requests "
+                               f"run at once{assumed}")
     if batch and batch > 1:
         return Suggestion("--max_batch_size", int(batch), max(1, int(batch) // 2), alternatives=alts,
                           note="trtllm-build: runtime and decoder buffers scale with it; fewer requests run at once. The "
@@ -241,7 +264,7 @@ def _build_buffers(s: Startup) -> Finding | None:
               "kv_cache_free_gpu_mem_fraction of what is freed, so lower that fraction too if the point is to leave "
               "memory to other processes.")
     return Finding("trtllm-build-buffers", "info", f"Runtime buffers and decoder take {buffers:.2f} GB, sized by the "
-                   "build limits", detail, _smaller_build(s))
+                   "build limits", detail, _smaller_build(s, buffers, engine))
 
 
 def _too_small(s: Startup, data: dict) -> Finding:
