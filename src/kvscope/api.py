@@ -55,8 +55,8 @@ def analyze(paths: Iterable[str], assumptions: dict[str, Any] | None = None, mod
     lines = iter_candidate_lines(list(paths), ANCHORS, stats, BULK_LANE)
     with no_cycle_collection():
         startups = list(assemble(parse_lines(lines)))
-    for s in startups:
-        finish_startup(s, assumptions)
+    for i, s in enumerate(startups):
+        finish_startup(s, assumptions, startups[i - 1] if i else None, i + 1)
     compare_startups(startups)
     return Analysis(startups, stats, assumptions)
 

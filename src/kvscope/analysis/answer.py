@@ -50,10 +50,10 @@ def contract_kind(s: Startup) -> str | None:
         return f.kind
     message = f.message or ""
     if f.kind == "cuda-oom" or _OOM_WORDS.search(message):
+        if _ready(s):  # graphs captured before the server was ready: an out of memory after it is a runtime one
+            return FailureKind.OOM_RUNTIME.value
         if _capture_began(s) or _GRAPH_WORDS.search(message):
             return FailureKind.OOM_CUDA_GRAPH.value
-        if _ready(s):
-            return FailureKind.OOM_RUNTIME.value
         ref = s.reference_rank
         if ref is None or ref.weights_gib is None and not _pool_allocated(s):
             return FailureKind.WEIGHTS_OOM.value
@@ -146,7 +146,9 @@ def build_answer(s: Startup) -> Answer:
     sug = primary.suggestion
     alts: list[Suggestion] = []
     seen = {sug.flag} if sug else set()
-    for cand in ([*sug.alternatives] if sug else []) + [x for x in suggestions if x is not sug]:
+    # a crash's fix is its own finding's: another finding's move (a reconciliation, a capacity step) does not mend it
+    others = [] if primary.code == "error-while-serving" else [x for x in suggestions if x is not sug]
+    for cand in ([*sug.alternatives] if sug else []) + others:
         if cand.flag not in seen:
             seen.add(cand.flag)
             alts.append(cand)

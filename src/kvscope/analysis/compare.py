@@ -55,6 +55,54 @@ def compare(prev: Startup, cur: Startup, index: int) -> Finding | None:
     return Finding("compared-with-previous", "info", f"Since startup {index - 1}: {moved}", detail, context=True)
 
 
+# device totals within this of each other are the same kind of device (rounding of the two logs' figures)
+SAME_DEVICE_GIB = 0.5
+# what ran short, as the engines name it before the contract's kinds are applied
+_SHORT_OF_MEMORY = frozenset({"not-enough-memory", "cuda-oom"})
+
+
+def _total(s: Startup) -> float | None:
+    ref = s.reference_rank
+    return ref.total_gib if ref is not None else None
+
+
+def held_gib(s: Startup) -> tuple[float | None, str]:
+    """What a running startup holds on its device, and how that is known: total − free at ready when both are
+    printed, else weights + KV pools + CUDA graphs (a lower bound: the context and activations are not in it)."""
+    ref = s.reference_rank
+    if ref is None:
+        return None, ""
+    if ref.total_gib and ref.avail_at_ready_gib is not None:
+        return ref.total_gib - ref.avail_at_ready_gib, "its total less its free memory at ready"
+    kv = sum(p.gib or 0.0 for p in ref.kv_pools) or s.capacity.available_kv_gib
+    parts = [(name, x) for name, x in (("weights", ref.weights_gib), ("KV cache", kv), ("CUDA graphs", ref.cuda_graph_gib))
+             if x]
+    if not parts:
+        return None, ""
+    return sum(x for _, x in parts), "at least: its " + " + ".join(name for name, _ in parts)
+
+
+def infer_contention(prev: Startup, cur: Startup, index: int) -> None:
+    """Two instances pasted together: ``cur`` (startup ``index``) ran short of memory while ``prev``, earlier in
+    the same file on a device of the same size, had sized its KV cache and shows no failure, so it was still
+    holding its memory. That is the contract's multi-instance-contention, whatever wording ``cur`` failed with;
+    the engine's findings then say so, and more memory for ``cur`` is never the advice."""
+    f = cur.failure
+    if f is None or f.kind not in _SHORT_OF_MEMORY or prev.failure is not None or prev.engine != cur.engine:
+        return
+    if not prev.file or prev.file != cur.file:  # two files can be two machines
+        return
+    if not (prev.capacity.kv_tokens or prev.capacity.num_gpu_blocks or (prev.capacity.available_kv_gib or 0) > 0):
+        return
+    a, b = _total(prev), _total(cur)
+    if a is not None and b is not None and abs(a - b) > SAME_DEVICE_GIB:
+        return
+    held, how = held_gib(prev)
+    f.data.setdefault("read_as", f.kind)
+    f.data.update(held_by_startup=index - 1, held_gib=round(held, 2) if held is not None else None, held_how=how)
+    f.kind = "multi-instance-contention"
+
+
 def compare_startups(startups: list[Startup]) -> None:
     """Give each startup that follows a comparable one the finding that says what changed."""
     for i in range(1, len(startups)):

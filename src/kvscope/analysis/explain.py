@@ -11,6 +11,7 @@ from typing import Any
 
 from kvscope import engines
 from kvscope.analysis.answer import answer
+from kvscope.analysis.compare import infer_contention
 from kvscope.core.startup import RANK_FIELDS, Startup
 from kvscope.findings import run_findings
 from kvscope.model.catalog import find_gpu
@@ -48,13 +49,16 @@ def _rank_key(label: str) -> list[tuple[str, int]]:
     return key
 
 
-def finish_startup(s: Startup, assumptions: dict[str, Any]) -> None:
+def finish_startup(s: Startup, assumptions: dict[str, Any], previous: Startup | None = None, index: int = 1) -> None:
+    """Finish one startup (startup ``index`` of its input, 1-based, after ``previous`` when there is one)."""
     s.ranks.sort(key=lambda r: _rank_key(r.rank))
     apply_assumptions(s, assumptions)
     _assume_rank_figures(s)
     finish = engines.get(s.engine).finish
     if finish is not None:
         finish(s)
+    if previous is not None:
+        infer_contention(previous, s, index)
     if s.capacity.kv_tokens is None:
         ref = s.reference_rank
         target = ref.pool("target") if ref else None

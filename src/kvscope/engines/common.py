@@ -8,9 +8,12 @@ whose own prefix is on the line may claim it (``oom_failure`` reads the same num
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from kvscope.core import events as ev
+from kvscope.core.kinds import FailureKind
+from kvscope.core.startup import Startup
 from kvscope.engines.base import NUM, LineContext, Parsed, to_float
 
 # \s+ between words: a terminal that hard-wrapped the message leaves runs of spaces inside it
@@ -19,7 +22,13 @@ _TORCH_OOM = re.compile(
     rf"(?:.*?Tried\s+to\s+allocate\s+({NUM})\s*(MiB|GiB|GB|MB))?"
     rf"(?:.*?GPU\s+(\d+)\s+has\s+a\s+total\s+capacity\s+of\s+({NUM})\s*GiB\s+of\s+which\s+({NUM})\s*(MiB|GiB)\s+is\s+free)?"
 )
+# what a logger puts before the error: bracketed pids, times and levels, a "torch_npu.memory:" logger name
+_LOG_PREFIX = re.compile(r"^(?:\[[^\]\n]{0,40}\]\s*|[\w.]{1,40}:\s*(?=\[))+")
 _UNIT = {"MiB": 1 / 1024, "MB": 1 / 1024, "GiB": 1.0, "GB": 1.0}
+
+# ggml-cuda (and its forks) when cudaMallocHost fails: a warning, the buffer falls back to pageable host memory
+_PINNED = re.compile(rf"failed to allocate ({NUM}) ?(MiB|MB|GiB|GB) of pinned memory")
+OOM_TEXT = re.compile(r"out of memory|OutOfMemory")
 
 ANCHORS: tuple[bytes, ...] = (b"out of memory", b"OutOfMemory", b'File "', b"Error", b"Exception")
 
@@ -41,7 +50,7 @@ def oom_failure(text: str) -> dict[str, Any] | None:
         return None
     return {
         "kind": "cuda-oom",
-        "message": text.strip()[:500],
+        "message": _LOG_PREFIX.sub("", text.strip(), count=1)[:500],
         "tried_gib": _gib(m.group(1), m.group(2)),
         "device_total_gib": to_float(m.group(4)),
         "device_free_gib": _gib(m.group(5), m.group(6)),
@@ -56,6 +65,10 @@ class CommonLines:
         return "Tried to allocate" in text and "is free" not in text and "total capacity" in text
 
     def parse(self, text: str, ctx: LineContext) -> list[Parsed]:
+        m = _PINNED.search(text)
+        if m:  # said with "out of memory", but the host buffer is only slower, the startup goes on
+            return [Parsed(ev.WARNING, {"code": "pinned-host-memory", "message": text.strip()[:500],
+                                        "gib": _gib(m.group(1), m.group(2))})]
         data = oom_failure(text)
         if data:
             return [Parsed(ev.FAILURE, data)]
@@ -67,3 +80,65 @@ class CommonLines:
             raised = f"{m.group(1)}: {m.group(2)}" if m.group(2) else m.group(1)
             return [Parsed(ev.FRAME, {"raised": raised[:400]})]
         return []
+
+
+@dataclass(frozen=True)
+class ServingLoop:
+    """What an engine's traceback looks like when it comes from serving rather than from the startup: the
+    functions only the serving loop runs, the step each named function is, and the startup's own functions
+    (a profile run or a capture that also goes through them rules serving out)."""
+
+    frames: tuple[str, ...]
+    steps: tuple[tuple[str, str], ...]
+    startup_frames: tuple[str, ...] = ()
+    # the engine sends itself a warmup request through the serving loop before it reports ready (SGLang): a crash
+    # there, in a log that shows the startup and no serving, failed the startup
+    warmup_request: bool = False
+
+
+def _startup_seen(s: Startup) -> bool:
+    return s.capacity.kv_tokens is not None or any(r.weights_gib is not None or r.kv_pools for r in s.ranks)
+
+
+def serving_crash(s: Startup, loop: ServingLoop) -> None:
+    """A failure whose traceback runs through the serving loop happened after the server was up: it is said as
+    an error while serving (a warning with the step it hit), and, when what it raised is an out of memory, as
+    the contract's ``oom-runtime`` failure. A traceback cut before its error claims no out of memory."""
+    f = s.failure
+    if f is None or f.kind not in ("exception", "cuda-oom"):
+        return
+    frames = [str(x).rsplit(":", 1)[-1] for x in f.data.get("frames") or []]
+    earlier = next((w for w in s.warnings if w.get("code") == "error-while-serving"), None)
+    serving = s.runtime is not None or earlier is not None  # serving lines were read, or a crash while serving
+    if f.kind == "cuda-oom" and serving and not any(fn in loop.startup_frames for fn in frames):
+        # an out of memory after the server was serving: whatever its traceback shows, a runtime one
+        frames = frames or [str(x).rsplit(":", 1)[-1] for x in (earlier or {}).get("frames") or []]
+        step = next((what for fn in reversed(frames) for name, what in loop.steps if fn == name), "a batch")
+        if earlier is not None:
+            earlier.update(step=earlier.get("step") or step, raised=f.message)
+        else:
+            s.warnings.append({"code": "error-while-serving", "message": f.message, "step": step, "raised": f.message,
+                               "line": f.source.line_no if f.source else None})
+        f.data.update(read_as=f.kind, step=step)
+        f.kind = FailureKind.OOM_RUNTIME.value
+        return
+    if not any(fn in loop.frames for fn in frames) or any(fn in loop.startup_frames for fn in frames):
+        return
+    if loop.warmup_request and not serving and _startup_seen(s):
+        f.data["stage"] = "warmup"  # the engine's own first request: the server never served one
+        return
+    step = next((what for fn in reversed(frames) for name, what in loop.steps if fn == name), "a batch")
+    raised = [str(x) for x in f.data.get("raised") or []]
+    oom = next((r for r in raised if OOM_TEXT.search(r)), None)
+    if oom is None and f.kind == "cuda-oom":
+        oom = f.message
+    s.warnings.append({"code": "error-while-serving", "message": f.message, "step": step,
+                       "raised": oom or (raised[0] if raised else None),
+                       "line": f.source.line_no if f.source else None})
+    if oom is None:
+        s.failure = None
+        return
+    f.data.setdefault("read_as", f.kind)
+    f.kind = FailureKind.OOM_RUNTIME.value
+    f.message = oom
+    f.data["step"] = step

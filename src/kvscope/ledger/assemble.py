@@ -64,6 +64,11 @@ def _set_rank(r: Rank, data: dict[str, Any], e: ev.Event, overwrite: bool = True
 def _is_restart(b: _Builder, s: Startup, e: ev.Event) -> bool:
     if e.kind == ev.BOUNDARY:
         return s.has_content()
+    if s.engine == "common" and e.engine != "common" and e.file == s.file:
+        # engine-neutral lines (a torch / NPU out of memory) just before an engine's own: one event, whose engine
+        # only the later line names (SGLang's "Scheduler hit an exception" under the error it reports)
+        s.engine = e.engine
+        return False
     if (e.engine != s.engine or e.file != s.file) and s.has_content() and e.engine != "common":
         return True
     if e.kind == ev.FAILURE and _other_max_len(s, e):
@@ -215,7 +220,8 @@ def _apply(b: _Builder, s: Startup, e: ev.Event) -> None:
         _runtime_add(s, e)
 
 
-MAX_FRAMES = 16  # the innermost frames of a traceback, kept on its failure: where it stopped
+MAX_FRAMES = 16  # frames of a traceback kept on its failure: the outermost OUTER_FRAMES and the innermost rest
+OUTER_FRAMES = 8  # a serving loop is about this deep before the model's own frames begin
 MAX_RAISED = 4  # exception lines kept: the first is the cause; chained ones wrap it
 
 
@@ -224,14 +230,20 @@ def _apply_frame(s: Startup, e: ev.Event) -> None:
     f = s.failure
     if f is None:
         return
+    _keep_frame(f.data, e)
+
+
+def _keep_frame(data: dict[str, Any], e: ev.Event) -> None:
+    """A frame (or an exception line) into ``data``'s frames / raised, within their bounds."""
     if "raised" in e.data:
-        raised = f.data.setdefault("raised", [])
+        raised = data.setdefault("raised", [])
         if len(raised) < MAX_RAISED:
             raised.append(e.data["raised"])
         return
-    frames = f.data.setdefault("frames", [])
+    frames = data.setdefault("frames", [])
     frames.append(f"{e.data.get('path', '')}:{e.data.get('function', '')}")
-    del frames[:-MAX_FRAMES]
+    if len(frames) > MAX_FRAMES:  # the outermost say which loop it ran in (serving or startup), the innermost where it stopped
+        del frames[OUTER_FRAMES]
 
 
 # Capacity figures a startup may print more than once (once per worker in vLLM): the last one is the
@@ -247,6 +259,8 @@ def assemble(events: Iterable[ev.Event]) -> Iterator[Startup]:
     for e in events:
         s = b.current
         if e.kind == ev.FRAME and (s is None or s.failure is None):
+            if s is not None and s.warnings and s.warnings[-1].get("code") == "error-while-serving":
+                _keep_frame(s.warnings[-1], e)  # the traceback of a crash while serving: which step it hit
             continue  # a traceback line with no failure before it in this startup says nothing, and opens nothing
         if s is None or _is_restart(b, s, e):
             if s is not None:

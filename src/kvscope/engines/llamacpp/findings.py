@@ -505,8 +505,27 @@ def _ollama_devices(s: Startup) -> Finding | None:
                    Suggestion("OLLAMA_SCHED_SPREAD", 0, 1, note="spread over all GPUs even when one would do"))
 
 
+def _pinned(s: Startup) -> Finding | None:
+    """cudaMallocHost refused a pinned host buffer: llama.cpp warns and uses pageable memory, so the startup goes
+    on with slower host-device copies; the host (often WSL, whose pinned memory is small) is what ran short."""
+    seen = [w for w in s.warnings if w.get("code") == "pinned-host-memory"]
+    if not seen:
+        return None
+    sizes = [w["gib"] for w in seen if isinstance(w.get("gib"), (int, float))]
+    largest = f" (up to {max(sizes) * 1024:,.0f} MiB)" if sizes else ""
+    return Finding("pinned-host-memory", "warning",
+                   f"Pinned host memory could not be allocated{largest}: host RAM, not the GPU",
+                   f"{len(seen)} pinned (page-locked) host buffer(s) could not be allocated{largest}. This is host "
+                   "memory, not VRAM: the buffers fall back to ordinary pageable memory, so the model still loads but "
+                   "copies between host and GPU are slower. It is common under WSL, where pinned memory is limited. "
+                   "Free host RAM, or set GGML_CUDA_NO_PINNED=1 to skip pinned buffers altogether (the warning "
+                   "goes away; the speed is that of the fallback).",
+                   Suggestion("GGML_CUDA_NO_PINNED", 0, 1, note="environment variable: no pinned host buffers, no "
+                                                                "failed attempt; host copies as slow as the fallback"))
+
+
 def findings(s: Startup) -> list[Finding]:
     _drop_aggregate_noise(s)
     out = [f for f in (_failure(s), _recovered(s), _kv_ahead(s), _kv_cost(s), _slots(s), _train_context(s),
-                       _offload(s), _compute(s), _ollama_devices(s)) if f is not None]
+                       _offload(s), _compute(s), _ollama_devices(s), _pinned(s)) if f is not None]
     return out

@@ -8,7 +8,7 @@ from kvscope.core.margins import RESERVE_MARGIN_GIB, reserve_margin_gib
 from kvscope.core.startup import Finding, Startup, Suggestion, finite_number
 from kvscope.core.text import excerpt
 from kvscope.engines.base import typical_fits
-from kvscope.engines.lazy import lazy_compile
+from kvscope.engines.common import OOM_TEXT
 from kvscope.engines.sglang import defaults as sgd
 from kvscope.engines.sglang import dsv4, rules
 from kvscope.engines.sglang.eras import NEWEST_BUILT, parse_version
@@ -233,7 +233,7 @@ def _serving_error(s: Startup) -> Finding | None:
     if w is None:
         return None
     raised = w.get("raised")
-    oom = bool(raised and _OOM_TEXT.search(raised))
+    oom = bool(raised and OOM_TEXT.search(raised))
     said = f"it raised '{excerpt(raised, 200)}'" if raised else "the traceback is cut before its error"
     detail = (f"The traceback runs through SGLang's serving loop: the server had started and crashed while running "
               f"{w['step']}; {said}.")
@@ -394,6 +394,18 @@ def _failure(s: Startup, mfs: float | None, pre: float | None) -> Finding | None
             sug = Suggestion("--mem-fraction-static", low, TYPICAL_MFS,
                              note="near SGLang's own default; the log lacks the free-memory figures to size it exactly")
         return Finding("not-enough-memory", "error", "Startup failed: no GPU memory left for the KV cache", detail, sug)
+    if f.kind == "oom-runtime":
+        return None  # said by the serving-error finding, with the step it hit
+    if f.kind == "multi-instance-contention" and f.data.get("held_by_startup"):
+        held = f.data.get("held_gib")
+        return Finding("multi-instance-contention", "error",
+                       f"Startup failed: startup {f.data['held_by_startup']} was still holding the device",
+                       f"Startup {f.data['held_by_startup']} of this input, on a device of the same size, had sized its "
+                       "KV pool and shows no failure or shutdown, so it was still running"
+                       + (f" and holding {held:.2f} GiB ({f.data.get('held_how')})" if held is not None else "")
+                       + f" when this one ran short of memory ({excerpt(f.message, 160)}). SGLang budgets a fraction of "
+                       "the memory free before its weights load, so what the other instance holds is gone from this "
+                       "one's budget: give each instance its own GPU, or cap each with --max-total-tokens so both fit.")
     if f.kind == "cuda-oom":
         return _oom(s, f, mfs, pre)
     if f.kind == "host-memory":
@@ -423,7 +435,7 @@ def _traceback_cause(f) -> tuple[str, str, bool]:
     frames = [str(x) for x in f.data.get("frames") or []]
     raised = [str(x) for x in f.data.get("raised") or []]
     text = " ".join(frames + raised)
-    if any(word in text for word in _BUILD_FAILURE) and not _OOM_TEXT.search(text):
+    if any(word in text for word in _BUILD_FAILURE) and not OOM_TEXT.search(text):
         jit = "FlashInfer's JIT compile" if "flashinfer" in text.lower() else "a JIT kernel compile"
         return ("while compiling a kernel", f"{jit} failed (a ninja / nvcc build), not an out-of-memory: the CUDA "
                 "toolkit, compiler or GPU architecture does not match what the kernel needs. Check that nvcc and the "
@@ -436,13 +448,15 @@ def _traceback_cause(f) -> tuple[str, str, bool]:
     return "", "", False
 
 
-_OOM_TEXT = lazy_compile(r"out of memory|OutOfMemory")
 
 
 def _exception(s: Startup, f, pre: float | None) -> Finding:
     """A crash: which step it stopped, and where the cause is written (the line itself, or a traceback)."""
     capture = f.data.get("stage") == "graph-capture"
     step, meaning, build = _traceback_cause(f)
+    if f.data.get("stage") == "warmup" and not step.startswith("while initialising"):
+        step, meaning = ("in the warmup request", "SGLang sends itself one request through the serving loop before it "
+                         "says it is ready; this crash is in that first batch, so the server never served")
     raised = [str(x) for x in f.data.get("raised") or []]
     stage, hint = _stage(s, pre, capture, memory_hint=not f.data.get("device_error") and not build)
     message = excerpt(f.message, 300)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvscope.core.startup import KvPool, LedgerRow, LedgerRows, Rank, Reconciliation, Startup
+from kvscope.engines.common import ServingLoop, serving_crash
 from kvscope.engines.lazy import lazy_compile
 from kvscope.engines.sglang import rules
 from kvscope.engines.sglang.dsv4 import PAGE as DSV4_PAGE_TOKENS
@@ -140,31 +141,20 @@ def log_version_range(s: Startup) -> VersionRange:
 
 
 # functions of SGLang's serving loop: a traceback through them is a crash while serving, not a failed startup
-SERVING_FRAMES = ("forward_thread_func", "forward_batch_generation", "event_loop_normal", "event_loop_overlap",
-                  "run_batch")
-SERVING_STEPS = (("forward_extend", "a prefill (forward_extend)"), ("forward_decode", "a decode step"),
-                 ("forward_idle", "an idle step"))
-
-
-def _serving_crash(s: Startup) -> None:
-    """A traceback that runs through the serving loop: the server had started. The crash is said as what it is,
-    an error while serving (the contract's failure kinds are for startups), with the step it hit."""
-    f = s.failure
-    if f is None or f.kind != "exception":
-        return
-    frames = [str(x).rsplit(":", 1)[-1] for x in f.data.get("frames") or []]
-    if not any(fn in SERVING_FRAMES for fn in frames):
-        return
-    step = next((what for fn in reversed(frames) for name, what in SERVING_STEPS if fn == name), "a batch")
-    raised = [str(x) for x in f.data.get("raised") or []]
-    s.warnings.append({"code": "error-while-serving", "message": f.message, "step": step,
-                       "raised": raised[0] if raised else None, "line": f.source.line_no if f.source else None})
-    s.failure = None
+SERVING_LOOP = ServingLoop(
+    frames=("forward_thread_func", "forward_batch_generation", "event_loop_normal", "event_loop_overlap", "run_batch",
+            "forward_prefill_batch", "forward_decode_batch", "exposed_step"),
+    steps=(("forward_extend", "a prefill (forward_extend)"), ("forward_decode", "a decode step"),
+           ("forward_idle", "an idle step"), ("forward_prefill_batch", "a prefill (forward_prefill_batch)"),
+           ("forward_decode_batch", "a decode step (forward_decode_batch)"),
+           ("get_image_feature", "the vision encoder of a prefill (get_image_feature)")),
+    startup_frames=("init_memory_pool", "load_model", "capture", "init_cuda_graphs", "initialize"),
+    warmup_request=True)
 
 
 def finish(s: Startup) -> None:
     """Fill era, derived figures, capacity, reconciliation and ledger rows of an SGLang startup."""
-    _serving_crash(s)
+    serving_crash(s, SERVING_LOOP)
     vr = infer_version_range(_features(s), _log_date(s))
     logged = parse_version(s.engine_version)
     era = era_for(logged) if logged else vr.eras[-1] if vr.eras else era_for((0, 5, 9))

@@ -200,6 +200,17 @@ def _contention(s: Startup) -> Finding:
         fits = _round_down(free / total) - 0.01
         return Finding("multi-instance-contention", "error", "Startup failed: the GPU is shared with another process", detail,
                        Suggestion("--gpu-memory-utilization", u, fits, _kv_tokens_at(s, fits)))
+    if f.data.get("held_by_startup"):
+        held = f.data.get("held_gib")
+        detail = (f"Startup {f.data['held_by_startup']} of this input, on a device of the same size, had sized its KV "
+                  "cache and shows no failure or shutdown, so it was still running"
+                  + (f" and holding {held:.2f} GiB ({f.data.get('held_how')})" if held is not None else "")
+                  + f" when this instance ran short of memory ({excerpt(f.message, 160)}). "
+                  "Two instances on one device must be sized together: give each its own GPU, or fix each KV cache "
+                  "with --kv-cache-memory-bytes so both fit, with weights and activations, in the device's total. "
+                  "More gpu_memory_utilization for this one alone does not make room the other holds.")
+        return Finding("multi-instance-contention", "error",
+                       f"Startup failed: startup {f.data['held_by_startup']} was still holding the device", detail)
     if f.data.get("init_free_gib") is not None:
         detail = (f"Free memory changed during profiling ({f.data['init_free_gib']} → {f.data.get('current_free_gib')} GiB): "
                   "another process released or took memory while vLLM measured. " + detail)
@@ -554,8 +565,57 @@ def _device_zero(s: Startup) -> Finding | None:
                    "when sizing gpu_memory_utilization, since every rank gets the same budget.", context=True)
 
 
+def _serving_error(s: Startup) -> Finding | None:
+    """The server crashed while serving (its traceback runs through execute_model after the KV cache was sized):
+    the step, and, for an out of memory or a traceback cut before its error, the levers that give a step's
+    activations room. Never more KV memory: the pool was not what ran out."""
+    w = next((w for w in s.warnings if w.get("code") == "error-while-serving"), None)
+    if w is None:
+        return None
+    raised = w.get("raised")
+    oom = s.failure is not None and s.failure.kind == "oom-runtime"
+    said = f"it raised '{excerpt(raised, 200)}'" if raised else "the traceback is cut before its error"
+    detail = (f"The traceback runs through {w.get('step') or 'a model step'} after the KV cache was sized: the server "
+              f"had started and crashed while serving; {said}.")
+    title = ("The server ran out of memory while serving " if oom else "The server crashed while serving ") + (
+        w.get("step") or "a model step")
+    if raised and not oom:
+        return Finding("error-while-serving", "warning", title, detail)
+    detail += (" An out of memory while serving is memory the startup's profile run did not see: a step's activations "
+               "or sampler buffers larger than the profiled batch (max_num_batched_tokens tokens), or memory another "
+               "process took afterwards. The KV cache holds the rest of the budget, so the room has to come from "
+               "outside it: lower --gpu-memory-utilization, or lower --max-num-batched-tokens / --max-num-seqs so "
+               "each step needs less.")
+    u, total = util(s), total_gib(s)
+    tried = s.failure.data.get("tried_gib") if oom and s.failure else None
+    free = (s.failure.data.get("device_free_gib") or 0.0) if oom and s.failure else 0.0
+    alts = []
+    batched = setting_int(s, "max_num_batched_tokens")
+    if batched and batched > 1:
+        alts.append(Suggestion("--max-num-batched-tokens", batched, batched // 2,
+                               note="each step's prefill activations scale with it; long prompts take more steps"))
+    seqs = setting_int(s, "max_num_seqs")
+    if seqs and seqs > 1:
+        alts.append(Suggestion("--max-num-seqs", seqs, seqs // 2, note="fewer requests per step; fewer at once"))
+    sug = None
+    if u is not None and total:
+        short_gib = max(0.0, (tried or 0.0) - free)
+        to = _round_down(u - short_gib / total - 0.02)  # what was missing, and one step of 2 % beyond it
+        if 0 < to < u:
+            detail += (f" At {to} (from {u}) {(u - to) * total:.2f} GiB more stays outside the budget"
+                       + (f", against the {short_gib:.2f} GiB the failed allocation lacked." if tried else "."))
+            sug = Suggestion("--gpu-memory-utilization", u, to, _kv_tokens_at(s, to), alternatives=alts,
+                             note="fewer KV tokens; the memory given back is left for the step's activations")
+    if sug is None and alts:
+        sug = Suggestion(alts[0].flag, alts[0].from_value, alts[0].to_value, note=alts[0].note, alternatives=alts[1:])
+    return Finding("error-while-serving", "error" if oom else "warning", title, detail, sug)
+
+
 def findings(s: Startup) -> list[Finding]:
-    out: list[Finding] = _failure(s)
+    serving = _serving_error(s)
+    out: list[Finding] = [serving] if serving else []
+    if s.failure is not None and s.failure.kind != "oom-runtime":
+        out.extend(_failure(s))
     for f in (_foreign_memory(s), _long_context(s), _reconciled(s), _util_step(s), _graph_profiling(s), _vllm_suggestion(s),
               _overallocated(s), _rank_spread(s), _offload(s)):
         if f is not None:

@@ -19,6 +19,7 @@ from kvscope.core.startup import (
     Startup,
     finite_number,
 )
+from kvscope.engines.common import ServingLoop, serving_crash
 from kvscope.engines.vllm import eras, rules
 from kvscope.engines.vllm.eras import Era
 from kvscope.engines.vllm.rules import GIB, HALF_CENT
@@ -222,6 +223,22 @@ def _total_from_oom(s: Startup) -> None:
     ref.extras["total_from_oom"] = True
 
 
+# functions only a serving step runs (the engine core's busy loop, the worker's execute_model); the startup's
+# profile run and graph capture go through _dummy_run instead, and V0's profile_run is ruled out by name
+SERVING_LOOP = ServingLoop(
+    frames=("run_busy_loop", "_process_engine_step", "step_with_batch_queue", "execute_model", "sample_tokens",
+            "run_engine_loop", "engine_step", "step_async"),
+    steps=(("sample_tokens", "sampling"), ("execute_model", "a model step (execute_model)")),
+    startup_frames=("profile_run", "_dummy_run", "_dummy_sampler_run", "capture_model", "determine_available_memory",
+                    "determine_num_available_blocks", "compile_or_warm_up_model", "_initialize_kv_caches",
+                    "initialize_from_config", "load_model"))
+
+
+def _pool_sized(s: Startup) -> bool:
+    c = s.capacity
+    return c.kv_tokens is not None or c.num_gpu_blocks is not None or c.available_kv_gib is not None
+
+
 def finish(s: Startup) -> None:
     """Fill era, derived figures, capacity, failure kind, reconciliation and ledger rows."""
     _drop_empty_ranks(s)
@@ -237,6 +254,8 @@ def finish(s: Startup) -> None:
     for r in s.ranks:
         _derive_rank(s, r)
     _capacity(s)
+    if _pool_sized(s):  # before the pool, V0's profile run goes through execute_model too
+        serving_crash(s, SERVING_LOOP)
     arch, where = arch_context(s)
     _reconcile(s, era, arch, where)
     _refine_failure(s, era, arch)
@@ -374,6 +393,12 @@ def _refine_failure(s: Startup, era: Era, arch: Architecture | None) -> None:
             f.data.pop("engine_init", None)
             f.data.update(phase="CUDA graph capture", inferred=True, headroom_gib=round(headroom, 2))
             f.kind = "oom-cuda-graph"
+        elif f.kind == "exception" and (k := s.capacity.available_kv_gib) is not None and k <= 0:
+            # the engine died after sizing a KV budget of nothing (a port that clamps the figure at 0 prints no
+            # error of its own): vLLM's "no available memory for the cache blocks"
+            f.data.pop("engine_init", None)
+            f.data.update(inferred=True, available_kv_gib=k)
+            f.kind = "not-enough-memory"
         elif f.kind == "exception" and f.data.pop("engine_init", False):
             f.kind = "engine-init-failed"
             _explain_init_failure(s, arch)

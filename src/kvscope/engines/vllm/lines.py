@@ -39,7 +39,7 @@ _PREFIX = lazy_compile(r"\(?([A-Za-z][A-Za-z0-9\-]*(?:[ _][A-Za-z0-9=\-]+)*) pid
 _GLUED = lazy_compile(r"\(([A-Za-z][A-Za-z0-9\-]*(?:[ _][A-Za-z0-9=\-]+)*) pid=(\d+|\.\.\.)(?:, ip=([^)\s]+))?\) ?"
                       r"(?=(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) )")
 GLUED_WINDOW = 600  # a terminal-wide progress bar plus the prefix
-_MONARCH = lazy_compile(r"^\[(\d+)\] ")
+_MONARCH = lazy_compile(r"^\[(\d{1,4})\] ")  # a rank; a longer number in brackets is a pid (torch_npu's prefix)
 _HEADER = lazy_compile(
     r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d|\.\.\.)(?:\.\d+)? \[?[\w./\-]+\.py:\d+\] ?"
 )
@@ -80,6 +80,9 @@ _PROFILE_SENTENCE = lazy_compile(r"\s*(?:model weights take|non_torch_memory tak
 
 # --- V1 worker lines ------------------------------------------------------------------------------
 _AVAILABLE_KV = lazy_compile(rf"Available KV cache memory: {G}{GB}")
+# vllm-ascend's NPU worker (worker_v1.py): the KV memory and the device total in bytes; the KV figure is clamped
+# at 0, so 0 means the budget came out empty
+_AVAILABLE_NPU = lazy_compile(r"Available memory: (\d+), total memory: (\d+)")
 _RESERVED_KV = lazy_compile(rf"Initial free memory {G}{GB}, reserved {G}{GB} memory for KV Cache")
 # Gaudi (HPU): the usable part is a share of the memory free after profiling, a share of it is kept for HPU graphs.
 _FREE_HPU = lazy_compile(rf"Free device memory: {G}{GB}, {G}{GB} usable \(gpu_memory_utilization={G}\), {G}{GB} reserved "
@@ -189,7 +192,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"weights took", b"Model loading took", b"emory profiling", b"vLLM instance", b"weights take",
     b"non_torch_memory", b"activation peak", b"available_kv_cache", b"total_gpu_memory", b"KV cache", b"KV Cache",
     b" blocks: ", b"Maximum concurrency", b"Graph capturing", b"Capturing", b"CUDA graph", b"Free memory on",
-    b"Available memory on", b"non-default args", b"LLM engine", b"version", b"vllm serve", b"max model len",
+    b"Available memory on", b"total memory: ", b"non-default args", b"LLM engine", b"version", b"vllm serve", b"max model len",
     b"max_num_batched_tokens", b"block size", b"No available memory", b"max seq len", b"maximum model length",
     b"failed to start", b"initialization failed", b"num_gpu_blocks", b"padding layers", b"Auto-fit",
     b"swap space", b"init engine", b"for KV cache", b"Starting to load model", b"gpu_memory_utilization",
@@ -253,6 +256,29 @@ def _process_prefix(text: str) -> tuple[re.Match[str] | None, int, int]:
     return inner, start, inner.end()
 
 
+# processes one run has exactly one of: the same name with another pid is another run
+_ONE_PER_RUN = lazy_compile(r"^(?:EngineCore(?:_DP\d+|_\d+)?|APIServer|\w*Worker[ _](?:TP|PP|DP)\d+.*)$")
+
+
+def _process_name(head: str) -> tuple[str, str] | None:
+    """(name, pid) of the line's process prefix (the innermost, as _split reads it)."""
+    m, _, _ = _process_prefix(head)
+    return (m.group(1), m.group(2)) if m is not None else None
+
+
+def _new_process(proc: tuple[str, str] | None, ctx: LineContext) -> list[Parsed]:
+    """A BOUNDARY when a process a run has only one of (the engine core, a worker of one rank) shows a new pid
+    after the old one had sized its KV cache: a second instance or a restart pasted below the first."""
+    if proc is None or not proc[1].isdigit() or not _ONE_PER_RUN.match(proc[0]):
+        return []
+    pids = ctx.state.setdefault("vllm_pids", {})
+    old = pids.get(proc[0])
+    pids[proc[0]] = proc[1]
+    if old is None or old == proc[1] or not ctx.state.get("vllm_kv_sized"):
+        return []
+    return [Parsed(ev.BOUNDARY, {"why": f"{proc[0]} has a new pid ({old} → {proc[1]})"})]
+
+
 def _split(text: str) -> tuple[str | None, str | None, str | None, str, int | None]:
     """split_prefix plus the worker's Ray node address (ip), when the prefix names one."""
     rank: str | None = DRIVER_RANK
@@ -269,6 +295,7 @@ def _split(text: str) -> tuple[str | None, str | None, str | None, str, int | No
     if m is not None:
         rank, ip = _rank_from_name(m.group(1), m.group(2)), m.group(3)
         text = text[:start] + text[end:]
+
     ts = None
     m = _HEADER.search(text) or _HEADER_ELIDED.search(text)
     if m:
@@ -349,6 +376,11 @@ def _memory(msg: str, prefixed: bool = True) -> list[Parsed]:  # noqa: C901 - on
     m = _AVAILABLE_KV.search(msg)
     if m:
         out += [Parsed(ev.RANK, {"available_kv_gib": _f(m, 1)}), Parsed(ev.CAPACITY, {"available_kv_gib": _f(m, 1)})]
+    m = _AVAILABLE_NPU.search(msg) if "total memory: " in msg else None
+    if m:
+        kv, total = int(m.group(1)) / (1 << 30), int(m.group(2)) / (1 << 30)
+        out += [Parsed(ev.RANK, {"available_kv_gib": kv, "total_gib": total}),
+                Parsed(ev.CAPACITY, {"available_kv_gib": kv})]
     m = _RESERVED_KV.search(msg)
     if m:
         out += [Parsed(ev.RANK, {"init_free_gib": _f(m, 1), "available_kv_gib": _f(m, 2), "kv_cache_memory_fixed": True}),
@@ -643,9 +675,11 @@ class VLLMLines:
 
     def parse(self, text: str, ctx: LineContext) -> list[Parsed]:
         rank, ip, ts, msg, repeated = _split(text[:MAX_MESSAGE])
+        proc = _process_name(text[:PREFIX_WINDOW]) if "pid=" in text[:PREFIX_WINDOW] else None
         if _SERVING.search(msg):
             ctx.state["vllm_ready"] = True
             return []
+        restart = _new_process(proc, ctx)
         out = _failures(msg) or _memory(msg, len(msg) < len(text.strip())) or _capacity(msg) or _settings(msg)
         if not out:
             out = _own_oom(msg, len(msg) < len(text.strip())) or _died(text, msg, rank, ctx)
@@ -657,6 +691,8 @@ class VLLMLines:
         m = _HYBRID_SIGNAL.search(msg) if "amba" in msg else None
         if m and not any(p.kind == ev.BOUNDARY for p in out):  # never from a config dump
             out.append(Parsed(ev.CAPACITY, {"hybrid_signal": m.group(0)}))
+        if restart and not any(p.kind == ev.BOUNDARY for p in out):
+            out = [*restart, *out]
         if not out:
             return []
         rank = _node_rank(rank, ip, ctx)
