@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+REPO = Path(__file__).resolve().parents[1]  # the checkout: src/, benchmarks/, docs/
 FIXTURES = Path(__file__).parent / "fixtures"
 LOGS = FIXTURES / "logs"
 
