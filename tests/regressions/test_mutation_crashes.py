@@ -14,6 +14,12 @@ from tests.properties.test_contract import assert_valid, explain_json
 ONES = "1" * 400
 
 CRASHES = {
+    # llamacpp (a real llama_kv_cache line, its stream count mangled past MAX_PLAUSIBLE): the count read as
+    # unknown (None) was multiplied by the cells, a TypeError out of parse_lines (engines/llamacpp/lines.py)
+    "llamacpp-kv-streams-implausible": [
+        "llama_kv_cache: size =  768.00 MiB ( 32768 cells,  12 layers,  4/9999999999999999 seqs), K (f16):  384.00 MiB, "
+        "V (f16):  384.00 MiB",
+    ],
     # vllm/054: a number of "-1e308 GiB needed" overflowed to inf in the printed-consistency check
     # (engines/vllm/finish.py, OverflowError). Fixed at the root: to_float rejects implausible numbers.
     "vllm-needed-gib-1e308": [
@@ -106,7 +112,7 @@ def test_oom_line_before_an_engine_startup_is_not_a_startup_of_its_own(tmp_path)
                     "V size: 54.12 GB\n", encoding="utf-8")
     doc = assert_valid(explain_json([str(path)])[0])
     assert [s["engine"] for s in doc["startups"]] == ["sglang"]
-    assert doc["startups"][0]["capacity"]["kv_tokens"] == 834615
+    assert doc["startups"][0]["capacity"]["kv_tokens"] == 834615 and doc["startups"][0]["failure"] is None
 
 
 @pytest.mark.parametrize("text", ["1e308", "-1e308", "1e999", "nan", "inf", ONES, "1,000,000,000,000,000,000"])

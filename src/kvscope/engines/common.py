@@ -60,6 +60,7 @@ def oom_failure(text: str) -> dict[str, Any] | None:
 class CommonLines:
     engine = "common"
     anchors = ANCHORS
+    joins = True  # EngineLines: wants_join below can say yes
 
     def wants_join(self, text: str) -> bool:
         return "Tried to allocate" in text and "is free" not in text and "total capacity" in text

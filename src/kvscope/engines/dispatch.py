@@ -119,11 +119,11 @@ def parse_lines(lines: Iterable[Line | Bulk]) -> Iterator[ev.Event]:
             yield ev.Event(engine.engine, p.kind, p.data, p.rank, line.file, line.line_no, text, p.timestamp)
 
     for line in lines:
-        if line.__class__ is Bulk:
+        if isinstance(line, Bulk):
             if pending and pending_line is not None:  # a bulk line starts a new record
                 yield from emit("".join(pending), pending_line)
                 pending, pending_line = [], None
-            yield from _bulk_event(line, order, ctx)  # type: ignore[arg-type]
+            yield from _bulk_event(line, order, ctx)
             continue
         if line.context and not pending:  # a context line only ever completes a pending record
             continue

@@ -24,7 +24,10 @@ class LazyPattern:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name == "_args":  # copy / pickle probes, and no recursion
             raise AttributeError(name)
-        compiled = re.compile(*self._args)
+        pattern, flags = self._args
+        # re.compile's overloads take a str or a bytes pattern, never the union: one call for each
+        compiled: re.Pattern[Any] = (re.compile(pattern, flags) if isinstance(pattern, str)
+                                     else re.compile(pattern, flags))
         for attr in _ATTRS:
             setattr(self, attr, getattr(compiled, attr))
         self.compiled = compiled

@@ -53,8 +53,13 @@ def _int(value: Any) -> int | None:
     return int(v) if v is not None else None
 
 
+def _dict(value: Any) -> dict[str, Any]:
+    """A JSON object as itself; anything else (missing, null, a list…) as an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
 def _capacity(obj: dict[str, Any], engine: str) -> list[Parsed]:
-    cap = obj.get("capacity") if isinstance(obj.get("capacity"), dict) else {}
+    cap = _dict(obj.get("capacity"))
     stamp = obj.get("time") if isinstance(obj.get("time"), str) else None
     out = [Parsed(ev.BOUNDARY, {"source": "kvscope watch", "url": obj.get("url")}, None, stamp)]
     if isinstance(cap.get("model"), str):
@@ -63,7 +68,7 @@ def _capacity(obj: dict[str, Any], engine: str) -> list[Parsed]:
         out.append(Parsed(ev.VERSION, {"engine_version": cap["version"]}, None, stamp))
     names = _VLLM_SETTINGS if engine == "vllm" else _SGLANG_SETTINGS
     settings = {name: cap[key] for key, name in names.items() if cap.get(key) is not None}
-    extras = cap.get("extras") if isinstance(cap.get("extras"), dict) else {}
+    extras = _dict(cap.get("extras"))
     if engine == "sglang":
         settings.update({k: extras[k] for k in _SGLANG_EXTRA_SETTINGS if isinstance(extras.get(k), int)})
     if settings:
@@ -97,7 +102,7 @@ def _sample(obj: dict[str, Any]) -> list[Parsed]:
     hit = _num(obj.get("prefix_hit_rate"))
     # t, usage, running and queued are always present (the runtime stream reads them by key).
     data: dict[str, Any] = {"src": "stats", "t": _epoch(stamp), "usage": usage, "running": running, "queued": waiting}
-    extras = obj.get("extras") if isinstance(obj.get("extras"), dict) else {}
+    extras = _dict(obj.get("extras"))
     optional = {
         "tokens": _int(obj.get("tokens_used")),
         "preempted": _int(obj.get("preemptions")),

@@ -161,7 +161,8 @@ def vllm_split(buf: bytes, lo: int, hi: int) -> tuple[bytes, VllmRows] | None:
     if not starts:
         return None
     view = memoryview(buf)  # the text between taken lines is copied once, by the join
-    parts, rows, done = [b"\n"], VllmRows(), lo
+    parts: list[bytes | memoryview] = [b"\n"]  # views of buf between the taken lines, joined once
+    rows, done = VllmRows(), lo
     match, find = VLLM_BULK.fullmatch, buf.find
     for start in starts:
         end = find(b"\n", start, hi)
@@ -204,7 +205,7 @@ class BulkLane:
 
     The rows come from the C lane (``kvscope._bulk``: a ``Batch``, folded in C as well) when it was
     built, else from the regex (a list of group tuples, folded by ``Stream.sample_rows``); both give
-    the same text, rows and sums (tests/test_bulk_native.py). ``KVSCOPE_PURE_PYTHON=1`` turns the C
+    the same text, rows and sums (tests/unit/reading/test_bulk_native.py). ``KVSCOPE_PURE_PYTHON=1`` turns the C
     lane off, e.g. to compare the two. A stretch without SGLang serving lines is offered to the
     vLLM lane (``vllm_split``: ``VllmRows``); one holding both leaves its vLLM lines to the per-line path.
     """
@@ -221,7 +222,8 @@ class BulkLane:
         second thread may run it. ``anchors`` (the C anchor scanner): where the C lane splits, it
         also finds the text's candidate line starts, returned as a third item. ``clean``: buf is
         known to hold no BULK_MARK (no look for it is made)."""
-        out = self.native.split(buf, lo, hi, anchors, clean) if self.native is not None else False  # in place
+        # the C lane answers a tuple, Ellipsis or False; the regex lane a tuple or None
+        out: Any = self.native.split(buf, lo, hi, anchors, clean) if self.native is not None else False  # in place
         if out is Ellipsis:  # the C lane found the mark byte in the stretch: no lane takes it
             return None
         if out is False:  # no C lane, or a number too long for it: the regex reads this stretch
@@ -489,6 +491,7 @@ class RuntimeLines:
     """
 
     anchors = ANCHORS
+    joins = True  # EngineLines: wants_join can say yes
 
     def __init__(self) -> None:
         self.engine = "sglang"

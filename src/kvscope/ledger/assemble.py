@@ -64,9 +64,10 @@ def _set_rank(r: Rank, data: dict[str, Any], e: ev.Event, overwrite: bool = True
 def _is_restart(b: _Builder, s: Startup, e: ev.Event) -> bool:
     if e.kind == ev.BOUNDARY:
         return s.has_content()
-    if s.engine == "common" and e.engine != "common" and e.file == s.file:
-        # engine-neutral lines (a torch / NPU out of memory) just before an engine's own: one event, whose engine
-        # only the later line names (SGLang's "Scheduler hit an exception" under the error it reports)
+    if s.engine == "common" and e.engine != "common" and e.file == s.file and e.kind == ev.FAILURE:
+        # engine-neutral lines (a torch / NPU out of memory) just before an engine's own failure line: one event,
+        # whose engine only the later line names (SGLang's "Scheduler hit an exception" under the error it reports).
+        # Before any other engine line they are a run the input does not show, dropped with their startup.
         s.engine = e.engine
         return False
     if (e.engine != s.engine or e.file != s.file) and s.has_content() and e.engine != "common":

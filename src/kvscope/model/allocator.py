@@ -13,7 +13,7 @@ are not multiples of 2 MiB, or that frees load-time tensors between live ones, r
 its parameters: 0.06 GiB for Qwen3-30B-A3B at TP4, 0.4 GiB for Kimi-K2.5 INT4 at TP8.
 
 Checked against the real allocator (torch 2.11, H200) to the byte on eleven recorded sequences:
-tests/test_allocator.py. That checks the allocator; the order and shapes of an engine's load are
+tests/unit/model/test_allocator.py. That checks the allocator; the order and shapes of an engine's load are
 the engine module's claim (engines/sglang/load_memory.py), checked against its logged totals.
 """
 

@@ -62,7 +62,7 @@ def catalog_entry(name: str) -> dict[str, Any] | None:
     by_id = {m["hf_id"].lower(): m for m in _models()}
     if wanted.lower() in by_id:
         return by_id[wanted.lower()]
-    tails = {}
+    tails: dict[str, dict[str, Any]] = {}
     for m in _models():
         tails.setdefault(_norm(m["hf_id"].split("/")[-1]), m)
     key = _norm(tail)
@@ -73,9 +73,9 @@ def catalog_entry(name: str) -> dict[str, Any] | None:
     parts = _name_parts(tail)
     for cut in range(len(parts) - 1, 0, -1):
         if all(_CHECKPOINT_WORD.fullmatch(p) for p in parts[cut:]):
-            m = tails.get(_norm("".join(parts[:cut])))
-            if m is not None:
-                return m
+            found = tails.get(_norm("".join(parts[:cut])))
+            if found is not None:
+                return found
         else:
             break
     return None

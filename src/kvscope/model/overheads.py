@@ -22,7 +22,7 @@ Other GPU kinds, from public logs (sources in gpus.json and below):
   its own "Init torch distributed ends. mem usage" (communicators only), gives the context: L4 0.27,
   H100 0.51, H200 0.46–0.50, L40S 0.52, RTX PRO 6000 0.57, B200 0.60 GiB; the fixed part (each
   less its local memory) has median 0.25 GiB, and 0.25 plus the local memory is within 0.07 of
-  every one (CONTEXT_BASE_GIB; tests/test_plan.py CONTEXT_FROM_LOGS).
+  every one (CONTEXT_BASE_GIB; tests/unit/engines/test_plan.py CONTEXT_FROM_LOGS).
 * Communicators at start-up (NCCL + custom all-reduce, what SGLang's "mem usage" reports): 0.13–0.39
   GiB on PCIe-only machines at TP2–TP4, 1.1–2.5 GiB on NVSwitch machines at TP4–TP8.
 """

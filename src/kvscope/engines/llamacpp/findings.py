@@ -234,7 +234,7 @@ def _offload(s: Startup) -> Finding | None:
     weights = sum(r.weights_gib or 0.0 for r in s.ranks if r.rank != AGGREGATE_RANK)
     weights = weights or s.settings.get("ollama_memory_weights_total_gib") or 0.0
     detail = f"{total - done} layers run on the CPU from host memory, which dominates token latency."
-    suggestion = Suggestion("-ngl", done, total)
+    suggestion: Suggestion | None = Suggestion("-ngl", done, total)
     if s.setting("output_layer_on_cpu") is True and total - done == 1:
         return Finding("llamacpp-output-layer-on-cpu", "info",
                        f"{done}/{total} layers on the GPU: the one left on the CPU is the output layer",
@@ -463,7 +463,7 @@ def _kv_ahead(s: Startup) -> Finding | None:
     shape = cache_shape(s)
     types = (_setting_str(s, "type_k", {}) or "f16", _setting_str(s, "type_v", {}) or "f16")
     bpt = shape.bytes_per_token(*types) if shape else None
-    if not bpt:
+    if not bpt or shape is None:  # no shape is no bpt: said for the type checker
         return None
     kv_mib = n_ctx * bpt / rules.MIB
     train = _int(s, "n_ctx_train")

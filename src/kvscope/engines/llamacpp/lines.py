@@ -441,7 +441,8 @@ def _size_line(m: re.Match[str], st: dict[str, Any]) -> list[Parsed]:
         data.update(tokens=None, dtype=m.group(7))
         extra.update({f"{name}_r_gib": first, f"{name}_s_gib": second, f"{name}_s_dtype": m.group(10)})
     else:
-        data.update(tokens=(cells or 0) * streams or None, k_gib=first, v_gib=second,
+        # streams is None for a count past MAX_PLAUSIBLE (a mangled line): the token count is then unknown
+        data.update(tokens=(cells or 0) * streams or None if streams is not None else None, k_gib=first, v_gib=second,
                     dtype=_dtype(m.group(7), m.group(10)))
         extra.update({f"{name}_k_type": m.group(7), f"{name}_v_type": m.group(10)})
     _close_cache(st)
@@ -672,7 +673,7 @@ def _truncated(msg: str, st: dict[str, Any]) -> list[Parsed]:
     fields = {k: to_int(v) for k, v in _TRUNC_FIELD.findall(msg)}
     n_ctx, erase, keep, left = (fields.get(k) for k in ("n_ctx", "n_erase", "n_keep", "n_left"))
     data: dict[str, Any] = {"code": "input-truncated", "message": msg.strip(), "n_ctx": n_ctx}
-    if None not in (erase, keep, left):
+    if erase is not None and keep is not None and left is not None:
         data["prompt_tokens_low"] = keep + erase + left // 2
         data["prompt_tokens_high"] = keep + erase + left
     return [Parsed(ev.WARNING, data)]

@@ -275,7 +275,7 @@ def _mfs_r_formula(version: Version, m: MemoryInputs) -> MfsChoice:
         terms.append((f"speculative ({m.speculative_algorithm}) draft model and graphs", spec))
     if version >= (0, 5, 18) and m.deepep:
         terms.append(("DeepEP all-to-all buffers", 2.0 * MIB_PER_GIB))
-    if late_piece:
+    if late_piece and piece is not None:  # late_piece already implies a piece
         terms.append(piece)
     r = sum(v for _, v in terms)
     return MfsChoice(round((gpu - r) / gpu, 3), "round((gpu − R) / gpu, 3), R in MiB", r, terms)

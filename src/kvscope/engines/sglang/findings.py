@@ -294,7 +294,7 @@ def _capacity_meaning(s: Startup) -> Finding | None:
     mfs = s.setting_number("mem_fraction_static")
     sized = (f", sized by mem_fraction_static {mfs:g} of the free memory before weights (weights + pool)" if mfs is not None
              and not pool_capped(s) else "")
-    parts = [f"The KV cache holds {tokens:,} tokens in all (max_total_num_tokens){sized}, shared by every running "
+    parts: list[str | None] = [f"The KV cache holds {tokens:,} tokens in all (max_total_num_tokens){sized}, shared by every running "
              "request"]
     if ctx:
         parts.append(f"context_len {ctx:,} is the most one request may use, not the pool's size: {tokens / ctx:,.1f} "

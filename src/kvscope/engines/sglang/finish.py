@@ -116,8 +116,8 @@ def attn_tp_size(s: Startup) -> int:
     if s.setting("enable_dp_attention") in (True, "true", "True", 1):
         dp = _int_setting(s, "dp_size", 1) or 1
         return max(1, tp // dp)
-    dp = dp_attention_from_ranks(s)
-    return max(1, tp // dp) if dp else tp
+    dp_ranks = dp_attention_from_ranks(s)
+    return max(1, tp // dp_ranks) if dp_ranks else tp
 
 
 def page_size(s: Startup) -> int:

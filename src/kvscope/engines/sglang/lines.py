@@ -233,7 +233,7 @@ def _dsv4_calc(msg: str) -> list[Parsed]:
 
 
 def _ready(msg: str) -> dict:
-    data = {k: to_int(v) for k, v in _READY_FIELDS.findall(msg) if k != "available_gpu_mem"}
+    data: dict[str, float | None] = {k: to_int(v) for k, v in _READY_FIELDS.findall(msg) if k != "available_gpu_mem"}
     gpu = _READY_GPU.search(msg)
     if gpu:
         data["available_gpu_mem_gib"] = to_float(gpu.group(1))
@@ -349,6 +349,7 @@ class SGLangLines:
 
     engine = ENGINE
     anchors = ANCHORS
+    joins = True  # EngineLines: wants_join below can say yes
 
     def wants_join(self, text: str) -> bool:
         return cut_short(text, _JOINABLE)
@@ -444,12 +445,14 @@ class SGLangLines:
             return [Parsed(ev.CAPACITY, {"available_kv_gib": _gib(m, 1)})]
         m = _HOST_E4.search(msg)
         if m:
-            return [Parsed(ev.POOL, {"label": "host", "tokens": to_int(m.group(1)), "gib": _gib(m, 2) and
-                                     _gib(m, 2) * 1e9 / (1 << 30), "host_gb": _gib(m, 2)})]
+            host_gb = _gib(m, 2)
+            return [Parsed(ev.POOL, {"label": "host", "tokens": to_int(m.group(1)), "gib": host_gb and
+                                     host_gb * 1e9 / (1 << 30), "host_gb": host_gb})]
         m = _HOST_OLD.search(msg)
         if m:
-            return [Parsed(ev.POOL, {"label": "host", "tokens": None, "gib": _gib(m, 1) and _gib(m, 1) * 1e9 / (1 << 30),
-                                     "host_gb": _gib(m, 1), "what": m.group(2)})]
+            host_gb = _gib(m, 1)
+            return [Parsed(ev.POOL, {"label": "host", "tokens": None, "gib": host_gb and host_gb * 1e9 / (1 << 30),
+                                     "host_gb": host_gb, "what": m.group(2)})]
         m = _MM_RESERVE.search(msg)
         if m:
             return [Parsed(ev.RANK, {"multimodal_reserve_gib": _gib(m, 1)})]

@@ -200,8 +200,8 @@ def sglang_load_events(cfg: dict[str, Any], par: Parallel, plan: QuantPlan, vers
         i += 1
     events += [("free", key, 0) for key in transients]
     for nbytes in repacked:  # Marlin repack: a same-size temporary, copied back into the weight's storage
-        key = book(nbytes)
-        events.append(("free", key, 0))
+        copy = book(nbytes)
+        events.append(("free", copy, 0))
     for nbytes in mla_absorbed_parts(cfg, par, plan, SGLANG_WEIGHTS, stage):
         book(nbytes)
     return events

@@ -217,8 +217,8 @@ def _sg_dsv4_scenario(ctx: Context, k: SglangKnobs, rest_gib: float, basis_free:
     """DeepSeek-V4: the same budget, divided by V4's bytes per full token after its fixed states."""
     dp_groups = ctx.req.dp if k.dp_attention else 1
     requests = max(1, (k.max_running_requests or sg_dsv4.DEFAULT_MAX_RUNNING_REQUESTS) // dp_groups)
-    given_ratio = ctx.settings.get("swa_full_tokens_ratio")
-    ratio = sg_dsv4.SWA_RATIO if given_ratio is None else _float(given_ratio)
+    given_ratio = _float(ctx.settings.get("swa_full_tokens_ratio"))
+    ratio = sg_dsv4.SWA_RATIO if given_ratio is None else given_ratio
     try:
         sz = sg_dsv4.sizing(ctx.mc.cfg, k.version, bool(k.spec), requests, ctx.sm_major, ratio, ctx.req.pp)
     except ValueError as exc:

@@ -46,9 +46,11 @@ class SGLangAdapter:
     def _from_info(cap: Capacity, data: dict[str, Any]) -> None:
         states = data.get("internal_states")
         state = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
-        memory = state.get("memory_usage") if isinstance(state.get("memory_usage"), dict) else {}
+        memory_usage = state.get("memory_usage")
+        memory: dict[str, Any] = memory_usage if isinstance(memory_usage, dict) else {}
         tokens = data.get("max_total_num_tokens") or memory.get("token_capacity")
-        dp = data.get("dp_size") if isinstance(data.get("dp_size"), int) and data.get("dp_size") > 0 else 1
+        dp_size = data.get("dp_size")
+        dp: int = dp_size if isinstance(dp_size, int) and dp_size > 0 else 1
         cap.engines = dp
         if isinstance(tokens, (int, float)):
             cap.extras["max_total_num_tokens"] = int(tokens)

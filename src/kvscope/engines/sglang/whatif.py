@@ -290,7 +290,7 @@ def _weights_growth(cal: Calibration, tp: int, attn_tp: int, notes: list[str]) -
     logged_estimate = weights_estimate_gib(cal.model, sglang_parallel(cal.tp, cal.attn_tp, pp=cal.pp), rules.SGLANG_WEIGHTS)
     new_estimate = weights_estimate_gib(cal.model, sglang_parallel(tp, attn_tp, pp=cal.pp), rules.SGLANG_WEIGHTS)
     delta = None if logged_estimate is None or new_estimate is None else new_estimate - logged_estimate
-    if delta is not None and cal.weights_gib and abs(logged_estimate - cal.weights_gib) > 0.25 * cal.weights_gib:
+    if delta is not None and logged_estimate is not None and cal.weights_gib and abs(logged_estimate - cal.weights_gib) > 0.25 * cal.weights_gib:
         notes.append(f"{change}: the config's estimate at the logged TP ({logged_estimate:.2f} GiB) is far from the "
                      f"{cal.weights_gib:.2f} GiB the log shows; check the model and the logged TP (--assume tp_size=…)")
         delta = None

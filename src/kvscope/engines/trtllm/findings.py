@@ -87,7 +87,7 @@ def _greedy(s: Startup) -> Finding | None:
               f"loaded{basis} — 0.9 unless set — so the pool grows to fill the GPU and another process cannot share it. "
               "Cap it with kv_cache_free_gpu_mem_fraction or max_tokens_in_paged_kv_cache (the smaller wins).")
     sug = None
-    if need and tokens and need < tokens:
+    if need and tokens and need < tokens and batch and seq:  # need already implies batch and seq
         detail += (f" max_batch_size {int(batch):,} × max_seq_len {int(seq):,} = {need:,} tokens is all the engine can "
                    f"hold at once; the pool has {tokens:,}.")
         sug = Suggestion("max_tokens_in_paged_kv_cache", None, need, kv_tokens_after=need)

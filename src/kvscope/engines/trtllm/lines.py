@@ -314,7 +314,7 @@ def _settings(text: str, st: dict[str, Any]) -> list[Parsed]:
         return [Parsed(ev.SETTINGS, {key: to_int(m.group(2))})]
     m = _PY_LIMITS.search(text)
     if m and _is_trtllm(text):
-        data = {"max_seq_len": to_int(m.group(1)), "max_num_requests": to_int(m.group(2)),
+        data: dict[str, Any] = {"max_seq_len": to_int(m.group(1)), "max_num_requests": to_int(m.group(2)),
                 "max_num_tokens": to_int(m.group(3))}
         if m.group(4):
             data["max_batch_size"] = to_int(m.group(4))

@@ -452,7 +452,7 @@ def _explain_init_failure(s: Startup, arch: Architecture | None) -> None:
         return
     m = cap.max_model_len or setting_int(s, "max_model_len") or arch.max_position_embeddings
     need = request_kv_gib(s, arch, m) if m else None
-    if need is None or need <= cap.available_kv_gib:
+    if not m or need is None or need <= cap.available_kv_gib:  # (no m is no need: said for the type checker)
         return
     f.kind = "max-len-too-large"
     f.data.update(inferred=True, max_model_len=m, kv_needed_gib=round(need, 2), available_kv_gib=cap.available_kv_gib,
@@ -809,7 +809,7 @@ def _layout_options(s: Startup, arch: Architecture) -> list[tuple[int, int, bool
     prefixes: list[bool] = [logged] if isinstance(logged, bool) else [False, True]
     spec = s.setting("speculative_config")
     given = spec.get("num_speculative_tokens") or spec.get("num_spec_tokens") if isinstance(spec, dict) else None
-    n_given = int(given) if str(given or "").isdigit() else 0
+    n_given = int(given) if given is not None and str(given or "").isdigit() else 0
     out: list[tuple[int, int, bool | None, str]] = []
     seen: set[int] = set()
     for extra, label in sorted(base, key=lambda o: (o[0] != 0, "MTP" not in o[1])):

@@ -669,6 +669,7 @@ class VLLMLines:
 
     engine = ENGINE
     anchors = ANCHORS
+    joins = True  # EngineLines: wants_join below can say yes
 
     def wants_join(self, text: str) -> bool:
         return cut_short(text, _JOINABLE)

@@ -251,7 +251,7 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
          else f"default for {era.name}"),
         ("weights per rank", -w.gib, w.method),
         *([(f"draft weights ({draft.method}, loaded before profiling)", -draft_gib, draft.weights_from)]
-          if draft_gib else []),
+          if draft_gib and draft is not None else []),  # draft_gib is 0.0 without a draft
         ("rope cos/sin cache (model dtype)", -rope, "computed"),
         (f"activation peak ({act_what})", -act, "estimated"),
         ("non-torch memory charged", -non_torch, nt_how),
