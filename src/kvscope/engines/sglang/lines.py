@@ -10,12 +10,15 @@ without one belongs to the single rank of a TP=1 server.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any
 
 from kvscope.core import events as ev
 from kvscope.engines.base import NUM, LineContext, Parsed, cut_short, to_float, to_int
 from kvscope.engines.common import oom_failure
 from kvscope.engines.lazy import lazy_compile
 from kvscope.engines.sglang.server_args import parse_server_args
+from kvscope.engines.shapes import Shape, first_match
 
 ENGINE = "sglang"
 SINGLE_RANK = "TP0"
@@ -240,38 +243,6 @@ def _ready(msg: str) -> dict:
     return data
 
 
-def _failures(msg: str) -> list[Parsed]:
-    """Memory failures SGLang raises at startup."""
-    if _NOT_ENOUGH.search(msg):
-        cur = _CURRENT_MFS.search(msg)
-        return [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": msg.strip(),
-                                     "mem_fraction_static": to_float(cur.group(1)) if cur else None})]
-    m = _NO_KV_ROOM.search(msg)
-    if m:
-        above = _RAISE_ABOVE.search(msg)
-        return [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": msg.strip(),
-                                     "mem_fraction_static": to_float(m.group(1)),
-                                     "raise_above": to_float(above.group(1)) if above else None})]
-    if _POOL_TOO_SMALL.search(msg):
-        return [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": msg.strip()})]
-    if _MAMBA_NO_ROOM.search(msg):
-        return [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": msg.strip()})]
-    m = _HOST_SHORT.search(msg)
-    if m:
-        return [Parsed(ev.FAILURE, {"kind": "host-memory", "message": msg.strip(),
-                                     "requested_gb": to_float(m.group(1)), "free_gb": to_float(m.group(2))})]
-    m = _GRAPH_FAILED.search(msg)
-    if m:  # SGLang's own wrapper around whatever capture raised; an OOM keeps the sizes torch printed
-        oom = oom_failure(msg) if _OOM_WORDS.search(msg) else None
-        if oom is not None:
-            return [Parsed(ev.FAILURE, {**oom, "stage": "graph-capture"})]
-        return [Parsed(ev.FAILURE, {"kind": "exception", "message": msg.strip(), "stage": "graph-capture",
-                                     "cause": m.group(1).strip() or None})]
-    if _EXCEPTION.search(msg):
-        return [Parsed(ev.FAILURE, {"kind": "exception", "message": msg.strip(), "weak": True})]
-    return []
-
-
 def _device_error(msg: str) -> list[Parsed]:
     """A CUDA/HIP error (not an out-of-memory) stops the startup and names its own cause."""
     m = _DEVICE_ERROR.search(msg)
@@ -378,112 +349,11 @@ class SGLangLines:
             p.timestamp = ts
         return out
 
-    def _parse_message(self, msg: str) -> list[Parsed]:  # noqa: C901 - one flat table of line shapes
-        if "server_args=" in msg:
+    def _parse_message(self, msg: str) -> list[Parsed]:
+        if "server_args=" in msg:  # the launch arguments: a config dump, read field by field, not a line shape
             return parse_server_args(msg)
-        m = _LOAD_BEGIN.search(msg)
-        if m:
-            return [Parsed(ev.PHASE, {"phase": "weights_begin", "pre_load_free_gib": _gib(m, 1)})]
-        m = _LOAD_END.search(msg)
-        if m:
-            return _weights_end(m.group(1))
-        m = _KV_POOL.search(msg)
-        if m:
-            return [Parsed(ev.POOL, _pool(m))]
-        m = _KV_POOL_SHORT.search(msg)
-        if m:
-            return _short_pool(m)
-        m = _POOL_END.search(msg)
-        if m:
-            return [Parsed(ev.PHASE, {"phase": "pool_end", "avail_after_pool_gib": _gib(m, 1)})]
-        m = _GRAPH_END.search(msg)
-        if m:
-            return [Parsed(ev.PHASE, {"phase": "graph_end", **_graph_end(m.group(1), m.group(2))})]
-        m = _GRAPH_BAR.search(msg)
-        if m:
-            return [Parsed(ev.PHASE, {"phase": "graph_progress", "bs": to_int(m.group(1)) if m.group(1) else None,
-                                      "avail_gib": _gib(m, 2), "done": to_int(m.group(3)),
-                                      "total": to_int(m.group(4))})]
-        m = _GRAPH_BEGIN.search(msg)
-        if m:
-            if m.group(2) is None:  # ≤0.4: "Capture cuda graph begin. This can take up to several minutes."
-                return [Parsed(ev.RANK, {"graph_capture_began": True})]
-            return [Parsed(ev.PHASE, {"phase": "graph_begin", "graph": m.group(1).strip() or "decode",
-                                      "avail_gib": _gib(m, 2)})]
-        if _READY.search(msg):
-            return [Parsed(ev.PHASE, {"phase": "ready", **_ready(msg)})]
-        m = _INIT_END.search(msg) or _BASELINE.search(msg)
-        if m:
-            return [Parsed(ev.RANK, {"init_mem_usage_gib": _gib(m, m.lastindex or 1)})]
-        if _INIT_BEGIN.search(msg):
-            return [Parsed(ev.PHASE, {"phase": "runner_init"})]
-        m = _KV_DTYPE.search(msg)
-        if m:
-            return [Parsed(ev.SETTINGS, {"kv_cache_dtype_resolved": m.group(1)})]
-        if _DSV4_CALC.search(msg):
-            return _dsv4_calc(msg)
-        m = _DSV4_SIZES.search(msg)
-        if m:
-            sizes = {f"dsv4_{'sizes_full' if k == 'full' else k}_tokens": to_int(v)
-                     for k, v in _READY_FIELDS.findall(m.group(1))}
-            return [Parsed(ev.RANK, sizes)]
-        m = _SWA_POOL.search(msg)
-        if m:
-            return [Parsed(ev.PHASE, {"phase": "swa_pool", "gib": _gib(m, 1), "swa_tokens": to_int(m.group(2)),
-                                      "full_tokens": to_int(m.group(3))})]
-        m = _SWA_SPLIT.search(msg)
-        if m:
-            return [Parsed(ev.CAPACITY, {"full_layer_tokens": to_int(m.group(1)), "swa_layer_tokens": to_int(m.group(2))})]
-        m = _MAMBA.search(msg)
-        if m:
-            conv, ssm = _gib(m, 2), _gib(m, 3)
-            return [Parsed(ev.POOL, {"label": "mamba", "tokens": None, "k_gib": None, "v_gib": None,
-                                     "gib": (conv or 0) + (ssm or 0), "dtype": None,
-                                     "mamba_slots": to_int(m.group(1))})]
-        m = _KV_AVAILABLE.search(msg)
-        if m:
-            return [Parsed(ev.CAPACITY, {"available_kv_gib": _gib(m, 1)})]
-        m = _HOST_E4.search(msg)
-        if m:
-            host_gb = _gib(m, 2)
-            return [Parsed(ev.POOL, {"label": "host", "tokens": to_int(m.group(1)), "gib": host_gb and
-                                     host_gb * 1e9 / (1 << 30), "host_gb": host_gb})]
-        m = _HOST_OLD.search(msg)
-        if m:
-            host_gb = _gib(m, 1)
-            return [Parsed(ev.POOL, {"label": "host", "tokens": None, "gib": host_gb and host_gb * 1e9 / (1 << 30),
-                                     "host_gb": host_gb, "what": m.group(2)})]
-        m = _MM_RESERVE.search(msg)
-        if m:
-            return [Parsed(ev.RANK, {"multimodal_reserve_gib": _gib(m, 1)})]
-        m = _INPUT_TOO_LONG.search(msg)
-        if m:
-            return [Parsed(ev.CAPACITY, {"max_req_input_len": to_int(m.group(2))}),
-                    Parsed(ev.WARNING, {"code": "input-too-long", "message": msg.strip(),
-                                        "input_tokens": to_int(m.group(1)), "max_input_tokens": to_int(m.group(2))})]
-        m = _MAX_TOTAL_CLAMP.search(msg)
-        if m:
-            profiled = to_int(m.group(2))
-            out = [Parsed(ev.WARNING, {"code": "max-total-tokens-above-profile", "message": msg.strip(),
-                                       "requested": to_int(m.group(1)), "profiled": profiled})]
-            if profiled is not None and profiled <= 0:  # weights + reserve exceed the budget: SGLang raises next
-                out.append(Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": msg.strip(),
-                                               "profiled_tokens": profiled}))
-            return out
-        m = _UNBALANCED.search(msg)
-        if m:
-            return [Parsed(ev.WARNING, {"code": "rank-imbalance", "message": msg.strip(),
-                                        "min_gib": _gib(m, 1), "local_gib": _gib(m, 2)})]
-        m = _VLM_ADJUST.search(msg)
-        if m:
-            return [Parsed(ev.SETTINGS, {"mem_fraction_static": _gib(m, 2), "mem_fraction_static_auto": _gib(m, 1)})]
-        m = _MRR_RESET.search(msg)
-        if m:
-            return [Parsed(ev.SETTINGS, {"max_running_requests": to_int(m.group(1))})]
-        m = _VERSION.search(msg)
-        if m:
-            return [Parsed(ev.VERSION, {"engine_version": m.group(1)})]
-        return _failures(msg)
+        found = first_match(SHAPES, msg)
+        return found if found is not None else []
 
 
 _JOINABLE: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -493,4 +363,181 @@ _JOINABLE: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("max_total_num_tokens=", _READY_GPU),
     ("graph end.", _AVAIL),
     ("server_args=", lazy_compile(r"server_args=(?:ServerArgs\(.*\)|\{.*\})\s*$")),
+)
+
+
+# --- the line shapes, as rows (engines/shapes.py): tried in this order, the first match gives the events ----------
+
+
+def _pool_row(m: re.Match[str], msg: str) -> list[Parsed]:
+    return [Parsed(ev.POOL, _pool(m))]
+
+
+def _graph_begin(m: re.Match[str], msg: str) -> list[Parsed]:
+    if m.group(2) is None:  # ≤0.4: "Capture cuda graph begin. This can take up to several minutes."
+        return [Parsed(ev.RANK, {"graph_capture_began": True})]
+    return [Parsed(ev.PHASE, {"phase": "graph_begin", "graph": m.group(1).strip() or "decode", "avail_gib": _gib(m, 2)})]
+
+
+def _dsv4_sizes(m: re.Match[str], msg: str) -> list[Parsed]:
+    sizes = {f"dsv4_{'sizes_full' if k == 'full' else k}_tokens": to_int(v) for k, v in _READY_FIELDS.findall(m.group(1))}
+    return [Parsed(ev.RANK, sizes)]
+
+
+def _mamba(m: re.Match[str], msg: str) -> list[Parsed]:
+    conv, ssm = _gib(m, 2), _gib(m, 3)
+    return [Parsed(ev.POOL, {"label": "mamba", "tokens": None, "k_gib": None, "v_gib": None,
+                             "gib": (conv or 0) + (ssm or 0), "dtype": None, "mamba_slots": to_int(m.group(1))})]
+
+
+def _host_e4(m: re.Match[str], msg: str) -> list[Parsed]:
+    host_gb = _gib(m, 2)
+    return [Parsed(ev.POOL, {"label": "host", "tokens": to_int(m.group(1)), "gib": host_gb and host_gb * 1e9 / (1 << 30),
+                             "host_gb": host_gb})]
+
+
+def _host_old(m: re.Match[str], msg: str) -> list[Parsed]:
+    host_gb = _gib(m, 1)
+    return [Parsed(ev.POOL, {"label": "host", "tokens": None, "gib": host_gb and host_gb * 1e9 / (1 << 30),
+                             "host_gb": host_gb, "what": m.group(2)})]
+
+
+def _input_too_long(m: re.Match[str], msg: str) -> list[Parsed]:
+    return [Parsed(ev.CAPACITY, {"max_req_input_len": to_int(m.group(2))}),
+            Parsed(ev.WARNING, {"code": "input-too-long", "message": msg.strip(),
+                                "input_tokens": to_int(m.group(1)), "max_input_tokens": to_int(m.group(2))})]
+
+
+def _max_total_clamp(m: re.Match[str], msg: str) -> list[Parsed]:
+    profiled = to_int(m.group(2))
+    out = [Parsed(ev.WARNING, {"code": "max-total-tokens-above-profile", "message": msg.strip(),
+                               "requested": to_int(m.group(1)), "profiled": profiled})]
+    if profiled is not None and profiled <= 0:  # weights + reserve exceed the budget: SGLang raises next
+        out.append(Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": msg.strip(), "profiled_tokens": profiled}))
+    return out
+
+
+def _not_enough(m: re.Match[str], msg: str) -> list[Parsed]:
+    cur = _CURRENT_MFS.search(msg)
+    return [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": msg.strip(),
+                                "mem_fraction_static": to_float(cur.group(1)) if cur else None})]
+
+
+def _no_kv_room(m: re.Match[str], msg: str) -> list[Parsed]:
+    above = _RAISE_ABOVE.search(msg)
+    return [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": msg.strip(),
+                                "mem_fraction_static": to_float(m.group(1)),
+                                "raise_above": to_float(above.group(1)) if above else None})]
+
+
+def _graph_failed(m: re.Match[str], msg: str) -> list[Parsed]:
+    """SGLang's own wrapper around whatever capture raised; an OOM keeps the sizes torch printed."""
+    oom = oom_failure(msg) if _OOM_WORDS.search(msg) else None
+    if oom is not None:
+        return [Parsed(ev.FAILURE, {**oom, "stage": "graph-capture"})]
+    return [Parsed(ev.FAILURE, {"kind": "exception", "message": msg.strip(), "stage": "graph-capture",
+                                "cause": m.group(1).strip() or None})]
+
+
+def _failure(kind: str, **extra: Any) -> Callable[[re.Match[str], str], list[Parsed]]:
+    return lambda m, msg: [Parsed(ev.FAILURE, {"kind": kind, "message": msg.strip(), **extra})]
+
+
+_SOURCE = "SGLang's source wording; no posted log in the corpus prints it yet"
+
+SHAPES: tuple[Shape, ...] = (
+    Shape("load-begin", _LOAD_BEGIN,
+          lambda m, msg: [Parsed(ev.PHASE, {"phase": "weights_begin", "pre_load_free_gib": _gib(m, 1)})],
+          (ev.PHASE,), "all", "Load weight begin. avail mem=23.07 GB"),
+    Shape("load-end", _LOAD_END, lambda m, msg: _weights_end(m.group(1)), (ev.PHASE,), "all",
+          "Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, avail mem=104.22 GB"),
+    Shape("kv-pool", _KV_POOL, _pool_row, (ev.POOL,), "0.4.3–", "KV Cache is allocated. #tokens: 159277, KV size: 10.42 GB"),
+    Shape("kv-pool-cut", _KV_POOL_SHORT, lambda m, msg: _short_pool(m), (ev.POOL,), "0.4.6–",
+          "KV Cache is allocated. #tokens: 300288, K size"),
+    Shape("pool-end", _POOL_END,
+          lambda m, msg: [Parsed(ev.PHASE, {"phase": "pool_end", "avail_after_pool_gib": _gib(m, 1)})],
+          (ev.PHASE,), "0.3–", "Memory pool end. avail mem=11.18 GB"),
+    Shape("graph-end", _GRAPH_END,
+          lambda m, msg: [Parsed(ev.PHASE, {"phase": "graph_end", **_graph_end(m.group(1), m.group(2))})],
+          (ev.PHASE,), "all", "Capture cuda graph end. Time elapsed: 5.92 s. mem usage=1.44 GB. avail mem=37.06 GB."),
+    Shape("graph-progress", _GRAPH_BAR,
+          lambda m, msg: [Parsed(ev.PHASE, {"phase": "graph_progress", "bs": to_int(m.group(1)) if m.group(1) else None,
+                                            "avail_gib": _gib(m, 2), "done": to_int(m.group(3)),
+                                            "total": to_int(m.group(4))})],
+          (ev.PHASE,), "0.4.6–", "Capturing batches (bs=16 avail_mem=13.56 GB):   0%|          | 0/6 [00:00<?, ?it/s]"),
+    Shape("graph-begin", _GRAPH_BEGIN, _graph_begin, (ev.PHASE,), "all",
+          "Capture cuda graph begin. This can take up to several minutes. avail mem=13.95 GB"),
+    Shape("scheduler-ready", _READY, lambda m, msg: [Parsed(ev.PHASE, {"phase": "ready", **_ready(msg)})], (ev.PHASE,),
+          "0.3.6–", "max_total_num_tokens=2261377, chunked_prefill_size=16384, max_prefill_tokens=16384, "
+          "max_running_requests=4096, context_len=128000, available_gpu_mem=37.06 GB"),
+    Shape("init-end", _INIT_END, lambda m, msg: [Parsed(ev.RANK, {"init_mem_usage_gib": _gib(m, m.lastindex or 1)})],
+          (ev.RANK,), "0.4.6–", "Init torch distributed ends. mem usage=0.00 GB"),
+    Shape("memory-baseline", _BASELINE, lambda m, msg: [Parsed(ev.RANK, {"init_mem_usage_gib": _gib(m, 1)})],
+          (ev.RANK,), "0.5.23–", "Memory baseline taken. mem usage=0.52 GB", _SOURCE),
+    Shape("init-begin", _INIT_BEGIN, lambda m, msg: [Parsed(ev.PHASE, {"phase": "runner_init"})], (ev.PHASE,), "all",
+          "Init torch distributed begin."),
+    Shape("kv-dtype", _KV_DTYPE, lambda m, msg: [Parsed(ev.SETTINGS, {"kv_cache_dtype_resolved": m.group(1)})],
+          (ev.SETTINGS,), "0.5.4–0.5.12", "Using KV cache dtype: torch.bfloat16"),
+    Shape("dsv4-calculation", _DSV4_CALC, lambda m, msg: _dsv4_calc(msg), (ev.POOL, ev.RANK), "0.5.15–",
+          "DSV4 memory calculation: bytes_per_full_token=7705.45, available_bytes=11.89 GB, c128_state_fixed=0.11 GB, "
+          "full_token=1641472"),
+    Shape("dsv4-pool-sizes", _DSV4_SIZES, _dsv4_sizes, (ev.RANK,), "0.5.15–",
+          "DSV4 pool sizes: full=1641472, swa=164096, c4=410368, c128=12824, c4_state=10256, c128_state=0"),
+    Shape("swa-pool", _SWA_POOL,
+          lambda m, msg: [Parsed(ev.PHASE, {"phase": "swa_pool", "gib": _gib(m, 1), "swa_tokens": to_int(m.group(2)),
+                                            "full_tokens": to_int(m.group(3))})],
+          (ev.PHASE,), "0.5.2–", "SWAKVPool mem usage: 77.63 GB, swa size: 1496958, full size: 1496958"),
+    Shape("swa-split", _SWA_SPLIT,
+          lambda m, msg: [Parsed(ev.CAPACITY, {"full_layer_tokens": to_int(m.group(1)),
+                                               "swa_layer_tokens": to_int(m.group(2))})],
+          (ev.CAPACITY,), "0.5.2–", "Use sliding window memory pool. full_layer_tokens=318715, swa_layer_tokens=254972"),
+    Shape("mamba-pool", _MAMBA, _mamba, (ev.POOL,), "0.5.3–",
+          "Mamba Cache is allocated. max_mamba_cache_size: 38, conv_state size: 0.03GB, ssm_state size: 2.74GB "),
+    Shape("kv-available", _KV_AVAILABLE, lambda m, msg: [Parsed(ev.CAPACITY, {"available_kv_gib": _gib(m, 1)})],
+          (ev.CAPACITY,), "0.5.14–", "The available memory for KV cache is 17.67 GB."),
+    Shape("host-pool", _HOST_E4, _host_e4, (ev.POOL,), "0.5.18–",
+          "Allocating kv hierarchical KV host pool: 1048576 tokens, 40.00 GB host memory.", _SOURCE),
+    Shape("host-memory", _HOST_OLD, _host_old, (ev.POOL,), "0.4.6–",
+          "Allocating 15.58 GB host memory for hierarchical KV cache."),
+    Shape("multimodal-reserve", _MM_RESERVE,
+          lambda m, msg: [Parsed(ev.RANK, {"multimodal_reserve_gib": _gib(m, 1)})], (ev.RANK,), "0.5.18–",
+          "Reserving 0.10 GB of the KV budget for post-sizing multimodal allocations (feature-transport pools + "
+          "embedding cache)."),
+    Shape("input-too-long", _INPUT_TOO_LONG, _input_too_long, (ev.CAPACITY, ev.WARNING), "0.4–",
+          "Input length (160062 tokens) exceeds the maximum allowed length (59862 tokens). Use a shorter input or "
+          "enable --allow-auto-truncate."),
+    Shape("max-total-clamped", _MAX_TOTAL_CLAMP, _max_total_clamp, (ev.WARNING,), "all",
+          "max_total_tokens=100000 is larger than the profiled value 23063. Use the profiled value instead."),
+    Shape("rank-imbalance", _UNBALANCED,
+          lambda m, msg: [Parsed(ev.WARNING, {"code": "rank-imbalance", "message": msg.strip(),
+                                              "min_gib": _gib(m, 1), "local_gib": _gib(m, 2)})],
+          (ev.WARNING,), "all", "The memory capacity is unbalanced. Some GPUs may be occupied by other processes. "
+          "min_per_gpu_memory=70.12, local_gpu_memory=79.10, local_gpu_memory * 0.9=71.19", _SOURCE),
+    Shape("fraction-adjusted", _VLM_ADJUST,
+          lambda m, msg: [Parsed(ev.SETTINGS, {"mem_fraction_static": _gib(m, 2), "mem_fraction_static_auto": _gib(m, 1)})],
+          (ev.SETTINGS,), "0.4.10–", "Automatically reduce --mem-fraction-static to 0.760 because this is a multimodal model."),
+    Shape("max-running-reset", _MRR_RESET,
+          lambda m, msg: [Parsed(ev.SETTINGS, {"max_running_requests": to_int(m.group(1))})], (ev.SETTINGS,), "0.4.6–",
+          "Max running requests is reset to 48 for speculative decoding.", _SOURCE),
+    Shape("version", _VERSION, lambda m, msg: [Parsed(ev.VERSION, {"engine_version": m.group(1)})], (ev.VERSION,), "all",
+          "sglang version: 0.5.9", _SOURCE),
+    # the memory failures SGLang raises at startup
+    Shape("not-enough-memory", _NOT_ENOUGH, _not_enough, (ev.FAILURE,), "all",
+          "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: "
+          "self.server_args.mem_fraction_static=0.2"),
+    Shape("no-kv-room", _NO_KV_ROOM, _no_kv_room, (ev.FAILURE,), "0.5.14–",
+          "ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.88."),
+    Shape("pool-too-small", _POOL_TOO_SMALL, _failure("not-enough-memory"), (ev.FAILURE,), "all",
+          "AssertionError: Memory pool size is too small", _SOURCE),
+    Shape("mamba-no-room", _MAMBA_NO_ROOM, _failure("not-enough-memory"), (ev.FAILURE,), "0.5.3–",
+          "RuntimeError: Not enough GPU memory for hybrid (mamba/linear-attention) state cache", _SOURCE),
+    Shape("host-memory-short", _HOST_SHORT,
+          lambda m, msg: [Parsed(ev.FAILURE, {"kind": "host-memory", "message": msg.strip(),
+                                              "requested_gb": to_float(m.group(1)), "free_gb": to_float(m.group(2))})],
+          (ev.FAILURE,), "0.4.6–", "ValueError: Not enough host memory available. Requesting 40.00 GB but only have "
+          "44.87 GB free. Please reduce the size of the hierarchical cache."),
+    Shape("graph-capture-failed", _GRAPH_FAILED, _graph_failed, (ev.FAILURE,), "all",
+          "Exception: Capture cuda graph failed: "),
+    Shape("scheduler-exception", _EXCEPTION, _failure("exception", weak=True), (ev.FAILURE,), "all",
+          "Scheduler hit an exception: Traceback (most recent call last):"),
 )
