@@ -456,11 +456,12 @@ def test_kv_cache_memory_flag_follows_the_logged_version():
 
 def test_killed_suggests_swap_space_only_to_v0():
     from kvscope.engines.vllm.findings import _killed
+    from kvscope.engines.vllm.state import state
 
     s = _one("219")
-    s.assumptions["_vllm_era"] = "V1 0.9.1–0.17"
+    state(s).era = "V1 0.9.1–0.17"
     assert "--swap-space" not in _killed(s).detail
-    s.assumptions["_vllm_era"] = "V0 0.6.5–0.10"
+    state(s).era = "V0 0.6.5–0.10"
     assert "--swap-space" in _killed(s).detail
 
 

@@ -319,7 +319,9 @@ def test_monarch_prefix_and_version_banner():
 
 def test_era_inferred_from_wording():
     assert one("002").era == "V0 0.6.4"
-    assert one("025").assumptions["_version_clues"]
+    from kvscope.engines.vllm.state import state
+
+    assert state(one("025")).version_clues
 
 
 def test_restart_in_one_file_splits(tmp_path):

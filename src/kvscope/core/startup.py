@@ -124,6 +124,14 @@ class Rank:
                       "cuda_graph_gib", "avail_at_ready_gib")
         )
 
+    def how(self, key: str) -> str:
+        """Where a rank field's value came from, in one place: "assumed" (the user's --assume), "derived"
+        (kvscope computed it) or "read" (the log printed it). The JSON's ``derived`` list names every field not
+        read, assumed ones included, as the contract says; the ledger and the reports say which of the two."""
+        if key in (self.extras.get("assumed") or ()):
+            return "assumed"
+        return "derived" if key in self.derived else "read"
+
     def set_derived(self, key: str, value: float | None) -> None:
         """Fill a contract field kvscope computed (never overwrites a read figure)."""
         if value is None or getattr(self, key) is not None:
@@ -135,8 +143,8 @@ class Rank:
 
 class LedgerRows:
     """A rank's ledger as an engine's finish step writes it, top to bottom. A figure that is None
-    makes no row; a row is "derived" when kvscope computed the rank field ``key`` (``Rank.derived``),
-    else "read", unless ``how`` names it ("assumed", "derived", "estimated")."""
+    makes no row; a row says where the rank field ``key`` came from (``Rank.how``: read, derived or
+    assumed), unless ``how`` names it ("assumed", "derived", "estimated")."""
 
     def __init__(self, rank: Rank) -> None:
         self.rank = rank
@@ -145,7 +153,7 @@ class LedgerRows:
     def add(self, item: str, gib: float | None, key: str | None = None, note: str = "", how: str | None = None) -> None:
         if gib is None:
             return
-        kind = how or ("derived" if key and key in self.rank.derived else "read")
+        kind = how or (self.rank.how(key) if key else "read")
         self.rows.append(LedgerRow(item, gib, kind, note))
 
 
@@ -245,6 +253,9 @@ class Startup:
     runtime: Any = None
     started_at: str | None = None
     answer: Answer | None = None
+    # the engine's own typed record of what its finish step worked out (engines/<engine>/state.py): no log figure
+    # and no assumption of the user's, so never serialised
+    engine_state: Any = None
 
     def rank(self, label: str) -> Rank:
         """Get or create a rank by label, keeping first-seen order."""

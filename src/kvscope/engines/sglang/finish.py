@@ -12,6 +12,7 @@ from kvscope.engines.sglang.dsv4 import PAGE as DSV4_PAGE_TOKENS
 from kvscope.engines.sglang.eras import VersionRange, era_for, infer_version_range, parse_version
 from kvscope.engines.sglang.lines import DSV4_POOL
 from kvscope.engines.sglang.rules import GIB, Interval
+from kvscope.engines.sglang.state import state
 from kvscope.model.arch import dtype_bytes
 from kvscope.model.catalog import load_architecture
 
@@ -122,7 +123,7 @@ def attn_tp_size(s: Startup) -> int:
 
 def page_size(s: Startup) -> int:
     """--page-size as logged; DSA models get 64 on CUDA when unset (SGLang forces it)."""
-    return _int_setting(s, "page_size") or s.assumptions.get("_page_size_default") or 1
+    return _int_setting(s, "page_size") or state(s).page_size_default or 1
 
 
 def kv_dtype_name(s: Startup) -> str | None:
@@ -159,7 +160,7 @@ def finish(s: Startup) -> None:
     logged = parse_version(s.engine_version)
     era = era_for(logged) if logged else vr.eras[-1] if vr.eras else era_for((0, 5, 9))
     s.era = f"{era.name}" if logged else vr.label()
-    s.assumptions.setdefault("_version_clues", vr.clues or [])
+    state(s).version_clues = list(vr.clues or [])
     for r in s.ranks:
         _derive_rank(r)
     ref = s.reference_rank
@@ -299,7 +300,7 @@ def _reconcile(s: Startup, era) -> rules.CellSize | None:
     if arch is not None and arch.attention == "mla" and target.k_gib is not None and target.gib is None:
         arch = None  # an MHA-shaped pool line under an MLA config: the config is not this model
     if arch is not None and arch.index_head_dim and _int_setting(s, "page_size") is None:
-        s.assumptions["_page_size_default"] = 64  # "Setting page size to 64 for DeepSeek DSA."
+        state(s).page_size_default = 64  # "Setting page size to 64 for DeepSeek DSA."
         page = 64
     checks: list[str] = []
     consistent: list[bool] = []

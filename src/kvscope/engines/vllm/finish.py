@@ -23,6 +23,7 @@ from kvscope.engines.common import ServingLoop, serving_crash
 from kvscope.engines.vllm import eras, rules
 from kvscope.engines.vllm.eras import Era
 from kvscope.engines.vllm.rules import GIB, HALF_CENT
+from kvscope.engines.vllm.state import state
 from kvscope.model.arch import Architecture, dtype_bytes, linear_state_from_config
 from kvscope.model.catalog import catalog_entry, load_architecture
 
@@ -52,18 +53,13 @@ def tp_size(s: Startup) -> int:
     if logged:
         return logged
     tps = {p for r in s.ranks for p in r.rank.split() if p.startswith("TP")}
-    tps |= set(_labels(s, "_vllm_tp_labels"))  # counted before ranks without figures were dropped
-    workers = s.assumptions.get("_vllm_workers")
-    if isinstance(workers, int) and not pp_size_logged(s):
+    tps |= set(state(s).tp_labels)  # counted before ranks without figures were dropped
+    workers = state(s).workers
+    if workers is not None and not pp_size_logged(s):
         return max(1, workers)  # counted before ranks without figures were dropped (see _drop_empty_ranks)
     if any(r.rank.startswith("pid=") for r in s.ranks) and not pp_size_logged(s):
         return max(1, len(s.ranks))  # V0 / Ray workers carry only a pid: each is one more TP rank
     return max(1, len(tps))
-
-
-def _labels(s: Startup, key: str) -> list[str]:
-    value = s.assumptions.get(key)
-    return [str(v) for v in value] if isinstance(value, list) else []
 
 
 def pp_size_logged(s: Startup) -> int | None:
@@ -75,7 +71,7 @@ def pp_size(s: Startup) -> int:
     if logged:
         return logged
     pps = {p for r in s.ranks for p in r.rank.split() if p.startswith("PP")}
-    pps |= set(_labels(s, "_vllm_pp_labels"))
+    pps |= set(state(s).pp_labels)
     return max(1, len(pps), 1 + max((int(p[2:]) for p in pps), default=0))
 
 
@@ -90,7 +86,7 @@ def total_gib(s: Startup, r: Rank | None = None) -> float | None:
 
 
 def era_of(s: Startup) -> Era:
-    name = s.assumptions.get("_vllm_era")
+    name = state(s).era
     return next((e for e in eras.ERAS if e.name == name), eras.ERAS[-1])
 
 
@@ -102,8 +98,7 @@ def graphs_inside(s: Startup) -> bool | None:
         return said  # the log's own advisory says whether the estimate was applied in this run
     if ref is not None and ref.extras.get("util_equivalent_without_graph_profiling") is not None:
         return True  # the advisory is printed only when the estimate is applied
-    value = s.assumptions.get("_vllm_graphs_inside")
-    return value if isinstance(value, bool) else None
+    return state(s).graphs_inside
 
 
 def model_name(s: Startup) -> str | None:
@@ -185,15 +180,14 @@ def _drop_empty_ranks(s: Startup) -> None:
         return
     # The TP/PP labels of every rank seen, dropped ones included: a TP4 log whose TP1-3 only announced graph
     # capture is still TP4 (tp_size, pp_size).
-    for key, prefix in (("_vllm_tp_labels", "TP"), ("_vllm_pp_labels", "PP")):
-        labels = sorted({p for r in s.ranks for p in r.rank.split() if p.startswith(prefix)})
-        if labels:
-            s.assumptions[key] = labels
+    st = state(s)
+    st.tp_labels = sorted({p for r in s.ranks for p in r.rank.split() if p.startswith("TP")})
+    st.pp_labels = sorted({p for r in s.ranks for p in r.rank.split() if p.startswith("PP")})
     if any(r.rank.startswith("pid=") for r in s.ranks):
         kept = len(s.ranks) - len(empty)
-        s.assumptions["_vllm_workers"] = kept + sum(r.rank.startswith("pid=") for r in empty)
+        st.workers = kept + sum(r.rank.startswith("pid=") for r in empty)
     if any(r.extras.get("graph_capture_started") for r in empty):
-        s.assumptions["_vllm_graph_capture_started"] = True
+        st.graph_capture_started = True
     s.ranks = [r for r in s.ranks if r not in empty]
 
 
@@ -246,10 +240,11 @@ def finish(s: Startup) -> None:
     inferred = eras.infer([e.text for e in s.evidence], eras.parse_version(s.engine_version))
     era = inferred.eras[-1] if inferred.eras else eras.ERAS[-1]
     s.era = inferred.label()
-    s.assumptions["_vllm_era"] = era.name
+    st = state(s)
+    st.era = era.name
     inside = {e.graphs_in_budget for e in inferred.eras}
-    s.assumptions["_vllm_graphs_inside"] = inside.pop() if len(inside) == 1 else None
-    s.assumptions.setdefault("_version_clues", inferred.clues)
+    st.graphs_inside = inside.pop() if len(inside) == 1 else None
+    st.version_clues = list(inferred.clues or [])
     _settings(s, inferred.eras)
     for r in s.ranks:
         _derive_rank(s, r)
@@ -372,7 +367,7 @@ def _capacity(s: Startup) -> None:
 
 def _capture_unfinished(s: Startup) -> bool:
     started = any(r.extras.get("graph_capture_started") for r in s.ranks) or bool(
-        s.assumptions.get("_vllm_graph_capture_started"))
+        state(s).graph_capture_started)
     done = any(r.extras.get("graph_capture_done") for r in s.ranks) or s.capacity.extras.get("ready")
     return started and not done
 

@@ -16,12 +16,14 @@ a worker's ERROR-level traceback, "hit an exception", or the shell's "Killed" ar
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from kvscope.core import events as ev
 from kvscope.engines.base import NUM, LineContext, Parsed, cut_short, to_float, to_int
 from kvscope.engines.common import oom_failure
 from kvscope.engines.lazy import lazy_compile
+from kvscope.engines.shapes import Shape, first_match
 from kvscope.engines.vllm import args as vargs
 from kvscope.engines.vllm.rules import classify_shortfall
 
@@ -572,48 +574,83 @@ def _with_model(out: list[Parsed], settings: dict[str, Any]) -> list[Parsed]:
     return out
 
 
-def _failures(msg: str) -> list[Parsed]:  # noqa: C901 - one flat table of error shapes
-    text = msg.strip()[:600]
-    m = _V1_MAX_LEN.search(msg)
-    if m:
-        data = {"max_model_len": to_int(m.group(1)), "kv_needed_gib": _f(m, 2), "available_kv_gib": _f(m, 3)}
-        est = _ESTIMATED.search(msg)
-        if est:
-            data["estimated_max_model_len"] = to_int(est.group(1))
-        return [Parsed(ev.FAILURE, {"kind": "max-len-too-large", "message": text, **data}),
-                Parsed(ev.CAPACITY, {k: v for k, v in data.items() if k != "kv_needed_gib"})]
-    m = _ESTIMATED.search(msg)
-    if m:  # the tail of a V1 max-len error the poster broke onto its own line
-        return [Parsed(ev.CAPACITY, {"estimated_max_model_len": to_int(m.group(1))})]
-    m = _V0_MAX_LEN.search(msg)
-    if m:
-        data = {"max_model_len": to_int(m.group(1)), "kv_tokens": to_int(m.group(2))}
-        return [Parsed(ev.FAILURE, {"kind": "max-len-too-large", "message": text, **data}), Parsed(ev.CAPACITY, data)]
-    if _NO_CACHE_MEMORY.search(msg):
-        return [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": text})]
-    m = _FREE_SHORT.search(msg)
-    if m:
-        free, total, util, requested = _f(m, 1), _f(m, 2), _f(m, 4), _f(m, 5)
-        kind = classify_shortfall(free, total, device=m.group(3).lower())
-        return [Parsed(ev.FAILURE, {"kind": kind, "message": text, "free_gib": free, "total_gib": total,
-                                    "gpu_memory_utilization": util, "requested_gib": requested, "device": m.group(3)}),
-                Parsed(ev.RANK, {"total_gib": total, "init_free_gib": free, "usable_gib": requested}),
-                Parsed(ev.SETTINGS, {"gpu_memory_utilization": util})]
-    m = _PROFILE_ERROR.search(msg)
-    if m:
-        return [Parsed(ev.FAILURE, {"kind": "multi-instance-contention", "message": text,
-                                    "init_free_gib": _f(m, 1), "current_free_gib": _f(m, 2)})]
-    if _AUTO_FIT_FAIL.search(msg):
-        return [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": text})]
-    m = _SWAP_TOO_LARGE.search(msg)
-    if m:
-        return [Parsed(ev.FAILURE, {"kind": "host-memory", "message": text, "swap_gib": _f(m, 1), "host_gib": _f(m, 2)})]
-    m = _SWAP_WARN.search(msg)
-    if m:
-        return [Parsed(ev.WARNING, {"code": "swap-space-large", "message": text, "swap_gib": _f(m, 1), "host_gib": _f(m, 2)})]
-    if _INIT_FAILED.search(msg):
-        return [Parsed(ev.FAILURE, {"kind": "exception", "message": text, "weak": True, "engine_init": True})]
-    return []
+def _v1_max_len(m: re.Match[str], msg: str) -> list[Parsed]:
+    data = {"max_model_len": to_int(m.group(1)), "kv_needed_gib": _f(m, 2), "available_kv_gib": _f(m, 3)}
+    est = _ESTIMATED.search(msg)
+    if est:
+        data["estimated_max_model_len"] = to_int(est.group(1))
+    return [Parsed(ev.FAILURE, {"kind": "max-len-too-large", "message": _text(msg), **data}),
+            Parsed(ev.CAPACITY, {k: v for k, v in data.items() if k != "kv_needed_gib"})]
+
+
+def _v0_max_len(m: re.Match[str], msg: str) -> list[Parsed]:
+    data = {"max_model_len": to_int(m.group(1)), "kv_tokens": to_int(m.group(2))}
+    return [Parsed(ev.FAILURE, {"kind": "max-len-too-large", "message": _text(msg), **data}), Parsed(ev.CAPACITY, data)]
+
+
+def _free_short(m: re.Match[str], msg: str) -> list[Parsed]:
+    free, total, util, requested = _f(m, 1), _f(m, 2), _f(m, 4), _f(m, 5)
+    kind = classify_shortfall(free, total, device=m.group(3).lower())
+    return [Parsed(ev.FAILURE, {"kind": kind, "message": _text(msg), "free_gib": free, "total_gib": total,
+                                "gpu_memory_utilization": util, "requested_gib": requested, "device": m.group(3)}),
+            Parsed(ev.RANK, {"total_gib": total, "init_free_gib": free, "usable_gib": requested}),
+            Parsed(ev.SETTINGS, {"gpu_memory_utilization": util})]
+
+
+def _text(msg: str) -> str:
+    return msg.strip()[:600]
+
+
+def _failed(kind: str, **extra: Any) -> Callable[[re.Match[str], str], list[Parsed]]:
+    return lambda m, msg: [Parsed(ev.FAILURE, {"kind": kind, "message": _text(msg), **extra})]
+
+
+_SOURCE = "vLLM's source wording; no posted log in the corpus prints it yet"
+
+# vLLM's errors (and two warnings about them), as rows (engines/shapes.py): tried in order, the first match wins
+FAILURE_SHAPES: tuple[Shape, ...] = (
+    Shape("v1-max-len", _V1_MAX_LEN, _v1_max_len, (ev.FAILURE, ev.CAPACITY), "0.7–",
+          "To serve at least one request with the models's max seq len (32768), (4.50 GiB KV cache is needed, which is "
+          "larger than the available KV cache memory (3.58 GiB). Based on the available memory, the estimated maximum "
+          "model length is 26032"),
+    # the tail of a V1 max-len error the poster broke onto its own line
+    Shape("estimated-max-len", _ESTIMATED,
+          lambda m, msg: [Parsed(ev.CAPACITY, {"estimated_max_model_len": to_int(m.group(1))})], (ev.CAPACITY,), "0.7–",
+          "Based on the available memory, the estimated maximum model length is 810208."),
+    Shape("v0-max-len", _V0_MAX_LEN, _v0_max_len, (ev.FAILURE, ev.CAPACITY), "0.2–0.10",
+          "The model's max seq len (8192) is larger than the maximum number of tokens that can be stored in KV cache "
+          "(4512). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."),
+    Shape("no-cache-memory", _NO_CACHE_MEMORY, _failed("not-enough-memory"), (ev.FAILURE,), "0.2–",
+          "ValueError: No available memory for the cache blocks. Try i"),
+    Shape("free-memory-short", _FREE_SHORT, _free_short, (ev.FAILURE, ev.RANK, ev.SETTINGS), "0.8–",
+          "ValueError: Free memory on device (59.32/79.15 GiB) on startup is less than desired GPU memory utilization "
+          "(0.9, 71.24 GiB). Decrease GPU memory utilization or reduce GP"),
+    Shape("profiling-error", _PROFILE_ERROR,
+          lambda m, msg: [Parsed(ev.FAILURE, {"kind": "multi-instance-contention", "message": _text(msg),
+                                              "init_free_gib": _f(m, 1), "current_free_gib": _f(m, 2)})],
+          (ev.FAILURE,), "0.6–0.10", "AssertionError: Error in memory profiling. Initial free memory 70.52 GiB, current "
+          "free memory 75.18 GiB. This happens when the GPU memory was not properly cleaned up before initializing the "
+          "vLLM instance.", _SOURCE),
+    Shape("auto-fit-failed", _AUTO_FIT_FAIL, _failed("not-enough-memory"), (ev.FAILURE,), "0.30–",
+          "ValueError: Cannot auto-fit max_model_len: not enough GPU memory", _SOURCE),
+    Shape("swap-too-large", _SWAP_TOO_LARGE,
+          lambda m, msg: [Parsed(ev.FAILURE, {"kind": "host-memory", "message": _text(msg), "swap_gib": _f(m, 1),
+                                              "host_gib": _f(m, 2)})],
+          (ev.FAILURE,), "0.2–0.10", "ValueError: Too large swap space. 128.00 GiB out of the 125.68 GiB total CPU memory "
+          "is allocated for the swap space.", _SOURCE),
+    Shape("swap-large", _SWAP_WARN,
+          lambda m, msg: [Parsed(ev.WARNING, {"code": "swap-space-large", "message": _text(msg), "swap_gib": _f(m, 1),
+                                              "host_gib": _f(m, 2)})],
+          (ev.WARNING,), "0.2–0.10", "Possibly too large swap space. 64.00 GiB out of the 125.68 GiB total CPU memory is "
+          "allocated for the swap space.", _SOURCE),
+    Shape("engine-init-failed", _INIT_FAILED, _failed("exception", weak=True, engine_init=True), (ev.FAILURE,), "0.8–",
+          "EngineCore failed to start."),
+)
+
+
+def _failures(msg: str) -> list[Parsed]:
+    found = first_match(FAILURE_SHAPES, msg)
+    return found if found is not None else []
 
 
 def _own_oom(msg: str, prefixed: bool) -> list[Parsed]:
