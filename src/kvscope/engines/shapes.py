@@ -22,8 +22,8 @@ CORPUS = "corpus"  # the sample is a line of a real log under tests/fixtures
 @dataclass(frozen=True)
 class Shape:
     """One wording: its name, its pattern (searched, not anchored: prefixes and pastes vary), how a match becomes
-    events, the event kinds it yields (``core/events.py``), the releases that print it (an SGLang-style range,
-    "0.4.6–" or "0.2.9–0.4.0"), and a real sample message (the line after its prefix)."""
+    events, the event kinds it yields (``core/events.py``), the releases that print it ("0.4.6–", "0.2.9–0.4.0",
+    "all", or "undated" where no source dates it yet), and a real sample message (the line after its prefix)."""
 
     name: str
     pattern: re.Pattern[str]
@@ -34,6 +34,15 @@ class Shape:
     sample_from: str = CORPUS  # else where the wording is quoted from (a source file of the engine)
 
 
+@dataclass(frozen=True)
+class Shapes:
+    """One table of an engine's rows and how it is read: the first matching row's events (a line has one
+    shape), or, with ``every``, the events of every matching row (a line can carry several facts)."""
+
+    rows: tuple[Shape, ...]
+    every: bool = False
+
+
 def first_match(shapes: Sequence[Shape], msg: str) -> list[Parsed] | None:
     """The events of the first row whose pattern is in ``msg``; None when no row is."""
     for shape in shapes:
@@ -41,3 +50,24 @@ def first_match(shapes: Sequence[Shape], msg: str) -> list[Parsed] | None:
         if m:
             return shape.build(m, msg)
     return None
+
+
+def every_match(shapes: Sequence[Shape], msg: str, merged: str) -> list[Parsed]:
+    """The events of every row whose pattern is in ``msg``, in row order, for a table whose rows each read one
+    fact of lines that can carry several (vLLM's merged capacity line: tokens and concurrency): the events of
+    kind ``merged`` become one, its fields in row order (a later row's value wins), where the first one was."""
+    out: list[Parsed] = []
+    one: Parsed | None = None
+    for shape in shapes:
+        m = shape.pattern.search(msg)
+        if not m:
+            continue
+        for p in shape.build(m, msg):
+            if p.kind != merged:
+                out.append(p)
+            elif one is None:
+                one = Parsed(merged, dict(p.data))
+                out.append(one)
+            else:
+                one.data.update(p.data)
+    return out

@@ -11,16 +11,16 @@ from functools import cache
 
 import pytest
 
-from kvscope.engines.shapes import CORPUS, Shape, first_match
+from kvscope.engines.shapes import CORPUS, Shapes, first_match
 from tests.conftest import FIXTURES
 
 ENGINES = ("sglang", "vllm", "llamacpp", "trtllm")
-_RELEASES = re.compile(r"^(?:all|\d+\.\d+(?:\.\d+)?–(?:\d+\.\d+(?:\.\d+)?)?)$")
+_RELEASES = re.compile(r"^(?:all|undated|\d+\.\d+(?:\.\d+)?–(?:\d+\.\d+(?:\.\d+)?)?)$")
 
 
-def _tables(engine: str) -> dict[str, tuple[Shape, ...]]:
+def _tables(engine: str) -> dict[str, Shapes]:
     module = importlib.import_module(f"kvscope.engines.{engine}.lines")
-    return {name: rows for name, rows in vars(module).items() if name.endswith("SHAPES") and isinstance(rows, tuple)}
+    return {name: table for name, table in vars(module).items() if isinstance(table, Shapes)}
 
 
 @cache
@@ -34,7 +34,7 @@ def _corpus_text() -> str:
 
 
 TABLES = [(engine, name) for engine in ENGINES for name in _tables(engine)]
-ROWS = [(engine, name, i, shape) for engine, name in TABLES for i, shape in enumerate(_tables(engine)[name])]
+ROWS = [(engine, name, i, shape) for engine, name in TABLES for i, shape in enumerate(_tables(engine)[name].rows)]
 IDS = [f"{e}.{t}:{s.name}" for e, t, _, s in ROWS]
 
 
@@ -44,11 +44,15 @@ def test_the_engines_that_have_tables():
 
 @pytest.mark.parametrize(("engine", "table", "index", "shape"), ROWS, ids=IDS)
 def test_a_row_matches_its_sample_and_yields_what_it_says(engine, table, index, shape):
-    rows = _tables(engine)[table]
-    assert shape.pattern.search(shape.sample), "the row's pattern does not match its own sample"
-    taken_by = next(i for i, row in enumerate(rows) if row.pattern.search(shape.sample))
-    assert taken_by == index, f"an earlier row ({rows[taken_by].name}) takes this sample"
-    events = first_match(rows, shape.sample)
+    shapes = _tables(engine)[table]
+    m = shape.pattern.search(shape.sample)
+    assert m, "the row's pattern does not match its own sample"
+    if shapes.every:  # every matching row adds its events: the row's own reading of its sample is what counts
+        events = shape.build(m, shape.sample)
+    else:  # the first match wins: no earlier row may take this row's lines
+        taken_by = next(i for i, row in enumerate(shapes.rows) if row.pattern.search(shape.sample))
+        assert taken_by == index, f"an earlier row ({shapes.rows[taken_by].name}) takes this sample"
+        events = first_match(shapes.rows, shape.sample)
     assert events and sorted({p.kind for p in events}) == sorted(set(shape.yields))
 
 
@@ -62,6 +66,19 @@ def test_a_sample_is_real(engine, table, index, shape):
 
 @pytest.mark.parametrize(("engine", "table"), TABLES)
 def test_rows_are_named_once_with_readable_releases(engine, table):
-    rows = _tables(engine)[table]
+    rows = _tables(engine)[table].rows
     assert len({r.name for r in rows}) == len(rows)
     assert all(_RELEASES.match(r.releases) for r in rows), [r.releases for r in rows if not _RELEASES.match(r.releases)]
+
+
+def test_a_line_with_two_facts_gives_one_capacity_event():
+    """vLLM 0.28+ prints tokens and concurrency on one line: both rows of the every-match table read it, and their
+    fields merge into one CAPACITY event (a real line from a harvested log)."""
+    from kvscope.engines.shapes import every_match
+    from kvscope.engines.vllm.lines import CAPACITY_SHAPES
+
+    line = "GPU KV cache size: 1,196,643 tokens, Maximum concurrency for 1,048,576 tokens per request: 1.14x"
+    assert line in _corpus_text()
+    events = every_match(CAPACITY_SHAPES.rows, line, "capacity")
+    assert [p.kind for p in events] == ["capacity"]
+    assert events[0].data == {"kv_tokens": 1_196_643, "max_model_len": 1_048_576, "max_concurrency": 1.14}

@@ -18,7 +18,7 @@ from kvscope.engines.base import NUM, LineContext, Parsed, cut_short, to_float, 
 from kvscope.engines.common import oom_failure
 from kvscope.engines.lazy import lazy_compile
 from kvscope.engines.sglang.server_args import parse_server_args
-from kvscope.engines.shapes import Shape, first_match
+from kvscope.engines.shapes import Shape, Shapes, first_match
 
 ENGINE = "sglang"
 SINGLE_RANK = "TP0"
@@ -352,7 +352,7 @@ class SGLangLines:
     def _parse_message(self, msg: str) -> list[Parsed]:
         if "server_args=" in msg:  # the launch arguments: a config dump, read field by field, not a line shape
             return parse_server_args(msg)
-        found = first_match(SHAPES, msg)
+        found = first_match(SHAPES.rows, msg)
         return found if found is not None else []
 
 
@@ -445,14 +445,14 @@ def _failure(kind: str, **extra: Any) -> Callable[[re.Match[str], str], list[Par
 
 _SOURCE = "SGLang's source wording; no posted log in the corpus prints it yet"
 
-SHAPES: tuple[Shape, ...] = (
+SHAPES = Shapes((
     Shape("load-begin", _LOAD_BEGIN,
           lambda m, msg: [Parsed(ev.PHASE, {"phase": "weights_begin", "pre_load_free_gib": _gib(m, 1)})],
           (ev.PHASE,), "all", "Load weight begin. avail mem=23.07 GB"),
     Shape("load-end", _LOAD_END, lambda m, msg: _weights_end(m.group(1)), (ev.PHASE,), "all",
           "Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, avail mem=104.22 GB"),
     Shape("kv-pool", _KV_POOL, _pool_row, (ev.POOL,), "0.4.3–", "KV Cache is allocated. #tokens: 159277, KV size: 10.42 GB"),
-    Shape("kv-pool-cut", _KV_POOL_SHORT, lambda m, msg: _short_pool(m), (ev.POOL,), "0.4.6–",
+    Shape("kv-pool-cut", _KV_POOL_SHORT, lambda m, msg: _short_pool(m), (ev.POOL,), "0.4.3–",
           "KV Cache is allocated. #tokens: 300288, K size"),
     Shape("pool-end", _POOL_END,
           lambda m, msg: [Parsed(ev.PHASE, {"phase": "pool_end", "avail_after_pool_gib": _gib(m, 1)})],
@@ -464,7 +464,7 @@ SHAPES: tuple[Shape, ...] = (
           lambda m, msg: [Parsed(ev.PHASE, {"phase": "graph_progress", "bs": to_int(m.group(1)) if m.group(1) else None,
                                             "avail_gib": _gib(m, 2), "done": to_int(m.group(3)),
                                             "total": to_int(m.group(4))})],
-          (ev.PHASE,), "0.4.6–", "Capturing batches (bs=16 avail_mem=13.56 GB):   0%|          | 0/6 [00:00<?, ?it/s]"),
+          (ev.PHASE,), "undated", "Capturing batches (bs=16 avail_mem=13.56 GB):   0%|          | 0/6 [00:00<?, ?it/s]"),
     Shape("graph-begin", _GRAPH_BEGIN, _graph_begin, (ev.PHASE,), "all",
           "Capture cuda graph begin. This can take up to several minutes. avail mem=13.95 GB"),
     Shape("scheduler-ready", _READY, lambda m, msg: [Parsed(ev.PHASE, {"phase": "ready", **_ready(msg)})], (ev.PHASE,),
@@ -478,32 +478,32 @@ SHAPES: tuple[Shape, ...] = (
           "Init torch distributed begin."),
     Shape("kv-dtype", _KV_DTYPE, lambda m, msg: [Parsed(ev.SETTINGS, {"kv_cache_dtype_resolved": m.group(1)})],
           (ev.SETTINGS,), "0.5.4–0.5.12", "Using KV cache dtype: torch.bfloat16"),
-    Shape("dsv4-calculation", _DSV4_CALC, lambda m, msg: _dsv4_calc(msg), (ev.POOL, ev.RANK), "0.5.15–",
+    Shape("dsv4-calculation", _DSV4_CALC, lambda m, msg: _dsv4_calc(msg), (ev.POOL, ev.RANK), "undated",
           "DSV4 memory calculation: bytes_per_full_token=7705.45, available_bytes=11.89 GB, c128_state_fixed=0.11 GB, "
           "full_token=1641472"),
-    Shape("dsv4-pool-sizes", _DSV4_SIZES, _dsv4_sizes, (ev.RANK,), "0.5.15–",
+    Shape("dsv4-pool-sizes", _DSV4_SIZES, _dsv4_sizes, (ev.RANK,), "undated",
           "DSV4 pool sizes: full=1641472, swa=164096, c4=410368, c128=12824, c4_state=10256, c128_state=0"),
     Shape("swa-pool", _SWA_POOL,
           lambda m, msg: [Parsed(ev.PHASE, {"phase": "swa_pool", "gib": _gib(m, 1), "swa_tokens": to_int(m.group(2)),
                                             "full_tokens": to_int(m.group(3))})],
-          (ev.PHASE,), "0.5.2–", "SWAKVPool mem usage: 77.63 GB, swa size: 1496958, full size: 1496958"),
+          (ev.PHASE,), "undated", "SWAKVPool mem usage: 77.63 GB, swa size: 1496958, full size: 1496958"),
     Shape("swa-split", _SWA_SPLIT,
           lambda m, msg: [Parsed(ev.CAPACITY, {"full_layer_tokens": to_int(m.group(1)),
                                                "swa_layer_tokens": to_int(m.group(2))})],
           (ev.CAPACITY,), "0.5.2–", "Use sliding window memory pool. full_layer_tokens=318715, swa_layer_tokens=254972"),
-    Shape("mamba-pool", _MAMBA, _mamba, (ev.POOL,), "0.5.3–",
+    Shape("mamba-pool", _MAMBA, _mamba, (ev.POOL,), "undated",
           "Mamba Cache is allocated. max_mamba_cache_size: 38, conv_state size: 0.03GB, ssm_state size: 2.74GB "),
     Shape("kv-available", _KV_AVAILABLE, lambda m, msg: [Parsed(ev.CAPACITY, {"available_kv_gib": _gib(m, 1)})],
-          (ev.CAPACITY,), "0.5.14–", "The available memory for KV cache is 17.67 GB."),
+          (ev.CAPACITY,), "undated", "The available memory for KV cache is 17.67 GB."),
     Shape("host-pool", _HOST_E4, _host_e4, (ev.POOL,), "0.5.18–",
           "Allocating kv hierarchical KV host pool: 1048576 tokens, 40.00 GB host memory.", _SOURCE),
-    Shape("host-memory", _HOST_OLD, _host_old, (ev.POOL,), "0.4.6–",
+    Shape("host-memory", _HOST_OLD, _host_old, (ev.POOL,), "all",
           "Allocating 15.58 GB host memory for hierarchical KV cache."),
     Shape("multimodal-reserve", _MM_RESERVE,
-          lambda m, msg: [Parsed(ev.RANK, {"multimodal_reserve_gib": _gib(m, 1)})], (ev.RANK,), "0.5.18–",
+          lambda m, msg: [Parsed(ev.RANK, {"multimodal_reserve_gib": _gib(m, 1)})], (ev.RANK,), "undated",
           "Reserving 0.10 GB of the KV budget for post-sizing multimodal allocations (feature-transport pools + "
           "embedding cache)."),
-    Shape("input-too-long", _INPUT_TOO_LONG, _input_too_long, (ev.CAPACITY, ev.WARNING), "0.4–",
+    Shape("input-too-long", _INPUT_TOO_LONG, _input_too_long, (ev.CAPACITY, ev.WARNING), "undated",
           "Input length (160062 tokens) exceeds the maximum allowed length (59862 tokens). Use a shorter input or "
           "enable --allow-auto-truncate."),
     Shape("max-total-clamped", _MAX_TOTAL_CLAMP, _max_total_clamp, (ev.WARNING,), "all",
@@ -517,7 +517,7 @@ SHAPES: tuple[Shape, ...] = (
           lambda m, msg: [Parsed(ev.SETTINGS, {"mem_fraction_static": _gib(m, 2), "mem_fraction_static_auto": _gib(m, 1)})],
           (ev.SETTINGS,), "0.4.10–", "Automatically reduce --mem-fraction-static to 0.760 because this is a multimodal model."),
     Shape("max-running-reset", _MRR_RESET,
-          lambda m, msg: [Parsed(ev.SETTINGS, {"max_running_requests": to_int(m.group(1))})], (ev.SETTINGS,), "0.4.6–",
+          lambda m, msg: [Parsed(ev.SETTINGS, {"max_running_requests": to_int(m.group(1))})], (ev.SETTINGS,), "undated",
           "Max running requests is reset to 48 for speculative decoding.", _SOURCE),
     Shape("version", _VERSION, lambda m, msg: [Parsed(ev.VERSION, {"engine_version": m.group(1)})], (ev.VERSION,), "all",
           "sglang version: 0.5.9", _SOURCE),
@@ -529,15 +529,15 @@ SHAPES: tuple[Shape, ...] = (
           "ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.88."),
     Shape("pool-too-small", _POOL_TOO_SMALL, _failure("not-enough-memory"), (ev.FAILURE,), "all",
           "AssertionError: Memory pool size is too small", _SOURCE),
-    Shape("mamba-no-room", _MAMBA_NO_ROOM, _failure("not-enough-memory"), (ev.FAILURE,), "0.5.3–",
+    Shape("mamba-no-room", _MAMBA_NO_ROOM, _failure("not-enough-memory"), (ev.FAILURE,), "undated",
           "RuntimeError: Not enough GPU memory for hybrid (mamba/linear-attention) state cache", _SOURCE),
     Shape("host-memory-short", _HOST_SHORT,
           lambda m, msg: [Parsed(ev.FAILURE, {"kind": "host-memory", "message": msg.strip(),
                                               "requested_gb": to_float(m.group(1)), "free_gb": to_float(m.group(2))})],
-          (ev.FAILURE,), "0.4.6–", "ValueError: Not enough host memory available. Requesting 40.00 GB but only have "
+          (ev.FAILURE,), "undated", "ValueError: Not enough host memory available. Requesting 40.00 GB but only have "
           "44.87 GB free. Please reduce the size of the hierarchical cache."),
     Shape("graph-capture-failed", _GRAPH_FAILED, _graph_failed, (ev.FAILURE,), "all",
           "Exception: Capture cuda graph failed: "),
     Shape("scheduler-exception", _EXCEPTION, _failure("exception", weak=True), (ev.FAILURE,), "all",
           "Scheduler hit an exception: Traceback (most recent call last):"),
-)
+))

@@ -23,7 +23,7 @@ from kvscope.core import events as ev
 from kvscope.engines.base import NUM, LineContext, Parsed, cut_short, to_float, to_int
 from kvscope.engines.common import oom_failure
 from kvscope.engines.lazy import lazy_compile
-from kvscope.engines.shapes import Shape, first_match
+from kvscope.engines.shapes import Shape, Shapes, every_match, first_match
 from kvscope.engines.vllm import args as vargs
 from kvscope.engines.vllm.rules import classify_shortfall
 
@@ -429,15 +429,7 @@ def _free_on_device(msg: str) -> list[Parsed]:
     return out
 
 
-def _debug_profile(msg: str) -> list[Parsed]:
-    """V1's DEBUG profiling lines: the requested budget R = T·u, then W, A and N (or C, v0.28+) of the profile."""
-    m = _REQUESTED.search(msg)
-    if m:
-        return [Parsed(ev.RANK, {"init_free_gib": _f(m, 1), "usable_gib": _f(m, 3)}),
-                Parsed(ev.SETTINGS, {"gpu_memory_utilization": _f(m, 2)})]
-    m = _PROFILE_REPR.search(msg)
-    if not m:
-        return []
+def _profile_repr(m: re.Match[str], msg: str) -> list[Parsed]:
     data: dict[str, Any] = {"profile_seconds": _f(m, 1), "non_kv_gib": _f(m, 2), "weights_gib": _f(m, 6)}
     if m.group(4).startswith("non-torch"):
         data.update(activation_peak_gib=_f(m, 3), non_torch_gib=_f(m, 5))
@@ -446,87 +438,143 @@ def _debug_profile(msg: str) -> list[Parsed]:
     return [Parsed(ev.RANK, data)]
 
 
+# V1's DEBUG profiling lines: the requested budget R = T·u, then W, A and N (or C, v0.28+) of the profile
+DEBUG_PROFILE_SHAPES = Shapes((
+    Shape("requested-memory", _REQUESTED,
+          lambda m, msg: [Parsed(ev.RANK, {"init_free_gib": _f(m, 1), "usable_gib": _f(m, 3)}),
+                          Parsed(ev.SETTINGS, {"gpu_memory_utilization": _f(m, 2)})],
+          (ev.RANK, ev.SETTINGS), "0.9.1–", "Initial free memory: 77.39 GiB; Requested memory: 0.825000 (util), 65.32 GiB"),
+    Shape("profile-result", _PROFILE_REPR, _profile_repr, (ev.RANK,), "0.9.1–",
+          "Memory profiling takes 13.16 seconds. Total non KV cache memory: 33.68GiB; torch peak memory increase: "
+          "0.34GiB; non-torch forward increase memory: 32.4GiB; weights memory: 0.93GiB."),
+))
+
+
+def _debug_profile(msg: str) -> list[Parsed]:
+    return first_match(DEBUG_PROFILE_SHAPES.rows, msg) or []
+
+
+def _cg_advisory(m: re.Match[str], msg: str) -> list[Parsed]:
+    data = {"util_equivalent_without_graph_profiling": _f(m, 2)}  # printed only with the estimate applied
+    if m.group(3):
+        data["util_suggested_with_graph_profiling"] = _f(m, 3)
+    return [Parsed(ev.SETTINGS, {"gpu_memory_utilization": _f(m, 1)}), Parsed(ev.RANK, data)]
+
+
+GRAPH_SHAPES = Shapes((
+    Shape("graphs-captured", _GRAPH_DONE,
+          lambda m, msg: [Parsed(ev.RANK, {"cuda_graph_gib": _f(m, 2), "graph_capture_seconds": _f(m, 1),
+                                           "graph_capture_done": True})],
+          (ev.RANK,), "all", "Graph capturing finished in 2 secs, took 0.13 GiB"),
+    Shape("graph-pool", _CG_POOL,
+          lambda m, msg: [Parsed(ev.RANK, {"cuda_graph_gib": _f(m, 1), "cuda_graph_estimate_gib": _f(m, 2)})],
+          (ev.RANK,), "0.18–", "CUDA graph pool memory: 0.22 GiB (actual), 0.42 GiB (estimated), difference: 0.2 GiB (91.2%)."),
+    Shape("graph-estimate", _CG_ESTIMATE,
+          lambda m, msg: [Parsed(ev.RANK, {"cuda_graph_estimate_gib": _f(m, 1)})],
+          (ev.RANK,), "0.18–", "Estimated CUDA graph memory: 0.26 GiB total"),
+    Shape("graph-profiling-on", _CG_ADVISORY, _cg_advisory, (ev.SETTINGS, ev.RANK), "0.20–",
+          "CUDA graph memory profiling is enabled (default since v0.21.0). The current --gpu-memory-utilization=0.9200 "
+          "is equivalent to --gpu-memory-utilization=0.9129 without CUDA graph memory profiling. To maintain the same "
+          "effective"),
+    Shape("graph-profiling-off", _CG_ADVISORY_OFF,
+          lambda m, msg: [Parsed(ev.SETTINGS, {"gpu_memory_utilization": _f(m, 1)}),
+                          Parsed(ev.RANK, {"util_suggested_with_graph_profiling": _f(m, 2), "cuda_graph_profiling": False})],
+          (ev.SETTINGS, ev.RANK), "0.18–0.19",
+          "In v0.19, CUDA graph memory profiling will be enabled by default (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1), "
+          "which more accurately accounts for CUDA graph memory during KV cache allocation. To try it now, set "
+          "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 and increase --gpu-memory-utilization from 0.7000 to 0.7021 to "
+          "maintain the same effective KV cache size."),
+    Shape("graph-capture-begins", _GRAPH_BEGIN, lambda m, msg: [Parsed(ev.RANK, {"graph_capture_started": True})],
+          (ev.RANK,), "all", "Capturing CUDA graphs: 100%|██████████| 67/67 [00:14<00:00,  4.71it/s]"),
+))
+
+
 def _graphs(msg: str) -> list[Parsed]:
-    m = _GRAPH_DONE.search(msg)
-    if m:
-        return [Parsed(ev.RANK, {"cuda_graph_gib": _f(m, 2), "graph_capture_seconds": _f(m, 1), "graph_capture_done": True})]
-    m = _CG_POOL.search(msg)
-    if m:
-        return [Parsed(ev.RANK, {"cuda_graph_gib": _f(m, 1), "cuda_graph_estimate_gib": _f(m, 2)})]
-    m = _CG_ESTIMATE.search(msg)
-    if m:
-        return [Parsed(ev.RANK, {"cuda_graph_estimate_gib": _f(m, 1)})]
-    m = _CG_ADVISORY.search(msg)
-    if m:
-        data = {"util_equivalent_without_graph_profiling": _f(m, 2)}  # printed only with the estimate applied
-        if m.group(3):
-            data["util_suggested_with_graph_profiling"] = _f(m, 3)
-        return [Parsed(ev.SETTINGS, {"gpu_memory_utilization": _f(m, 1)}), Parsed(ev.RANK, data)]
-    m = _CG_ADVISORY_OFF.search(msg)
-    if m:
-        return [Parsed(ev.SETTINGS, {"gpu_memory_utilization": _f(m, 1)}),
-                Parsed(ev.RANK, {"util_suggested_with_graph_profiling": _f(m, 2), "cuda_graph_profiling": False})]
-    if _GRAPH_BEGIN.search(msg):
-        return [Parsed(ev.RANK, {"graph_capture_started": True})]
-    return []
+    return first_match(GRAPH_SHAPES.rows, msg) or []
+
+
+# The CPU backend sizes its KV cache in host RAM per NUMA node ('Auto set (3.6/8.84) GiB …')
+CPU_SHAPES = Shapes((
+    Shape("cpu-kv-auto", _CPU_AUTO,
+          lambda m, msg: [Parsed(ev.RANK, {"available_kv_gib": _f(m, 1), "total_gib": _f(m, 2),
+                                           "numa_node": to_int(m.group(3)), "usable_gib": _f(m, 4),
+                                           "non_kv_gib": _f(m, 5), "device": "cpu"}),
+                          Parsed(ev.CAPACITY, {"available_kv_gib": _f(m, 1)})],
+          (ev.RANK, ev.CAPACITY), "undated", "Auto set (3.6/8.84) GiB for KV cache on node 0, with 4.42 GiB requested "
+          "memory for the worker. 0.82 GiB memory was consumed by non-kv usages."),
+    Shape("cpu-kv-explicit", _CPU_EXPLICIT,
+          lambda m, msg: [Parsed(ev.RANK, {"available_kv_gib": _f(m, 1), "total_gib": _f(m, 2),
+                                           "numa_node": to_int(m.group(3)), "kv_cache_memory_fixed": True,
+                                           "device": "cpu"}),
+                          Parsed(ev.CAPACITY, {"available_kv_gib": _f(m, 1)})],
+          (ev.RANK, ev.CAPACITY), "undated", "Explicitly set (0.0/8.84) GiB for KV cache on node 0."),
+))
 
 
 def _cpu_backend(msg: str) -> list[Parsed]:
-    """The CPU backend sizes its KV cache in host RAM per NUMA node ('Auto set (3.6/8.84) GiB …')."""
-    m = _CPU_AUTO.search(msg)
-    if m:
-        return [Parsed(ev.RANK, {"available_kv_gib": _f(m, 1), "total_gib": _f(m, 2), "numa_node": to_int(m.group(3)),
-                                 "usable_gib": _f(m, 4), "non_kv_gib": _f(m, 5), "device": "cpu"}),
-                Parsed(ev.CAPACITY, {"available_kv_gib": _f(m, 1)})]
-    m = _CPU_EXPLICIT.search(msg)
-    if m:
-        return [Parsed(ev.RANK, {"available_kv_gib": _f(m, 1), "total_gib": _f(m, 2), "numa_node": to_int(m.group(3)),
-                                 "kv_cache_memory_fixed": True, "device": "cpu"}),
-                Parsed(ev.CAPACITY, {"available_kv_gib": _f(m, 1)})]
-    return []
+    return first_match(CPU_SHAPES.rows, msg) or []
+
+
+def _kv_size(m: re.Match[str], msg: str) -> list[Parsed]:
+    if m.group(1) in ("Available",):
+        return []
+    data: dict[str, Any] = {"kv_tokens": to_int(m.group(2))}
+    if m.group(1) != "GPU":
+        data["kv_device"] = m.group(1)
+    return [Parsed(ev.CAPACITY, data)]
+
+
+def _blocks(m: re.Match[str], msg: str) -> list[Parsed]:
+    data: dict[str, Any] = {"num_gpu_blocks": to_int(m.group(2))}
+    if m.group(3) is not None:
+        data["num_cpu_blocks"] = to_int(m.group(3))
+    if m.group(1).lower() not in ("gpu", "cuda"):
+        data["blocks_device"] = m.group(1).lower()
+    return [Parsed(ev.CAPACITY, data)]
+
+
+def _cap(**fields: Callable[[re.Match[str]], Any]) -> Callable[[re.Match[str], str], list[Parsed]]:
+    """A row that reads capacity fields, each from the match."""
+    return lambda m, msg: [Parsed(ev.CAPACITY, {name: read(m) for name, read in fields.items()})]
+
+
+_SOURCE = "vLLM's source wording; no posted log in the corpus prints it yet"
+
+# Engine-level capacity (tokens, concurrency, blocks: startup facts, no rank). Every matching row adds its fields
+# to one CAPACITY event: one line may carry two of them (v0.28's "GPU KV cache size: N tokens, Maximum concurrency…")
+CAPACITY_SHAPES = Shapes((
+    Shape("kv-cache-size", _KV_SIZE, _kv_size, (ev.CAPACITY,), "0.6.5–", "GPU KV cache size: 7,584 tokens"),
+    Shape("max-concurrency", _CONCURRENCY,
+          _cap(max_model_len=lambda m: to_int(m.group(1)), max_concurrency=lambda m: _f(m, 2)), (ev.CAPACITY,), "0.6.5–",
+          "Maximum concurrency for 128 tokens per request: 59.25x"),
+    Shape("block-counts", _BLOCKS, _blocks, (ev.CAPACITY,), "0.2–0.10", "# GPU blocks: 1381"),
+    Shape("block-count-info", _BLOCKS_INFO, _cap(num_gpu_blocks=lambda m: to_int(m.group(1))), (ev.CAPACITY,),
+          "undated", "vllm cache_config_info with initialization after num_gpu_blocks is: 14696"),
+    Shape("blocks-override", _OVERRIDE,
+          _cap(num_gpu_blocks=lambda m: to_int(m.group(2)), num_gpu_blocks_profiled=lambda m: to_int(m.group(1))),
+          (ev.CAPACITY,), "all", "Overriding num_gpu_blocks=0 with num_gpu_blocks_override=512"),
+    Shape("padding-layers", _PADDING,
+          _cap(padding_layers=lambda m: to_int(m.group(1)), padding_waste_percent=lambda m: _f(m, 2)), (ev.CAPACITY,),
+          "undated", "Add 3 padding layers, may waste at most 6.25% KV cache memory"),
+    Shape("context-parallel", _DCP, _cap(context_parallel_multiplier=lambda m: to_int(m.group(1))), (ev.CAPACITY,),
+          "undated", "Multiplying the GPU KV cache size by the dcp_world_size 8.", _SOURCE),
+    Shape("engine-ready", _INIT_DONE, _cap(init_engine_seconds=lambda m: _f(m, 1), ready=lambda m: True),
+          (ev.CAPACITY,), "all", "init engine (profile, create kv cache, warmup model) took 0.01 s"),
+    Shape("hybrid-manager-off", _HYBRID_OFF,
+          lambda m, msg: [Parsed(ev.WARNING, {"code": "hybrid-kv-manager-disabled", "message": msg.strip()[:300]})],
+          (ev.WARNING,), "undated", "Hybrid KV cache manager is disabled for this hybrid model, This means we do not "
+          "enable any optimizations for saving KV cache memory (e.g., dropping the KV cache outside the sliding "
+          "window). The compute of layers like sliding window is still saved."),
+    Shape("max-len-auto-fit", _AUTO_FIT,
+          lambda m, msg: [Parsed(ev.SETTINGS, {"max_model_len": to_int(m.group(2)),
+                                               "max_model_len_requested": to_int(m.group(1))})],
+          (ev.SETTINGS,), "undated", "Auto-fit max_model_len: reduced from 131072 to 36016 to fit in available GPU memory "
+          "(4.12 GiB)", _SOURCE),
+), every=True)
 
 
 def _capacity(msg: str) -> list[Parsed]:
-    """Engine-level capacity: tokens, concurrency, blocks (startup facts, no rank)."""
-    data: dict[str, Any] = {}
-    m = _KV_SIZE.search(msg)
-    if m and m.group(1) not in ("Available",):
-        data["kv_tokens"] = to_int(m.group(2))
-        if m.group(1) != "GPU":
-            data["kv_device"] = m.group(1)
-    m = _CONCURRENCY.search(msg)
-    if m:
-        data["max_model_len"] = to_int(m.group(1))
-        data["max_concurrency"] = _f(m, 2)
-    m = _BLOCKS.search(msg)
-    if m:
-        data["num_gpu_blocks"] = to_int(m.group(2))
-        if m.group(3) is not None:
-            data["num_cpu_blocks"] = to_int(m.group(3))
-        if m.group(1).lower() not in ("gpu", "cuda"):
-            data["blocks_device"] = m.group(1).lower()
-    m = _BLOCKS_INFO.search(msg)
-    if m:
-        data["num_gpu_blocks"] = to_int(m.group(1))
-    m = _OVERRIDE.search(msg)
-    if m:
-        data.update(num_gpu_blocks=to_int(m.group(2)), num_gpu_blocks_profiled=to_int(m.group(1)))
-    m = _PADDING.search(msg)
-    if m:
-        data.update(padding_layers=to_int(m.group(1)), padding_waste_percent=_f(m, 2))
-    m = _DCP.search(msg)
-    if m:
-        data["context_parallel_multiplier"] = to_int(m.group(1))
-    m = _INIT_DONE.search(msg)
-    if m:
-        data.update(init_engine_seconds=_f(m, 1), ready=True)
-    out = [Parsed(ev.CAPACITY, data)] if data else []
-    if _HYBRID_OFF.search(msg):
-        out.append(Parsed(ev.WARNING, {"code": "hybrid-kv-manager-disabled", "message": msg.strip()[:300]}))
-    m = _AUTO_FIT.search(msg)
-    if m:
-        out.append(Parsed(ev.SETTINGS, {"max_model_len": to_int(m.group(2)), "max_model_len_requested": to_int(m.group(1))}))
-    return out
+    return every_match(CAPACITY_SHAPES.rows, msg, ev.CAPACITY)
 
 
 def _settings(msg: str) -> list[Parsed]:
@@ -605,10 +653,8 @@ def _failed(kind: str, **extra: Any) -> Callable[[re.Match[str], str], list[Pars
     return lambda m, msg: [Parsed(ev.FAILURE, {"kind": kind, "message": _text(msg), **extra})]
 
 
-_SOURCE = "vLLM's source wording; no posted log in the corpus prints it yet"
-
 # vLLM's errors (and two warnings about them), as rows (engines/shapes.py): tried in order, the first match wins
-FAILURE_SHAPES: tuple[Shape, ...] = (
+FAILURE_SHAPES = Shapes((
     Shape("v1-max-len", _V1_MAX_LEN, _v1_max_len, (ev.FAILURE, ev.CAPACITY), "0.7–",
           "To serve at least one request with the models's max seq len (32768), (4.50 GiB KV cache is needed, which is "
           "larger than the available KV cache memory (3.58 GiB). Based on the available memory, the estimated maximum "
@@ -622,7 +668,7 @@ FAILURE_SHAPES: tuple[Shape, ...] = (
           "(4512). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."),
     Shape("no-cache-memory", _NO_CACHE_MEMORY, _failed("not-enough-memory"), (ev.FAILURE,), "0.2–",
           "ValueError: No available memory for the cache blocks. Try i"),
-    Shape("free-memory-short", _FREE_SHORT, _free_short, (ev.FAILURE, ev.RANK, ev.SETTINGS), "0.8–",
+    Shape("free-memory-short", _FREE_SHORT, _free_short, (ev.FAILURE, ev.RANK, ev.SETTINGS), "0.9–",
           "ValueError: Free memory on device (59.32/79.15 GiB) on startup is less than desired GPU memory utilization "
           "(0.9, 71.24 GiB). Decrease GPU memory utilization or reduce GP"),
     Shape("profiling-error", _PROFILE_ERROR,
@@ -631,7 +677,7 @@ FAILURE_SHAPES: tuple[Shape, ...] = (
           (ev.FAILURE,), "0.6–0.10", "AssertionError: Error in memory profiling. Initial free memory 70.52 GiB, current "
           "free memory 75.18 GiB. This happens when the GPU memory was not properly cleaned up before initializing the "
           "vLLM instance.", _SOURCE),
-    Shape("auto-fit-failed", _AUTO_FIT_FAIL, _failed("not-enough-memory"), (ev.FAILURE,), "0.30–",
+    Shape("auto-fit-failed", _AUTO_FIT_FAIL, _failed("not-enough-memory"), (ev.FAILURE,), "undated",
           "ValueError: Cannot auto-fit max_model_len: not enough GPU memory", _SOURCE),
     Shape("swap-too-large", _SWAP_TOO_LARGE,
           lambda m, msg: [Parsed(ev.FAILURE, {"kind": "host-memory", "message": _text(msg), "swap_gib": _f(m, 1),
@@ -645,11 +691,11 @@ FAILURE_SHAPES: tuple[Shape, ...] = (
           "allocated for the swap space.", _SOURCE),
     Shape("engine-init-failed", _INIT_FAILED, _failed("exception", weak=True, engine_init=True), (ev.FAILURE,), "0.8–",
           "EngineCore failed to start."),
-)
+))
 
 
 def _failures(msg: str) -> list[Parsed]:
-    found = first_match(FAILURE_SHAPES, msg)
+    found = first_match(FAILURE_SHAPES.rows, msg)
     return found if found is not None else []
 
 
