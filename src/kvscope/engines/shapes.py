@@ -27,7 +27,7 @@ class Shape:
 
     name: str
     pattern: re.Pattern[str]
-    build: Callable[[re.Match[str], str], list[Parsed]]
+    build: Callable[[re.Match[str], str], list[Parsed] | None]  # None: the row declines, the next is tried
     yields: tuple[str, ...]
     releases: str
     sample: str
@@ -44,11 +44,14 @@ class Shapes:
 
 
 def first_match(shapes: Sequence[Shape], msg: str) -> list[Parsed] | None:
-    """The events of the first row whose pattern is in ``msg``; None when no row is."""
+    """The events of the first row whose pattern is in ``msg`` and that does not decline it (a build that returns
+    None: the pattern alone is not enough, e.g. a CUDA error that must also name ggml); None when no row takes it."""
     for shape in shapes:
         m = shape.pattern.search(msg)
         if m:
-            return shape.build(m, msg)
+            found = shape.build(m, msg)
+            if found is not None:
+                return found
     return None
 
 
@@ -62,7 +65,7 @@ def every_match(shapes: Sequence[Shape], msg: str, merged: str) -> list[Parsed]:
         m = shape.pattern.search(msg)
         if not m:
             continue
-        for p in shape.build(m, msg):
+        for p in shape.build(m, msg) or ():
             if p.kind != merged:
                 out.append(p)
             elif one is None:

@@ -17,11 +17,13 @@ process) and ``finish`` folds the summary into the device pools, so nothing is c
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from kvscope.core import events as ev
 from kvscope.engines.base import NUM, LineContext, Parsed, to_float, to_int
 from kvscope.engines.lazy import lazy_compile
+from kvscope.engines.shapes import Shape, Shapes, first_match
 
 ENGINE = "llamacpp"
 SUMMARY_RANK = "(kv summary)"  # pseudo rank holding summary lines until finish folds them
@@ -699,63 +701,106 @@ def _failures(msg: str, st: dict[str, Any]) -> list[Parsed]:
     return out
 
 
+class _Device:
+    """A device number whose backend label ("CUDA", "Vulkan", …) is the build's, known to the caller only."""
+
+    __slots__ = ("index", "rocm")
+
+    def __init__(self, index: str, rocm: bool = False) -> None:
+        self.index, self.rocm = index, rocm
+
+
+def _alloc_fail(m: re.Match[str], msg: str) -> list[Parsed]:
+    kind = "not-enough-memory" if "out of memory" in m.group(5).lower() else "alloc-failed"
+    return [Parsed(ev.FAILURE, {"kind": kind, "message": msg.strip(), "alloc_mib": to_float(m.group(2)),
+                                "device": _Device(m.group(3), rocm="hip" in m.group(1).lower())})]
+
+
+def _buf_type_fail(m: re.Match[str], msg: str) -> list[Parsed]:
+    device = "CPU" if m.group(1).endswith("cpu") else m.group(1).replace("ggml_backend_", "")
+    return [Parsed(ev.FAILURE, {"kind": "alloc-failed", "message": msg.strip(), "alloc_bytes": to_int(m.group(2)),
+                                "device": device})]
+
+
+def _ggml_cuda_oom(m: re.Match[str], msg: str) -> list[Parsed] | None:
+    if not ("ggml" in msg or "running the model" in msg or "llama" in msg):
+        return None  # a CUDA error of another program's
+    # ggml's CUDA error: an allocation while computing (its memory pool), after the buffers the log sizes
+    return [Parsed(ev.FAILURE, {"kind": "compute-buffer-oom", "message": msg.strip()[:500], "unsized": True})]
+
+
+def _said(kind: str, code: str | None = None, **extra: Any) -> Callable[[re.Match[str], str], list[Parsed]]:
+    """A row whose event is the line itself: a FAILURE of ``kind``, or a WARNING ``code``."""
+    if code is not None:
+        return lambda m, msg: [Parsed(ev.WARNING, {"code": code, "message": msg.strip()})]
+    return lambda m, msg: [Parsed(ev.FAILURE, {"kind": kind, "message": msg.strip(), **extra})]
+
+
+_SOURCE = "llama.cpp's source wording; no posted log in the corpus prints it yet"
+
+# Memory failures, most specific first (``finish`` re-reads them to name the phase that failed)
+FAILURE_SHAPES = Shapes((
+    Shape("vulkan-allocation-limit", _VULKAN_LIMIT, _said("", code="per-allocation-limit"), (ev.WARNING,), "undated",
+          "ggml_vulkan: Requested buffer size exceeds device memory allocation limit: ErrorOutOfDeviceMemory"),
+    Shape("buffer-alloc-failed", _ALLOC_FAIL, _alloc_fail, (ev.FAILURE,), "undated",
+          "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 144.00 MiB on device 4: cudaMalloc failed: out of "
+          "memory"),
+    Shape("graph-alloc-failed", _GALLOCR,
+          lambda m, msg: [Parsed(ev.FAILURE, {"kind": "compute-buffer-oom", "message": msg.strip(),
+                                              "alloc_bytes": to_int(m.group(2)), "device": m.group(1)})],
+          (ev.FAILURE,), "undated", "ggml_gallocr_reserve_n: failed to allocate ROCm0 buffer of size 866125824"),
+    Shape("tensor-alloc-failed", _TENSOR_ALLOC,
+          lambda m, msg: [Parsed(ev.FAILURE, {"kind": "weights-oom", "message": msg.strip(),
+                                              "alloc_bytes": to_int(m.group(2)), "device": m.group(1)})],
+          (ev.FAILURE,), "undated", "alloc_tensor_range: failed to allocate ROCm0 buffer of size 2147483648"),
+    Shape("buffer-unallocatable", _UNABLE_ALLOC,
+          lambda m, msg: [Parsed(ev.FAILURE, {"kind": "weights-oom", "message": msg.strip(), "device": m.group(1)})],
+          (ev.FAILURE,), "undated", "llama_model_load: error loading model: unable to allocate CUDA0 buffer", _SOURCE),
+    Shape("compute-buffers-failed", _COMPUTE_FAIL, _said("compute-buffer-oom"), (ev.FAILURE,), "undated",
+          "graph_reserve: failed to allocate compute buffers"),
+    Shape("buffer-type-alloc-failed", _BUF_TYPE_FAIL, _buf_type_fail, (ev.FAILURE,), "undated",
+          "ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size 805306368032"),
+    Shape("v-cache-needs-flash-attn", _V_NEEDS_FA, _said("engine-init-failed", cause="quantized-v-needs-flash-attn"),
+          (ev.FAILURE,), "undated", "llama_new_context_with_model: V cache quantization requires flash_attn"),
+    Shape("metal-working-set", _METAL_WORKING_SET,
+          lambda m, msg: [Parsed(ev.SETTINGS, {"metal_working_set_mib": to_float(m.group(3))})], (ev.SETTINGS,),
+          "undated", "ggml_backend_metal_log_allocated_size: allocated buffer, size =  3772.59 MiB, ( 3772.66 / 49152.00)"),
+    Shape("kv-cache-failed", _KV_FAIL, _said("kv-cache-oom"), (ev.FAILURE,), "undated",
+          "llama_kv_cache_init: failed to allocate buffer for kv cache"),
+    Shape("compute-retry", _RETRY, _said("", code="compute-retry-without-pipeline"), (ev.WARNING,), "undated",
+          "1.06.520.107 W sched_reserve: compute buffer allocation failed, retrying without pipeline parallelism"),
+    Shape("metal-buffer-failed", _METAL_ALLOC,
+          lambda m, msg: [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": msg.strip(),
+                                              "alloc_mib": to_float(m.group(1)), "device": "Metal"})],
+          (ev.FAILURE,), "undated", "ggml_metal_add_buffer: error: failed to allocate buffer, size = 16384.00 MiB",
+          _SOURCE),
+    Shape("vulkan-buffer-failed", _VULKAN_ALLOC,
+          lambda m, msg: [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": msg.strip(),
+                                              "alloc_bytes": to_int(m.group(1))})],
+          (ev.FAILURE,), "undated", "ggml_vulkan: Device memory allocation of size 4757131264 failed."),
+    Shape("compute-exceeds-free", _IK_SHORT,
+          lambda m, msg: [Parsed(ev.WARNING, {"code": "compute-buffer-exceeds-free", "message": msg.strip(),
+                                              "free_mib": to_int(m.group(1)), "device": _Device(m.group(2)),
+                                              "compute_mib": to_float(m.group(3))})],
+          (ev.WARNING,), "undated", "Free memory 10240 MiB on device 0 is less the required compute buffer size "
+          "12288.00 MiB", _SOURCE),
+    Shape("ggml-cuda-oom", _GGML_CUDA_OOM, _ggml_cuda_oom, (ev.FAILURE,), "undated",
+          "Error: an unknown error was encountered while running the model CUDA error: out of memory"),
+    Shape("fatal", _FATAL, _said("exception", weak=True), (ev.FAILURE,), "undated",
+          "main: error: unable to load model"),
+))
+
+
 def failure_events(msg: str, backend: str = "CUDA") -> list[Parsed]:
-    """Memory failures, most specific first; ``finish`` re-reads them to name the phase that failed."""
-    if _VULKAN_LIMIT.search(msg):
-        return [Parsed(ev.WARNING, {"code": "per-allocation-limit", "message": msg.strip()})]
-    m = _ALLOC_FAIL.search(msg)
-    if m:
-        kind = "not-enough-memory" if "out of memory" in m.group(5).lower() else "alloc-failed"
-        label = "ROCm" if "hip" in m.group(1).lower() else backend
-        return [Parsed(ev.FAILURE, {"kind": kind, "message": msg.strip(), "alloc_mib": to_float(m.group(2)),
-                                    "device": f"{label}{m.group(3)}"})]
-    m = _GALLOCR.search(msg)
-    if m:
-        return [Parsed(ev.FAILURE, {"kind": "compute-buffer-oom", "message": msg.strip(),
-                                    "alloc_bytes": to_int(m.group(2)), "device": m.group(1)})]
-    m = _TENSOR_ALLOC.search(msg)
-    if m:
-        return [Parsed(ev.FAILURE, {"kind": "weights-oom", "message": msg.strip(), "alloc_bytes": to_int(m.group(2)),
-                                    "device": m.group(1)})]
-    m = _UNABLE_ALLOC.search(msg)
-    if m:
-        return [Parsed(ev.FAILURE, {"kind": "weights-oom", "message": msg.strip(), "device": m.group(1)})]
-    if _COMPUTE_FAIL.search(msg):
-        return [Parsed(ev.FAILURE, {"kind": "compute-buffer-oom", "message": msg.strip()})]
-    m = _BUF_TYPE_FAIL.search(msg)
-    if m:
-        device = "CPU" if m.group(1).endswith("cpu") else m.group(1).replace("ggml_backend_", "")
-        return [Parsed(ev.FAILURE, {"kind": "alloc-failed", "message": msg.strip(), "alloc_bytes": to_int(m.group(2)),
-                                    "device": device})]
-    if _V_NEEDS_FA.search(msg):
-        return [Parsed(ev.FAILURE, {"kind": "engine-init-failed", "message": msg.strip(),
-                                    "cause": "quantized-v-needs-flash-attn"})]
-    m = _METAL_WORKING_SET.search(msg)
-    if m:
-        return [Parsed(ev.SETTINGS, {"metal_working_set_mib": to_float(m.group(3))})]
-    if _KV_FAIL.search(msg):
-        return [Parsed(ev.FAILURE, {"kind": "kv-cache-oom", "message": msg.strip()})]
-    if _RETRY.search(msg):
-        return [Parsed(ev.WARNING, {"code": "compute-retry-without-pipeline", "message": msg.strip()})]
-    m = _METAL_ALLOC.search(msg)
-    if m:
-        return [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": msg.strip(),
-                                    "alloc_mib": to_float(m.group(1)), "device": "Metal"})]
-    m = _VULKAN_ALLOC.search(msg)
-    if m:
-        return [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": msg.strip(),
-                                    "alloc_bytes": to_int(m.group(1))})]
-    m = _IK_SHORT.search(msg)
-    if m:
-        return [Parsed(ev.WARNING, {"code": "compute-buffer-exceeds-free", "message": msg.strip(),
-                                    "free_mib": to_int(m.group(1)), "device": f"{backend}{m.group(2)}",
-                                    "compute_mib": to_float(m.group(3))})]
-    if _GGML_CUDA_OOM.search(msg) and ("ggml" in msg or "running the model" in msg or "llama" in msg):
-        # ggml's CUDA error: an allocation while computing (its memory pool), after the buffers the log sizes
-        return [Parsed(ev.FAILURE, {"kind": "compute-buffer-oom", "message": msg.strip()[:500], "unsized": True})]
-    if _FATAL.search(msg):
-        return [Parsed(ev.FAILURE, {"kind": "exception", "message": msg.strip(), "weak": True})]
-    return []
+    """Memory failures, most specific first; ``finish`` re-reads them to name the phase that failed. A device
+    number gets the build's backend label here (ROCm for a HIP build's own wording)."""
+    out = first_match(FAILURE_SHAPES.rows, msg) or []
+    for p in out:
+        device = p.data.get("device")
+        if isinstance(device, _Device):
+            p.data = {k: (f"{'ROCm' if device.rocm else backend}{device.index}" if k == "device" else v)
+                      for k, v in p.data.items()}
+    return out
 
 
 _HANDLERS = (
