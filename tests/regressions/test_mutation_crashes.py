@@ -14,6 +14,14 @@ from tests.properties.test_contract import assert_valid, explain_json
 ONES = "1" * 400
 
 CRASHES = {
+    # trtllm (a real Triton line, its beam width mangled past what to_int believes): the unknown factor was
+    # multiplied into the tokens one sequence needs, a TypeError out of the reader (engines/trtllm/lines.py)
+    "trtllm-too-small-implausible-factor": [
+        "E0306 16:40:07.708802 117 backend_model.cc:691] ERROR: Failed to create instance: unexpected error when "
+        "creating modelInstanceState: maxTokensInPagedKvCache (29184) must be large enough to process at least 1 "
+        "sequence to completion (i.e. must be larger than beam_width (99999999999999999999) * tokensPerBlock (128) * "
+        "maxBlocksPerSeq (272))",
+    ],
     # llamacpp (a real llama_kv_cache line, its stream count mangled past MAX_PLAUSIBLE): the count read as
     # unknown (None) was multiplied by the cells, a TypeError out of parse_lines (engines/llamacpp/lines.py)
     "llamacpp-kv-streams-implausible": [

@@ -14,11 +14,13 @@ estimation pass, then the real pool) and a multi-rank Triton log repeats it once
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from kvscope.core import events as ev
 from kvscope.engines.base import NUM, LineContext, Parsed, to_float, to_int
 from kvscope.engines.lazy import lazy_compile
+from kvscope.engines.shapes import Shape, Shapes, first_match
 
 ENGINE = "trtllm"
 DEFAULT_RANK = "rank=0"
@@ -194,57 +196,77 @@ def _parse_message(text: str, st: dict[str, Any]) -> list[Parsed]:
     return []
 
 
+def _allocated(m: re.Match[str], text: str) -> list[Parsed]:
+    tokens = to_int(m.group(3))
+    return [Parsed(ev.POOL, {"name": POOL_NAME, "gib": _gib(m.group(1), m.group(2)), "tokens": tokens}),
+            Parsed(ev.CAPACITY, {"kv_tokens": tokens, "max_tokens_in_paged_kv_cache": tokens})]
+
+
+def _using_tokens(m: re.Match[str], text: str) -> list[Parsed]:
+    tokens = to_int(m.group(1))
+    data = {"kv_tokens": tokens, "max_tokens_in_paged_kv_cache": tokens}
+    if m.group(2):
+        data["max_blocks_per_seq"] = to_int(m.group(2))
+    return [Parsed(ev.CAPACITY, data)]
+
+
+def _max_tokens(m: re.Match[str], text: str) -> list[Parsed]:
+    tokens = to_int(m.group(1))
+    out = [Parsed(ev.CAPACITY, {"kv_tokens": tokens, "max_tokens_in_paged_kv_cache": tokens})]
+    if m.group(2):
+        out += [Parsed(ev.POOL, {"name": POOL_NAME, "gib": int(m.group(2)) / (1 << 30), "tokens": tokens}),
+                Parsed(ev.CAPACITY, {"kv_allocated_bytes": to_int(m.group(2))})]
+    return out
+
+
+def _cap_row(key: str) -> Callable[[re.Match[str], str], list[Parsed]]:
+    return lambda m, text: [Parsed(ev.CAPACITY, {key: to_int(m.group(1))})]
+
+
+_SOURCE = "TensorRT-LLM's source wording; no posted log in the corpus prints it yet"
+
+# the KV cache: its allocation, its token count and its blocks, in every runtime's wording
+KV_SHAPES = Shapes((
+    Shape("kv-allocated", _ALLOCATED, _allocated, (ev.POOL, ev.CAPACITY), "undated",
+          "Allocated 4.53 GiB for max tokens in paged KV cache (395776)."),
+    Shape("kv-allocated-bytes", _ALLOCATE_BYTES,
+          lambda m, text: [Parsed(ev.POOL, {"name": POOL_NAME, "gib": int(m.group(1)) / (1 << 30), "tokens": None,
+                                            "what": "bytes"}),
+                           Parsed(ev.CAPACITY, {"kv_allocated_bytes": to_int(m.group(1))})],
+          (ev.POOL, ev.CAPACITY), "undated", "[TensorRT-LLM][INFO] Allocate 956301312 bytes for k/v cache."),
+    Shape("kv-tokens", _USING_TOKENS, _using_tokens, (ev.CAPACITY,), "undated",
+          "[TensorRT-LLM][INFO] Using 10718 tokens in paged KV cache."),
+    Shape("kv-max-tokens", _MAX_TOKENS, _max_tokens, (ev.CAPACITY, ev.POOL), "undated",
+          "[TensorRT-LLM][INFO] Max tokens in paged KV cache: 117760. Allocating 54022635520 bytes."),
+    Shape("fake-cache-manager", _FAKE_CACHE,
+          lambda m, text: [Parsed(ev.SETTINGS, {"fake_cache_manager": True})], (ev.SETTINGS,), "undated",
+          "[12/20/2025-03:40:47] [TRT-LLM AUTO-DEPLOY] [RANK 0] [I] Using fake cache manager with head_dim=0 and num "
+          "pages: 61848"),
+    Shape("kv-sizing-memory", _MEM_USAGE,
+          lambda m, text: [Parsed(ev.RANK, {"total_gib": _gib(m.group(1)), "kv_sizing_free_gib": _gib(m.group(2))})],
+          (ev.RANK,), "undated", "[TensorRT-LLM][INFO] Memory usage when calculating max tokens in paged kv cache: "
+          "total: 22.19 GiB, available: 0.11 GiB"),
+    Shape("kv-blocks", _BLOCKS_LINE,
+          lambda m, text: [Parsed(ev.CAPACITY, {"max_blocks_per_seq": to_int(m.group(1)), "window_size": to_int(m.group(2)),
+                                                "tokens_per_block": to_int(m.group(3)),
+                                                "num_gpu_blocks": to_int(m.group(4)),
+                                                "num_cpu_blocks": to_int(m.group(5))})],
+          (ev.CAPACITY,), "undated", "[TensorRT-LLM][INFO] Max KV cache blocks per sequence: 65 [window size=2051], "
+          "tokens per block=32, primary blocks=116617, secondary blocks=0"),
+    Shape("primary-blocks", _PRIMARY, _cap_row("num_gpu_blocks"), (ev.CAPACITY,), "undated",
+          "[TensorRT-LLM][INFO] Number of blocks in KV cache primary pool: 18"),
+    Shape("secondary-blocks", _SECONDARY, _cap_row("num_cpu_blocks"), (ev.CAPACITY,), "undated",
+          "[TensorRT-LLM][INFO] Number of blocks in KV cache secondary pool: 0, onboard blocks to primary memory before "
+          "reuse: true"),
+    Shape("tokens-per-block", _TOKENS_PER_BLOCK, _cap_row("tokens_per_block"), (ev.CAPACITY,), "undated",
+          "[TensorRT-LLM][INFO] Number of tokens per block: 32."),
+    Shape("pages-per-sequence", _PAGES_PER_SEQ, _cap_row("max_blocks_per_seq"), (ev.CAPACITY,), "undated",
+          "[TensorRT-LLM][INFO] Max KV cache pages per sequence: 16"),
+))
+
+
 def _kv(text: str, st: dict[str, Any]) -> list[Parsed]:
-    m = _ALLOCATED.search(text)
-    if m:
-        tokens = to_int(m.group(3))
-        return [Parsed(ev.POOL, {"name": POOL_NAME, "gib": _gib(m.group(1), m.group(2)), "tokens": tokens}),
-                Parsed(ev.CAPACITY, {"kv_tokens": tokens, "max_tokens_in_paged_kv_cache": tokens})]
-    m = _ALLOCATE_BYTES.search(text)
-    if m:
-        st["kv_bytes"] = to_int(m.group(1))
-        return [Parsed(ev.POOL, {"name": POOL_NAME, "gib": int(m.group(1)) / (1 << 30), "tokens": None,
-                                 "what": "bytes"}),
-                Parsed(ev.CAPACITY, {"kv_allocated_bytes": to_int(m.group(1))})]
-    m = _USING_TOKENS.search(text)
-    if m:
-        tokens = to_int(m.group(1))
-        data = {"kv_tokens": tokens, "max_tokens_in_paged_kv_cache": tokens}
-        if m.group(2):
-            data["max_blocks_per_seq"] = to_int(m.group(2))
-        return [Parsed(ev.CAPACITY, data)]
-    m = _MAX_TOKENS.search(text)
-    if m:
-        tokens = to_int(m.group(1))
-        out = [Parsed(ev.CAPACITY, {"kv_tokens": tokens, "max_tokens_in_paged_kv_cache": tokens})]
-        if m.group(2):
-            out += [Parsed(ev.POOL, {"name": POOL_NAME, "gib": int(m.group(2)) / (1 << 30), "tokens": tokens}),
-                    Parsed(ev.CAPACITY, {"kv_allocated_bytes": to_int(m.group(2))})]
-        return out
-    if _FAKE_CACHE.search(text):
-        st["fake_cache"] = True
-        return [Parsed(ev.SETTINGS, {"fake_cache_manager": True})]
-    m = _MEM_USAGE.search(text)
-    if m:
-        return [Parsed(ev.RANK, {"total_gib": _gib(m.group(1)), "kv_sizing_free_gib": _gib(m.group(2))})]
-    m = _BLOCKS_LINE.search(text)
-    if m:
-        return [Parsed(ev.CAPACITY, {"max_blocks_per_seq": to_int(m.group(1)), "window_size": to_int(m.group(2)),
-                                     "tokens_per_block": to_int(m.group(3)), "num_gpu_blocks": to_int(m.group(4)),
-                                     "num_cpu_blocks": to_int(m.group(5))})]
-    m = _PRIMARY.search(text)
-    if m:
-        return [Parsed(ev.CAPACITY, {"num_gpu_blocks": to_int(m.group(1))})]
-    m = _SECONDARY.search(text)
-    if m:
-        return [Parsed(ev.CAPACITY, {"num_cpu_blocks": to_int(m.group(1))})]
-    m = _TOKENS_PER_BLOCK.search(text)
-    if m:
-        return [Parsed(ev.CAPACITY, {"tokens_per_block": to_int(m.group(1))})]
-    m = _PAGES_PER_SEQ.search(text)
-    if m:
-        return [Parsed(ev.CAPACITY, {"max_blocks_per_seq": to_int(m.group(1))})]
-    return []
+    return first_match(KV_SHAPES.rows, text) or []
 
 
 def _profile(text: str, st: dict[str, Any]) -> list[Parsed]:
@@ -347,23 +369,33 @@ def _settings(text: str, st: dict[str, Any]) -> list[Parsed]:
     return []
 
 
+def _engine_size(m: re.Match[str], text: str) -> list[Parsed]:
+    return [Parsed(ev.RANK, {"weights_gib": _gib(m.group(1), "MiB"), "engine_size_mib": to_float(m.group(1))})]
+
+
+def _rank_gib(key: str) -> Callable[[re.Match[str], str], list[Parsed]]:
+    return lambda m, text: [Parsed(ev.RANK, {key: _gib(m.group(1), m.group(2))})]
+
+
+# the engine and the runtime's own buffers, sized at build (max_batch_size, max_num_tokens, …)
+ENGINE_SHAPES = Shapes((
+    Shape("engine-size", _ENGINE_SIZE, _engine_size, (ev.RANK,), "undated", "Loaded engine size: 875 MiB"),
+    Shape("engine-size-per-gpu", _ENGINE_PER_GPU, _engine_size, (ev.RANK,), "undated",
+          "[TensorRT-LLM][INFO] Total engine size per GPU is 6532 MiB", _SOURCE),
+    Shape("execution-context", _EXEC_CTX, _rank_gib("execution_context_gib"), (ev.RANK,), "undated",
+          "Allocated 773.51 MiB for execution context memory."),
+    Shape("tensorrt-managed", _TRT_MANAGED,
+          lambda m, text: [Parsed(ev.RANK, {"trt_managed_gpu_mib": to_int(m.group(4))})], (ev.RANK,), "undated",
+          "TensorRT-managed allocation in IExecutionContext creation: CPU +0, GPU +0, now: CPU 0, GPU 869 (MiB)"),
+    Shape("runtime-buffers", _RUNTIME_BUF, _rank_gib("runtime_buffers_gib"), (ev.RANK,), "undated",
+          "Allocated 2.66 GB GPU memory for runtime buffers."),
+    Shape("decoder-buffers", _DECODER, _rank_gib("decoder_gib"), (ev.RANK,), "undated",
+          "Allocated 5.76 GB GPU memory for decoder."),
+))
+
+
 def _engine(text: str, st: dict[str, Any]) -> list[Parsed]:
-    m = _ENGINE_SIZE.search(text) or _ENGINE_PER_GPU.search(text)
-    if m:
-        return [Parsed(ev.RANK, {"weights_gib": _gib(m.group(1), "MiB"), "engine_size_mib": to_float(m.group(1))})]
-    m = _EXEC_CTX.search(text)
-    if m:
-        return [Parsed(ev.RANK, {"execution_context_gib": _gib(m.group(1), m.group(2))})]
-    m = _TRT_MANAGED.search(text)
-    if m:
-        return [Parsed(ev.RANK, {"trt_managed_gpu_mib": to_int(m.group(4))})]
-    m = _RUNTIME_BUF.search(text)
-    if m:
-        return [Parsed(ev.RANK, {"runtime_buffers_gib": _gib(m.group(1), m.group(2))})]
-    m = _DECODER.search(text)
-    if m:
-        return [Parsed(ev.RANK, {"decoder_gib": _gib(m.group(1), m.group(2))})]
-    return []
+    return first_match(ENGINE_SHAPES.rows, text) or []
 
 
 def _identity(text: str, st: dict[str, Any]) -> list[Parsed]:
@@ -399,29 +431,57 @@ def _warnings(text: str, st: dict[str, Any]) -> list[Parsed]:
     return []
 
 
+def _oom(m: re.Match[str], text: str) -> list[Parsed]:
+    return [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": text.strip()[:500]})]
+
+
+def _too_small(m: re.Match[str], text: str) -> list[Parsed]:
+    data: dict[str, Any] = {"kind": "max-len-too-large", "message": text.strip()[:500], "kv_tokens": to_int(m.group(1))}
+    if m.group(2):
+        beam, per_block, blocks = to_int(m.group(2)), to_int(m.group(3)), to_int(m.group(4))
+        if beam is not None and per_block is not None and blocks is not None:  # a mangled factor: need unknown
+            data["needed_tokens"] = beam * per_block * blocks
+    return [Parsed(ev.FAILURE, data)]
+
+
+FAILURE_SHAPES = Shapes((
+    Shape("requested-memory", _REQUESTED,
+          lambda m, text: [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": text.strip()[:500],
+                                               "requested_bytes": to_int(m.group(1))})],
+          (ev.FAILURE,), "undated", "[TensorRT-LLM][ERROR] tensorrt_llm::common::TllmException: Requested amount of GPU "
+          "memory (1073741824 bytes) could not be allocated. There may not be enough free memory for allocation to "
+          "succeed.", _SOURCE),
+    Shape("cuda-runtime-oom", _CUDA_OOM,
+          lambda m, text: [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": text.strip()[:500],
+                                               "where": (m.group(2) or m.group(1)).strip()})],
+          (ev.FAILURE,), "undated", "[TensorRT-LLM][ERROR] CUDA runtime error in cudaMalloc(&ptr, n): out of memory "
+          "(/src/tensorrt_llm/cpp/tensorrt_llm/runtime/tllmBuffers.h:123)", _SOURCE),
+    # the PyTorch backend's report follows this line (see _component_report)
+    Shape("insufficient-memory", _INSUFFICIENT, _oom, (ev.FAILURE,), "undated",
+          "RuntimeError: Executor creation failed due to insufficient GPU memory."),
+    Shape("tensorrt-oom", _TRT_OOM, lambda m, text: _oom(m, text) if _is_trtllm(text) else None, (ev.FAILURE,),
+          "undated", "[TRT] [E] 2: [virtualMemoryBuffer.cpp::resizePhysical::140] Error Code 2: OutOfMemory (no further "
+          "information)", _SOURCE),
+    Shape("kv-cache-too-small", _TOO_SMALL, _too_small, (ev.FAILURE,), "undated",
+          "E0306 16:40:07.708802 117 backend_model.cc:691] ERROR: Failed to create instance: unexpected error when "
+          "creating modelInstanceState: maxTokensInPagedKvCache (29184) must be large enough to process at least 1 "
+          "sequence to completion (i.e. must be larger than beam_width (1) * tokensPerBlock (128) * maxBlocksPerSeq "
+          "(272))"),
+    Shape("backend-load-failed", _LOAD_FAILED,
+          lambda m, text: [Parsed(ev.FAILURE, {"kind": "exception", "message": text.strip()[:500], "weak": True})],
+          (ev.FAILURE,), "undated", "E1103 02:59:01.152656 81041 backend_model.cc:553] ERROR: Failed to create "
+          "instance: unexpected error when creating modelInstanceState: [TensorRT-LLM][ERROR] CUDA runtime error in "
+          "::cudaMallocAsync(ptr, n, mCudaSt"),
+))
+
+
 def _failures(text: str, st: dict[str, Any]) -> list[Parsed]:
-    m = _REQUESTED.search(text)
-    if m:
-        return [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": text.strip()[:500],
-                                    "requested_bytes": to_int(m.group(1))})]
-    m = _CUDA_OOM.search(text)
-    if m:
-        return [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": text.strip()[:500],
-                                    "where": (m.group(2) or m.group(1)).strip()})]
-    if _INSUFFICIENT.search(text):
-        st["components"] = True
-        return [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": text.strip()[:500]})]
-    if _TRT_OOM.search(text) and _is_trtllm(text):
-        return [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": text.strip()[:500]})]
-    m = _TOO_SMALL.search(text)
-    if m:
-        data: dict[str, Any] = {"kind": "max-len-too-large", "message": text.strip()[:500], "kv_tokens": to_int(m.group(1))}
-        if m.group(2):
-            data["needed_tokens"] = to_int(m.group(2)) * to_int(m.group(3)) * to_int(m.group(4))  # type: ignore[operator]
-        return [Parsed(ev.FAILURE, data)]
-    if _LOAD_FAILED.search(text):
-        return [Parsed(ev.FAILURE, {"kind": "exception", "message": text.strip()[:500], "weak": True})]
-    return []
+    found = first_match(FAILURE_SHAPES.rows, text)
+    if found is None:
+        return []
+    if _INSUFFICIENT.search(text) and not (_REQUESTED.search(text) or _CUDA_OOM.search(text)):
+        st["components"] = True  # the insufficient-memory row took it: the component report that follows is its
+    return found
 
 
 def _component_report(text: str, st: dict[str, Any]) -> list[Parsed]:
