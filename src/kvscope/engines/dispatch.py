@@ -40,6 +40,7 @@ ANCHORS: tuple[bytes, ...] = tuple(dict.fromkeys(a for e in ENGINES for a in e.a
 _JOINERS = [e for e in ENGINES if getattr(e, "joins", True)]
 _NEW_RECORD = re.compile(r"^\s*(?:\[\d{4}-|\(\w|INFO|WARNING|ERROR|DEBUG|\d{4}-\d\d-\d\d|[A-Z][a-z]{2} +\d|\w+\s+\|)")
 MAX_JOIN = 3
+_CLAUSE_END = frozenset(",;:")  # a hand-wrapped message breaks after these; a terminal's cut keeps the space
 
 
 def _parse_one(text: str, order: list[EngineLines], ctx: LineContext) -> tuple[EngineLines | None, list]:
@@ -130,11 +131,25 @@ def parse_lines(lines: Iterable[Line | Bulk]) -> Iterator[ev.Event]:
         for text in clean_line(line.text):
             if pending and pending_line is not None:
                 if not _NEW_RECORD.match(text) and len(pending) < MAX_JOIN:
-                    pending.append(text)
-                    joined = "".join(pending)
-                    if not _wants_join(joined):
-                        yield from emit(joined, pending_line)
+                    # a terminal cuts mid-word (join as is); a poster who wrapped a message by hand cut at a
+                    # space and dropped it (join with one): the spaced join is used only where the tight one
+                    # still looks cut and the spaced one does not
+                    # still looks cut both ways: a piece that ended a clause ("…is needed,") lost its space
+                    prev = pending[-1]
+                    hand = prev[-1:] in _CLAUSE_END and not text[:1].isspace()
+                    tight = "".join(pending) + text
+                    spaced = "".join(pending) + " " + text
+                    if not hand and not _wants_join(tight):
+                        yield from emit(tight, pending_line)
                         pending, pending_line = [], None
+                    elif hand or not (text[:1].isspace() or prev[-1:].isspace() or _wants_join(spaced)):
+                        if _wants_join(spaced):
+                            pending.append(" " + text)
+                        else:
+                            yield from emit(spaced, pending_line)
+                            pending, pending_line = [], None
+                    else:
+                        pending.append(text)
                     continue
                 yield from emit("".join(pending), pending_line)
                 pending, pending_line = [], None

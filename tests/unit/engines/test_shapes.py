@@ -82,3 +82,19 @@ def test_a_line_with_two_facts_gives_one_capacity_event():
     events = every_match(CAPACITY_SHAPES.rows, line, "capacity")
     assert [p.kind for p in events] == ["capacity"]
     assert events[0].data == {"kv_tokens": 1_196_643, "max_model_len": 1_048_576, "max_concurrency": 1.14}
+
+
+def test_a_message_wrapped_by_hand_is_joined_with_its_lost_space(tmp_path):
+    """A poster who wrapped vLLM's one-line error at word boundaries dropped the spaces there (a real post,
+    questions/123): the pieces are joined with a space where the tight join still looks cut, or where a piece
+    ended a clause; a terminal's mid-word cut is still joined as is (harvested/vllm/203 keeps reading)."""
+    from kvscope.api import analyze
+
+    log = tmp_path / "log.txt"
+    log.write_text("To serve at least one request with the model's max seq len (262144), 9.29 GiB KV cache is needed,\n"
+                   "which is larger than the available KV cache memory (9.28 GiB). Based on the available memory, the\n"
+                   "estimated maximum model length is 260800.\n")
+    (s,) = analyze([str(log)]).startups
+    assert s.failure.kind == "max-len-too-large"
+    assert s.failure.data["estimated_max_model_len"] == 260800 and s.failure.data["available_kv_gib"] == 9.28
+    assert "is needed, which is larger" in s.failure.message

@@ -6,6 +6,7 @@ every finding is phrased as "this flag costs that many MiB" rather than as a bud
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from kvscope.core.startup import Finding, Startup, Suggestion
@@ -254,6 +255,12 @@ def _offload(s: Startup) -> Finding | None:
             fits = total - done if full <= available else 0
             detail += (f" ollama's own estimate: the whole model needs {full:,.1f} GiB on the GPUs, which have "
                        f"{available:,.1f} GiB available.")
+            thin = _thin_plan(s, done, per_layer)
+            if thin is not None:  # the plan's margin is the answer: it leads, the layer arithmetic follows
+                planned, available = _ollama_plan(s) or (0.0, 0.0)
+                return Finding("llamacpp-partial-offload", "warning",
+                               f"ollama planned {planned:,.1f} of {available:,.1f} GiB for {done}/{total} layers: too "
+                               "little room left", thin[1].strip() + " " + detail, thin[0])
             if fits < total - done:
                 detail += " It cannot all fit: a smaller quantization, more GPUs or a smaller num_ctx would."
                 suggestion = None
@@ -290,6 +297,64 @@ def _gpu_free_gib(s: Startup) -> float | None:
         return sum(free)
     available = s.settings.get("ollama_memory_available_gib")
     return float(available) if isinstance(available, (int, float)) else None
+
+
+OLLAMA_SAFE_MARGIN_GIB = 0.5  # what ollama's plan should leave free on a GPU: its graph estimates run low by this much
+
+
+def _ollama_plan(s: Startup) -> tuple[float, float] | None:
+    """(what ollama planned to put on the GPUs, what it counted as available), GiB, when its offload line says."""
+    planned, available = s.settings.get("ollama_memory_required_partial_gib"), s.settings.get("ollama_memory_available_gib")
+    if isinstance(planned, float) and isinstance(available, float) and planned > 0 and available > 0:
+        return planned, available
+    return None
+
+
+def _fewer_layers(done: int, per_layer: float, missing_gib: float, why: str) -> Suggestion:
+    """num_gpu lowered by the layers whose memory covers ``missing_gib``; OLLAMA_GPU_OVERHEAD as the other way."""
+    fewer = max(1, math.ceil(missing_gib / per_layer)) if per_layer > 0 else 1
+    reserve = math.ceil(missing_gib * 4) / 4  # in quarters of a GiB
+    return Suggestion("num_gpu", done, max(0, done - fewer), note=f"{why}; each layer ≈ {per_layer:,.2f} GiB",
+                      alternatives=[Suggestion("OLLAMA_GPU_OVERHEAD", 0, int(reserve * (1 << 30)),
+                                               note=f"bytes ollama keeps free on each GPU ({reserve:g} GiB): its plan "
+                                                    "then places fewer layers by itself")])
+
+
+def _thin_plan(s: Startup, done: int, per_layer: float) -> tuple[Suggestion, str] | None:
+    """ollama planned almost all it counted as available: its graph and runtime estimates run low, so such a load
+    is the one that fails with an out of memory (or slows down)."""
+    plan = _ollama_plan(s)
+    if plan is None:
+        return None
+    planned, available = plan
+    margin = available - planned
+    if margin >= OLLAMA_SAFE_MARGIN_GIB:
+        return None
+    text = (f" ollama planned {planned:,.1f} GiB of the {available:,.1f} GiB available for these {done} layers: a "
+            f"{margin:,.1f} GiB margin, and its compute-graph estimate is often low, so this load can run out of GPU "
+            f"memory. Give it room: fewer layers on the GPU (num_gpu), or reserve memory with OLLAMA_GPU_OVERHEAD.")
+    return _fewer_layers(done, per_layer, OLLAMA_SAFE_MARGIN_GIB - margin, "keeps about "
+                         f"{OLLAMA_SAFE_MARGIN_GIB:g} GiB free for what the plan under-counts"), text
+
+
+def _ollama_compute_oom(s: Startup, size_mib: float | None) -> tuple[str, Suggestion | None]:
+    """The runner's compute buffer did not fit after ollama placed its layers: ollama's graph estimate was low."""
+    plan = _ollama_plan(s)
+    done, total = _int(s, "n_gpu_layers_offloaded"), _int(s, "n_layers_offloadable")
+    if plan is None or not size_mib:
+        return "", None
+    planned, available = plan
+    graph = s.settings.get("ollama_memory_graph_partial_gib") or s.settings.get("ollama_memory_graph_full_gib") or 0.0
+    missing = size_mib / 1024 - graph - (available - planned)
+    text = (f" ollama planned {planned:,.1f} GiB of {available:,.1f} GiB on the GPU"
+            + (f" for {done}/{total} layers" if done and total else "")
+            + f", counting {graph * 1024:,.1f} MiB for the compute graph; the runner needed {size_mib:,.0f} MiB for it, "
+            f"so ollama's estimate was too low by ≈ {max(0.0, missing):,.2f} GiB. Fewer layers on the GPU (num_gpu) or "
+            "OLLAMA_GPU_OVERHEAD (memory ollama keeps free) makes its plan leave that room.")
+    weights = s.settings.get("ollama_memory_weights_total_gib")
+    if not (done and total and isinstance(weights, float) and missing > 0):
+        return text, None
+    return text, _fewer_layers(done, weights / total, missing, "frees what the compute buffer lacked")
 
 
 def _ubatch(s: Startup) -> Suggestion:
@@ -365,6 +430,11 @@ def _failure(s: Startup) -> Finding | None:
         if copies and copies > 1:
             detail += (f" Pipeline parallelism was on with {copies} copies: each device holds {copies} compute "
                        "buffers; GGML_SCHED_MAX_COPIES=1 or --split-mode row/none avoids that.")
+        ollama_text, fewer = _ollama_compute_oom(s, mib)
+        if ollama_text:
+            detail += ollama_text
+            return Finding("llamacpp-compute-oom", "error", f"Startup failed: {size} compute buffer did not fit on {device}",
+                           detail, fewer)
         detail += " Lower -ub (and -b), lower -c, or move a layer off that device (-ngl / --tensor-split)."
         return Finding("llamacpp-compute-oom", "error", f"Startup failed: {size} compute buffer did not fit on {device}",
                        detail, _ubatch(s))
@@ -524,8 +594,41 @@ def _pinned(s: Startup) -> Finding | None:
                                                                 "failed attempt; host copies as slow as the fallback"))
 
 
+def _ollama_too_small(s: Startup) -> Finding | None:
+    """ollama's scheduler skipped a GPU: the room it wants before it places one layer there (the compute graph,
+    the GPU's minimum, two layers and, on the first GPU, the projector) is more than the GPU has free. The graph
+    is sized for every parallel slot's context, so a first attempt with several slots can fail where one fits."""
+    skipped = [w for w in s.warnings if w.get("code") == "ollama-gpu-too-small"]
+    if not skipped:
+        return None
+    w = max(skipped, key=lambda x: x.get("available_gib") or 0.0)  # the roomiest GPU it still could not use
+    graph = max(w.get("partial_offload_gib") or 0.0, w.get("full_offload_gib") or 0.0)
+    need = (w.get("gpu_zero_overhead_gib") or 0.0) + graph + (w.get("minimum_gib") or 0.0) + 2 * (w.get("layer_size_gib") or 0.0)
+    avail = w.get("available_gib")
+    gpu = w.get("gpu") or "the GPU"
+    if avail is None or not graph:
+        return None
+    detail = (f"ollama's compute-graph estimate alone is {graph:,.1f} GiB (partial_offload), more room than {gpu}'s "
+              f"{avail:,.1f} GiB available; with the GPU minimum, two layers and the first GPU's projector it wants "
+              f"{need:,.1f} GiB before it places one layer there, so no layer goes to that GPU.")
+    slots, ctx = _int(s, "n_slots"), _int(s, "n_ctx_slot")
+    sug = None
+    if slots and slots > 1:
+        per = f" of num_ctx {ctx:,}" if ctx else ""
+        detail += (f" The graph and the context windows are sized for {slots} parallel slots{per} each: with "
+                   "OLLAMA_NUM_PARALLEL unset ollama first tries several slots when VRAM looks ample, then retries "
+                   "with one, which is the load that follows. Set OLLAMA_NUM_PARALLEL=1 to start there (or a smaller "
+                   "num_ctx); more parallel slots only make it larger.")
+        sug = Suggestion("OLLAMA_NUM_PARALLEL", slots, 1, note="one context window: the graph and KV cache of one slot")
+    else:
+        detail += " A smaller num_ctx (the graph and KV cache scale with it) or a smaller num_batch shrinks it."
+    return Finding("ollama-gpu-too-small", "warning",
+                   f"No layer fits on {gpu}: ollama wants {need:,.1f} GiB there, {avail:,.1f} GiB is available",
+                   detail, sug)
+
+
 def findings(s: Startup) -> list[Finding]:
     _drop_aggregate_noise(s)
     out = [f for f in (_failure(s), _recovered(s), _kv_ahead(s), _kv_cost(s), _slots(s), _train_context(s),
-                       _offload(s), _compute(s), _ollama_devices(s), _pinned(s)) if f is not None]
+                       _offload(s), _compute(s), _ollama_devices(s), _pinned(s), _ollama_too_small(s)) if f is not None]
     return out

@@ -115,9 +115,14 @@ _UNIT_MIB = {"B": 1 / (1 << 20), "KiB": 1 / 1024, "MiB": 1.0, "GiB": 1024.0}
 # ollama's scheduler before it starts the runner: its own estimate (msg=offload … memory.required.kv="19.5 GiB")
 # and the runner's command line (--ctx-size is the whole cache: num_ctx × --parallel)
 _OLLAMA_FIELD = lazy_compile(rf'\b(layers\.model|layers\.offload|memory\.required\.kv|memory\.weights\.total|'
-                             rf'memory\.required\.full|memory\.graph\.full)="?{G}(?:\s*(B|KiB|MiB|GiB))?')
+                             rf'memory\.required\.full|memory\.required\.partial|memory\.graph\.full|'
+                             rf'memory\.graph\.partial)="?{G}(?:\s*(B|KiB|MiB|GiB))?')
 _OLLAMA_AVAILABLE = lazy_compile(r'memory\.available="\[([^\]]*)\]"')
 _OLLAMA_SIZE = lazy_compile(rf"{G}\s*(B|KiB|MiB|GiB)")
+# ollama's DEBUG verdict on one GPU: the terms of the room it wants before it places a single layer there
+_OLLAMA_TOO_SMALL = lazy_compile(r'gpu has too little memory to allocate any layers"')
+_OLLAMA_TERM = lazy_compile(r'\b(name|available|minimum_memory|layer_size|gpu_zer_overhead|partial_offload|full_offload)='
+                            r'(?:"([^"]*)"|(\S+))')
 _OLLAMA_FLAG = lazy_compile(r"--(ctx-size|parallel|n-gpu-layers|batch-size) (\d+)")
 _TRUNCATED = lazy_compile(r"input truncated\b")
 _TRUNC_FIELD = lazy_compile(r"\b(n_ctx|n_erase|n_keep|n_left|n_shift)\s*=\s*(\d+)")
@@ -216,6 +221,7 @@ ANCHORS: tuple[bytes, ...] = (
     b'msg="model weights"',
     b"msg=offload",
     b'msg="offload to',
+    b"too little memory to allocate any layers",
     b"CUDA error: out of memory",
     b"starting llama server",
     b"--ctx-size",
@@ -665,6 +671,26 @@ def _ollama_scheduler(msg: str, st: dict[str, Any]) -> list[Parsed]:
     return [Parsed(ev.SETTINGS, data)] if data else []
 
 
+def _ollama_gpu_too_small(msg: str, st: dict[str, Any]) -> list[Parsed]:
+    """'gpu has too little memory to allocate any layers': one GPU ollama's scheduler skipped, with its terms."""
+    if not _OLLAMA_TOO_SMALL.search(msg):
+        return []
+    data: dict[str, Any] = {"code": "ollama-gpu-too-small", "message": msg.strip()[:600]}
+    for key, quoted, bare in _OLLAMA_TERM.findall(msg):
+        value = quoted or bare
+        if key == "name":
+            data["gpu"] = value
+            continue
+        if key == "minimum_memory" and value.isdigit():  # printed in bytes
+            data["minimum_gib"] = int(value) / (1 << 30)
+            continue
+        size = _OLLAMA_SIZE.fullmatch(value.strip())
+        if size:
+            data[f"{key.replace('gpu_zer_overhead', 'gpu_zero_overhead')}_gib"] = (
+                (to_float(size.group(1)) or 0.0) * _UNIT_MIB[size.group(2)] / 1024)
+    return [Parsed(ev.WARNING, data), Parsed(ev.SETTINGS, {"ollama_runner": True})]
+
+
 def _truncated(msg: str, st: dict[str, Any]) -> list[Parsed]:
     """The server cut a prompt longer than a slot's context: 'input truncated | n_ctx=2048 n_erase=39171 n_keep=4
     n_left=2044 n_shift=1022'. It kept n_keep tokens and the last part and erased n_erase in blocks of n_left / 2,
@@ -808,6 +834,7 @@ _HANDLERS = (
     (('msg="kv cache"', 'msg="compute graph"', 'msg="model weights"'), _ollama),
     (("msg=offload", 'msg="offload to', "starting llama server", "--ctx-size"), _ollama_scheduler),
     (("input truncated",), _truncated),
+    (("too little memory to allocate any layers",), _ollama_gpu_too_small),
     (("cells", "self size", "KV self indexer"), _summaries),
     (("n_ctx", "n_seq_max", "n_batch", "n_ubatch", "flash_attn", "kv_unified", "causal_attn", "mla_attn", "type_k",
       "type_v", "n_rs_seq", "print_info", "llm_load_print_meta", "llama_model_load_internal", "n_embd_k_gqa",

@@ -129,6 +129,10 @@ def _no_memory(s: Startup) -> Finding:
         detail = (f"vLLM asks for gpu_memory_utilization × total = {requested:.2f} GiB up front, but only {free:.2f} of "
                   f"{total:.2f} GiB was free on the {device} at startup. The budget is a fraction of the total, not of free "
                   f"memory, so it must satisfy util ≤ free / total = {free / total:.3f}.")
+        if device == "GPU":
+            detail += (f" The {total - free:.2f} GiB already in use is no more than this worker's own CUDA context "
+                       "and, in a multi-GPU run, the NCCL / communication buffers it sets up before vLLM measures, "
+                       "so no other process has to be holding the GPU.")
         return Finding("not-enough-memory", "error", f"Startup failed: {requested:.2f} GiB requested, {free:.2f} GiB free",
                        detail, Suggestion("--gpu-memory-utilization", u, fits, _kv_tokens_at(s, fits)))
     ref = s.reference_rank

@@ -376,6 +376,10 @@ def _refine_failure(s: Startup, era: Era, arch: Architecture | None) -> None:
     """Name what killed the startup more precisely than the line that reported it."""
     f = s.failure
     if f is not None:
+        if f.kind == "multi-instance-contention" and f.data.get("free_gib") is not None and tp_size(s) * pp_size(s) > 1:
+            # a worker of a multi-GPU run holds its NCCL buffers before the check: judge the gap with them
+            f.kind = rules.classify_shortfall(f.data["free_gib"], f.data.get("total_gib"),
+                                              str(f.data.get("device") or "gpu").lower(), multi_gpu=True)
         if f.kind == "cuda-oom" and _capture_unfinished(s):
             f.data["phase"] = "CUDA graph capture"
             f.kind = "oom-cuda-graph"

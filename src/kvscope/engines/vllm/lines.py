@@ -165,6 +165,7 @@ _V1_MAX_LEN = lazy_compile(
     rf"larger than the available KV cache memory \({G}{GB}\)"
 )
 _ESTIMATED = lazy_compile(r"estimated maximum model length is (\d+)")
+_DEVICE_INDEX = lazy_compile(r"memory on (?:device|node) \w+:(\d+)")
 _FREE_SHORT = lazy_compile(rf"(?:Free|Available) memory on (?:device|node)(?: [\w:]+)? \({G}/{G}{GB}\) on startup is less "
                          rf"than desired (GPU|CPU) memory utilization \({G}, {G}{GB}\)")
 _PROFILE_ERROR = lazy_compile(rf"Error in memory profiling\. Initial free memory {G}{GB}, current free memory {G}{GB}")
@@ -638,7 +639,9 @@ def _v0_max_len(m: re.Match[str], msg: str) -> list[Parsed]:
 
 def _free_short(m: re.Match[str], msg: str) -> list[Parsed]:
     free, total, util, requested = _f(m, 1), _f(m, 2), _f(m, 4), _f(m, 5)
-    kind = classify_shortfall(free, total, device=m.group(3).lower())
+    # a device number past 0 ("cuda:3") is a worker of a multi-GPU run
+    index = _DEVICE_INDEX.search(msg[:m.end()])
+    kind = classify_shortfall(free, total, device=m.group(3).lower(), multi_gpu=bool(index and index.group(1) != "0"))
     return [Parsed(ev.FAILURE, {"kind": kind, "message": _text(msg), "free_gib": free, "total_gib": total,
                                 "gpu_memory_utilization": util, "requested_gib": requested, "device": m.group(3)}),
             Parsed(ev.RANK, {"total_gib": total, "init_free_gib": free, "usable_gib": requested}),
@@ -834,8 +837,9 @@ _JOINABLE: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("To serve at least one request", _V1_MAX_LEN),
     ("The model's max seq len", _V0_MAX_LEN),
     ("Memory profiling results: ", lazy_compile(r"gpu_memory_utilization=\s*[\d.]+")),
-    ("Free memory on device (", lazy_compile(r"Current kv cache memory in use is|fully utilize|CUDAGraph memory|"
-                                            r"\w graph memory|less than desired")),
+    ("Free memory on device", lazy_compile(r"Current kv cache memory in use is|fully utilize|CUDAGraph memory|"
+                                          r"\w graph memory|less than desired \w+ memory utilization \(")),
+    ("Based on the available memory, the", _ESTIMATED),
     ("model weights take", lazy_compile(r"reserved for KV Cache is\s+[\d.]+")),
     ("is equivalent to --gpu-memory-utilization", lazy_compile(r"without CUDA graph")),
     ("CUDA graph memory profiling will be enabled", _CG_ADVISORY_OFF),

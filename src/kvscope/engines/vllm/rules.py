@@ -53,15 +53,22 @@ def cdiv(a: int, b: int) -> int:
 # --- failure classification ------------------------------------------------------------------------------
 
 
-def classify_shortfall(free_gib: float | None, total_gib: float | None, device: str = "gpu") -> str:
+# What a worker of a multi-GPU run holds itself before vLLM's snapshot beyond its CUDA context (v0.11+ initialises
+# the distributed environment first): NCCL, and on EFA / DeepEP clusters their communication buffers. Seen: an EP16
+# decode group on B200 held 4.55 GiB per GPU before the snapshot with no other process on it.
+DISTRIBUTED_INIT_GIB = 2.0
+
+
+def classify_shortfall(free_gib: float | None, total_gib: float | None, device: str = "gpu",
+                       multi_gpu: bool = False) -> str:
     """'Free memory on device (F/T) … less than desired utilization': contention or plain over-asking.
 
-    vLLM checks F0 ≥ T × util. When T − F0 is more than the process's own context and NCCL buffers,
-    someone else holds memory on that GPU (another vLLM instance, a notebook, a stuck process).
+    vLLM checks F0 ≥ T × util. When T − F0 is more than the process's own context and NCCL buffers (larger in a
+    multi-GPU run), someone else holds memory on that GPU (another vLLM instance, a notebook, a stuck process).
     """
     if free_gib is None or total_gib is None:
         return "not-enough-memory"
-    others = total_gib - free_gib - OWN_CONTEXT_GIB
+    others = total_gib - free_gib - OWN_CONTEXT_GIB - (DISTRIBUTED_INIT_GIB if multi_gpu else 0.0)
     if device == "gpu" and others >= CONTENTION_GIB:
         return "multi-instance-contention"
     return "not-enough-memory"

@@ -254,3 +254,14 @@ def test_mamba2_state_pads_groups_to_the_tp_size():
     assert linear_state_elements(state, 16)[0] == (4096 + 2 * 16 * 128) // 16 * 3  # 8 groups → 16 on TP 16
     assert rules.mamba_page(arch, 1, "bfloat16").bytes == 6144 * 3 * 2 + 524_288 * 4
     assert rules.mamba_cache_mode(True, arch.model_type) == "all"
+
+
+def test_a_multi_gpu_workers_own_buffers_are_not_another_tenant():
+    """An EP16 decode group on B200 (a real post, questions/124): 4.55 GiB in use before vLLM's check, no other
+    process on the GPU. A multi-GPU worker holds its NCCL / EFA buffers before the snapshot, so that gap is its
+    own; on a single GPU the same gap is another process."""
+    from kvscope.engines.vllm.rules import classify_shortfall
+
+    assert classify_shortfall(173.8, 178.35, "gpu", multi_gpu=True) == "not-enough-memory"
+    assert classify_shortfall(173.8, 178.35, "gpu") == "multi-instance-contention"
+    assert classify_shortfall(160.0, 178.35, "gpu", multi_gpu=True) == "multi-instance-contention"
