@@ -7,6 +7,7 @@ every finding is phrased as "this flag costs that many MiB" rather than as a bud
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from kvscope.core.startup import Finding, Startup, Suggestion
@@ -253,6 +254,8 @@ def _offload(s: Startup) -> Finding | None:
         free = _gpu_free_gib(s)
         if isinstance(full, float) and isinstance(available, float):
             fits = total - done if full <= available else 0
+            if _ollama_unused_gpus(s) is not None:  # its placement rule left a GPU empty: more layers cannot go there
+                fits = 0
             detail += (f" ollama's own estimate: the whole model needs {full:,.1f} GiB on the GPUs, which have "
                        f"{available:,.1f} GiB available.")
             thin = _thin_plan(s, done, per_layer)
@@ -594,6 +597,98 @@ def _pinned(s: Startup) -> Finding | None:
                                                                 "failed attempt; host copies as slow as the fallback"))
 
 
+OLLAMA_MINIMUM_GIB = {"metal": 512 / 1024}  # discover/: a GPU's own minimum; CUDA and ROCm 457 MiB
+OLLAMA_MINIMUM_DEFAULT_GIB = 457 / 1024
+
+
+@dataclass(frozen=True)
+class _PlacementRule:
+    """How one ollama release decides whether a GPU gets any layer (llm/memory.go EstimateGPULayers): it must hold
+    the compute graph, the GPU's minimum, two 'buffer' layers and, on the first GPU that qualifies, the projector."""
+
+    releases: str
+    largest_layer: bool  # the buffer layer is the largest layer group (0.7.0) rather than the first block
+    projector_graph_on_first: bool  # the projector's graph counts on the first GPU, not only its weights
+
+
+# oldest first; a log that names no release is judged by every rule that explains where its layers went
+_PLACEMENT_RULES = (
+    _PlacementRule("≤0.6.8", largest_layer=False, projector_graph_on_first=True),
+    _PlacementRule("0.7.0", largest_layer=True, projector_graph_on_first=True),
+    _PlacementRule("0.7.1+", largest_layer=False, projector_graph_on_first=False),
+)
+
+
+def _gib_setting(s: Startup, key: str) -> float:
+    value = s.settings.get(key)
+    return value if isinstance(value, float) else 0.0
+
+
+def _placement_need(s: Startup, rule: _PlacementRule, first: bool) -> tuple[float, dict[str, float]]:
+    """What a GPU must have free for ollama to place one layer on it, and its terms (GiB)."""
+    blocks = max(1, (_int(s, "n_layers_offloadable") or 2) - 1)
+    block = _gib_setting(s, "ollama_memory_weights_repeating_gib") / blocks
+    buffer = max(block, _gib_setting(s, "ollama_memory_weights_nonrepeating_gib")) if rule.largest_layer else block
+    buffer += _gib_setting(s, "ollama_memory_required_kv_gib") / blocks
+    projector = 0.0
+    if first:
+        projector = _gib_setting(s, "ollama_projector_weights_gib") + (
+            _gib_setting(s, "ollama_projector_graph_gib") if rule.projector_graph_on_first else 0.0)
+    library = str(s.settings.get("ollama_library") or "cuda")
+    terms = {"graph": max(_gib_setting(s, "ollama_memory_graph_partial_gib"), _gib_setting(s, "ollama_memory_graph_full_gib")),
+             "minimum": OLLAMA_MINIMUM_GIB.get(library, OLLAMA_MINIMUM_DEFAULT_GIB), "layers": 2 * buffer,
+             "projector": projector, "overhead": _gib_setting(s, "ollama_memory_gpu_overhead_gib")}
+    return sum(terms.values()), terms
+
+
+def _ollama_unused_gpus(s: Startup) -> Finding | None:
+    """A GPU ollama's plan gave no layer: the room its placement rule wants there, against what it had free."""
+    available = s.settings.get("ollama_memory_available_list_gib")
+    if not isinstance(available, list) or not available or not _gib_setting(s, "ollama_memory_graph_partial_gib"):
+        return None
+    split = s.settings.get("ollama_layers_split")
+    offloaded = _int(s, "n_gpu_layers_offloaded")
+    counts = split if isinstance(split, list) and len(split) == len(available) else (
+        [offloaded] if len(available) == 1 and offloaded is not None else None)
+    if counts is None or all(c for c in counts):
+        return None
+    total = _int(s, "n_layers_offloadable")
+    lines, needs = [], []
+    for i, (free, count) in enumerate(zip(available, counts, strict=True)):
+        if count:
+            continue
+        first = not any(counts[:i])  # no earlier GPU took layers: this one would carry the projector
+        fitting = []
+        for rule in _PLACEMENT_RULES:
+            need, terms = _placement_need(s, rule, first)
+            if need > free:  # the rules that explain this GPU getting nothing
+                fitting.append((rule, need, terms))
+        if not fitting:
+            continue
+        rule, need, terms = fitting[-1]  # the newest rule that explains it
+        needs.append(need)
+        parts = [f"the compute graph {terms['graph']:,.2f} GiB", f"the GPU's minimum {terms['minimum'] * 1024:,.0f} MiB",
+                 f"two of its largest layers {terms['layers']:,.2f} GiB"]
+        if terms["projector"]:
+            parts.append(f"the vision projector {terms['projector']:,.2f} GiB (it goes on the first GPU)")
+        if terms["overhead"]:
+            parts.append(f"OLLAMA_GPU_OVERHEAD {terms['overhead']:,.2f} GiB")
+        others = "".join(f"; {r.releases}'s rule wants ≈ {n:,.2f} GiB, also more" for r, n, _ in fitting[:-1])
+        lines.append(f"GPU {i} has {free:,.1f} GiB available: too little for the minimum ollama's placement wants "
+                     f"there before it puts one layer on it, ≈ {need:,.2f} GiB ({', '.join(parts)}, by ollama "
+                     f"{rule.releases}'s rule{others}), so it got no layer.")
+    if not lines:
+        return None
+    placed = sum(counts)
+    head = f"{placed}/{total} layers on the GPUs" if total else f"{placed} layers on the GPUs"
+    detail = (" ".join(lines) + " The graph and the layers' KV share shrink with a smaller num_ctx (or "
+              "num_batch); the projector and the largest layer do not, so a GPU this small may never take a layer "
+              "of this model.")
+    worst = max(needs)
+    return Finding("ollama-gpu-unused", "warning",
+                   f"{head}: a GPU got none (it has less than the ≈ {worst:,.2f} GiB ollama wants there)", detail)
+
+
 def _ollama_too_small(s: Startup) -> Finding | None:
     """ollama's scheduler skipped a GPU: the room it wants before it places one layer there (the compute graph,
     the GPU's minimum, two layers and, on the first GPU, the projector) is more than the GPU has free. The graph
@@ -630,5 +725,6 @@ def _ollama_too_small(s: Startup) -> Finding | None:
 def findings(s: Startup) -> list[Finding]:
     _drop_aggregate_noise(s)
     out = [f for f in (_failure(s), _recovered(s), _kv_ahead(s), _kv_cost(s), _slots(s), _train_context(s),
-                       _offload(s), _compute(s), _ollama_devices(s), _pinned(s), _ollama_too_small(s)) if f is not None]
+                       _ollama_unused_gpus(s), _offload(s), _compute(s), _ollama_devices(s), _pinned(s),
+                       _ollama_too_small(s)) if f is not None]
     return out

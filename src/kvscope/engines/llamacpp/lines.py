@@ -118,6 +118,12 @@ _OLLAMA_FIELD = lazy_compile(rf'\b(layers\.model|layers\.offload|memory\.require
                              rf'memory\.required\.full|memory\.required\.partial|memory\.graph\.full|'
                              rf'memory\.graph\.partial)="?{G}(?:\s*(B|KiB|MiB|GiB))?')
 _OLLAMA_AVAILABLE = lazy_compile(r'memory\.available="\[([^\]]*)\]"')
+_OLLAMA_SPLIT = lazy_compile(r'layers\.split="?([\d,]+)')
+_OLLAMA_EXTRA = lazy_compile(rf'\b(memory\.weights\.repeating|memory\.weights\.nonrepeating|projector\.weights|'
+                             rf'projector\.graph|memory\.gpu_overhead)="?{G}(?:\s*(B|KiB|MiB|GiB))?')
+_OLLAMA_LIBRARY = lazy_compile(r"\blibrary=(\w+)")
+# a record ollama's logfmt wrapped (or a poster did): a continuation line starts with a space and its fields
+_OLLAMA_CONTINUED = lazy_compile(r"^\s+(?:layers|memory|projector)\.\w")
 _OLLAMA_SIZE = lazy_compile(rf"{G}\s*(B|KiB|MiB|GiB)")
 # ollama's DEBUG verdict on one GPU: the terms of the room it wants before it places a single layer there
 _OLLAMA_TOO_SMALL = lazy_compile(r'gpu has too little memory to allocate any layers"')
@@ -222,6 +228,8 @@ ANCHORS: tuple[bytes, ...] = (
     b"msg=offload",
     b'msg="offload to',
     b"too little memory to allocate any layers",
+    b"memory.available=", b"memory.required.", b"memory.weights.", b"memory.graph.", b"projector.weights=",
+    b"projector.graph=", b"layers.offload=",
     b"CUDA error: out of memory",
     b"starting llama server",
     b"--ctx-size",
@@ -276,6 +284,8 @@ class LlamaCppLines:
         if st is None:
             st = ctx.state["llamacpp"] = _fresh_state()
         split = st.pop("split_header", None)
+        if not text[:1].isspace():
+            st["ollama_offload_open"] = False  # a wrapped ollama record continues only on indented lines
         if split is None and not _GATE.search(text):
             return []  # one C-speed scan rejects the other engines' lines
         msg = _WRAPPER.sub("", text, count=1)
@@ -650,7 +660,10 @@ def _ollama(msg: str, st: dict[str, Any]) -> list[Parsed]:
 def _ollama_scheduler(msg: str, st: dict[str, Any]) -> list[Parsed]:
     """ollama's offload estimate and runner command: the context, slots and layers it launched with."""
     data: dict[str, Any] = {}
-    if "msg=offload" in msg or 'msg="offload to' in msg:  # 2025: msg=offload; 2024: msg="offload to cuda"
+    offload = "msg=offload" in msg or 'msg="offload to' in msg  # 2025: msg=offload; 2024: msg="offload to cuda"
+    continued = not offload and st.get("ollama_offload_open") and _OLLAMA_CONTINUED.match(msg)
+    st["ollama_offload_open"] = bool(offload or continued)
+    if offload or continued:
         available = _OLLAMA_AVAILABLE.search(msg)
         if available:
             data["ollama_memory_available_gib"] = sum(
@@ -661,6 +674,17 @@ def _ollama_scheduler(msg: str, st: dict[str, Any]) -> list[Parsed]:
             else:
                 gib = (to_float(value) or 0.0) * _UNIT_MIB[unit or "B"] / 1024
                 data[f"ollama_{key.replace('.', '_')}_gib"] = gib  # ollama's estimate, not an allocation
+        if available:
+            data["ollama_memory_available_list_gib"] = [
+                (to_float(v) or 0.0) * _UNIT_MIB[u] / 1024 for v, u in _OLLAMA_SIZE.findall(available.group(1))]
+        split = _OLLAMA_SPLIT.search(msg)
+        if split:
+            data["ollama_layers_split"] = [to_int(x) for x in split.group(1).split(",") if x]
+        library = _OLLAMA_LIBRARY.search(msg)
+        if library:
+            data["ollama_library"] = library.group(1)
+        for key, value, unit in _OLLAMA_EXTRA.findall(msg):
+            data[f"ollama_{key.replace('.', '_')}_gib"] = (to_float(value) or 0.0) * _UNIT_MIB[unit or "B"] / 1024
     elif "starting llama server" in msg or "--ctx-size" in msg:  # the runner's command line, however it was pasted
         names = {"ctx-size": "ctx_size", "parallel": "n_slots", "n-gpu-layers": "n_gpu_layers", "batch-size": "n_batch"}
         data = {names[k]: to_int(v) for k, v in _OLLAMA_FLAG.findall(msg)}
@@ -832,7 +856,8 @@ def failure_events(msg: str, backend: str = "CUDA") -> list[Parsed]:
 _HANDLERS = (
     (("buffer size",), _buffers),
     (('msg="kv cache"', 'msg="compute graph"', 'msg="model weights"'), _ollama),
-    (("msg=offload", 'msg="offload to', "starting llama server", "--ctx-size"), _ollama_scheduler),
+    (("msg=offload", 'msg="offload to', "starting llama server", "--ctx-size", "memory.available=", "memory.required.",
+      "memory.weights.", "memory.graph.", "projector.weights=", "projector.graph=", "layers.offload="), _ollama_scheduler),
     (("input truncated",), _truncated),
     (("too little memory to allocate any layers",), _ollama_gpu_too_small),
     (("cells", "self size", "KV self indexer"), _summaries),
