@@ -18,6 +18,20 @@ def case_dir(engine: str, prefix: str) -> Path:
     return matches[0]
 
 
+def one_startup(engine: str, prefix: str):
+    """The single startup of the shared fixture ``engine/prefix*``, checked to be that engine's."""
+    from kvscope.api import analyze
+
+    startups = analyze(case_files(case_dir(engine, prefix))).startups
+    assert len(startups) == 1 and startups[0].engine == engine, [s.engine for s in startups]
+    return startups[0]
+
+
+def ground_truth(engine: str, prefix: str) -> dict:
+    """The ``ground_truth`` of the shared fixture ``engine/prefix*``'s meta.json."""
+    return json.loads((case_dir(engine, prefix) / "meta.json").read_text())["ground_truth"]
+
+
 def case_files(case: Path) -> list[str]:
     meta = json.loads((case / "meta.json").read_text())
     return [str(case / f) for f in meta.get("files") or ["log.txt"]]

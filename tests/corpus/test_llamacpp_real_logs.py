@@ -2,27 +2,21 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from kvscope.api import analyze
 from kvscope.render.json_out import to_dict
-from tests.conftest import case_dir, case_files
+from tests.conftest import case_dir, case_files, ground_truth, one_startup
 
 MIB = 1 / 1024
 
 
 def _one(prefix: str):
-    analysis = analyze(case_files(case_dir("llamacpp", prefix)))
-    assert len(analysis.startups) == 1
-    s = analysis.startups[0]
-    assert s.engine == "llamacpp"
-    return s
+    return one_startup("llamacpp", prefix)
 
 
 def _meta(prefix: str) -> dict:
-    return json.loads((case_dir("llamacpp", prefix) / "meta.json").read_text())["ground_truth"]
+    return ground_truth("llamacpp", prefix)
 
 
 def _rank(s, label):

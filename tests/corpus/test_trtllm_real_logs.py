@@ -3,29 +3,23 @@ shapes quoted from public logs that no fixture covers yet."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from kvscope.api import analyze
 from kvscope.core import events as ev
 from kvscope.engines.base import LineContext
 from kvscope.engines.trtllm.lines import TRTLLMLines
-from tests.conftest import case_dir, case_files
+from tests.conftest import ground_truth, one_startup
 
 GIB = 1 << 30
 
 
 def _one(prefix: str):
-    analysis = analyze(case_files(case_dir("trtllm", prefix)))
-    assert len(analysis.startups) == 1
-    s = analysis.startups[0]
-    assert s.engine == "trtllm"
-    return s
+    return one_startup("trtllm", prefix)
 
 
 def _meta(prefix: str) -> dict:
-    return json.loads((case_dir("trtllm", prefix) / "meta.json").read_text())["ground_truth"]
+    return ground_truth("trtllm", prefix)
 
 
 def test_triton_pytorch_backend_blocks_line():
