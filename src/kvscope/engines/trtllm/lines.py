@@ -269,40 +269,59 @@ def _kv(text: str, st: dict[str, Any]) -> list[Parsed]:
     return first_match(KV_SHAPES.rows, text) or []
 
 
+def _peak(m: re.Match[str], text: str) -> list[Parsed]:
+    rest = m.group(3)
+    data: dict[str, Any] = {"peak_memory_gib": _gib(m.group(1))}
+    total = _PEAK_TOTAL.search(rest)
+    tmp = _PEAK_TMP.search(rest)
+    if total:
+        data["total_gib"] = _gib(total.group(1))
+    if tmp:
+        data["profiling_kv_gib"] = _gib(tmp.group(1))
+    out = [Parsed(ev.RANK, data), Parsed(ev.CAPACITY, {"available_kv_gib": _gib(m.group(2))})]
+    fraction, size = _PEAK_FRACTION.search(rest), _PEAK_KV_SIZE.search(rest)
+    settings: dict[str, Any] = {}
+    if fraction:
+        settings["free_gpu_memory_fraction"] = round(to_float(fraction.group(1)) or 0, 6)
+    if size:
+        settings["kv_size_per_token"] = to_int(size.group(1))
+    if settings:
+        out.append(Parsed(ev.SETTINGS, settings))
+    return out
+
+
+def _rank_value(key: str) -> Callable[[re.Match[str], str], list[Parsed]]:
+    return lambda m, text: [Parsed(ev.RANK, {key: _gib(m.group(1))})]
+
+
+# The PyTorch backend's memory profile (LLM API / trtllm-serve)
+PROFILE_SHAPES = Shapes((
+    Shape("profile-peak", _PEAK, _peak, (ev.RANK, ev.CAPACITY, ev.SETTINGS), "undated",
+          "[12/20/2025-04:21:51] [TRT-LLM] [I] Peak memory during memory usage profiling (torch + non-torch): 113.65 GiB, "
+          "available KV cache memory when calculating max tokens: 5.95 GiB, fraction is set 0.8999999761581421, kv size is "
+          "73728. device total memory 119.70 GiB, , tmp kv_mem 0.56 GiB"),
+    Shape("estimated-kv", _ESTIMATED, lambda m, text: [Parsed(ev.CAPACITY, {"estimated_kv_gib": _gib(m.group(1))})],
+          (ev.CAPACITY,), "undated", "[12/20/2025-04:21:51] [TRT-LLM] [I] Estimated max memory in KV cache : 5.95 GiB"),
+    Shape("weights-inside-torch", _WEIGHTS_INSIDE, _rank_value("weights_gib"), (ev.RANK,), "undated",
+          "[12/20/2025-04:21:50] [TRT-LLM] [I] Memory used after loading model weights (inside torch) in memory usage "
+          "profiling: 63.52 GiB"),
+    Shape("weights-outside-torch", _WEIGHTS_OUTSIDE, _rank_value("non_torch_at_load_gib"), (ev.RANK,), "undated",
+          "[12/20/2025-04:21:50] [TRT-LLM] [I] Memory used after loading model weights (outside torch) in memory usage "
+          "profiling: 49.78 GiB"),
+    Shape("activation-peak", _ACTIVATION, _rank_value("activation_peak_gib"), (ev.RANK,), "undated",
+          "[12/20/2025-04:21:51] [TRT-LLM] [I] Memory dynamically allocated during inference (inside torch) in memory "
+          "usage profiling: 0.85 GiB"),
+    Shape("outside-torch", _OUTSIDE, _rank_value("non_torch_gib"), (ev.RANK,), "undated",
+          "[12/20/2025-04:21:51] [TRT-LLM] [I] Memory used outside torch (e.g., NCCL and CUDA graphs) in memory usage "
+          "profiling: 49.28 GiB"),
+    Shape("weights-used", _WEIGHTS_PT,
+          lambda m, text: [Parsed(ev.RANK, {"weights_gib": _gib(m.group(1)), "weights_label": f"{m.group(1)} {m.group(2)}"})],
+          (ev.RANK,), "undated", "[12/20/2025-04:20:21] [TRT-LLM] [I] Use 63.32 GB for model weights."),
+))
+
+
 def _profile(text: str, st: dict[str, Any]) -> list[Parsed]:
-    """The PyTorch backend's memory profile (LLM API / trtllm-serve)."""
-    m = _PEAK.search(text)
-    if m:
-        rest = m.group(3)
-        data: dict[str, Any] = {"peak_memory_gib": _gib(m.group(1))}
-        total = _PEAK_TOTAL.search(rest)
-        tmp = _PEAK_TMP.search(rest)
-        if total:
-            data["total_gib"] = _gib(total.group(1))
-        if tmp:
-            data["profiling_kv_gib"] = _gib(tmp.group(1))
-        out = [Parsed(ev.RANK, data), Parsed(ev.CAPACITY, {"available_kv_gib": _gib(m.group(2))})]
-        fraction, size = _PEAK_FRACTION.search(rest), _PEAK_KV_SIZE.search(rest)
-        settings: dict[str, Any] = {}
-        if fraction:
-            settings["free_gpu_memory_fraction"] = round(to_float(fraction.group(1)) or 0, 6)
-        if size:
-            settings["kv_size_per_token"] = to_int(size.group(1))
-        if settings:
-            out.append(Parsed(ev.SETTINGS, settings))
-        return out
-    m = _ESTIMATED.search(text)
-    if m:
-        return [Parsed(ev.CAPACITY, {"estimated_kv_gib": _gib(m.group(1))})]
-    for pattern, key in ((_WEIGHTS_INSIDE, "weights_gib"), (_WEIGHTS_OUTSIDE, "non_torch_at_load_gib"),
-                         (_ACTIVATION, "activation_peak_gib"), (_OUTSIDE, "non_torch_gib")):
-        m = pattern.search(text)
-        if m:
-            return [Parsed(ev.RANK, {key: _gib(m.group(1))})]
-    m = _WEIGHTS_PT.search(text)
-    if m:
-        return [Parsed(ev.RANK, {"weights_gib": _gib(m.group(1)), "weights_label": f"{m.group(1)} {m.group(2)}"})]
-    return []
+    return first_match(PROFILE_SHAPES.rows, text) or []
 
 
 def _settings(text: str, st: dict[str, Any]) -> list[Parsed]:
@@ -398,37 +417,46 @@ def _engine(text: str, st: dict[str, Any]) -> list[Parsed]:
     return first_match(ENGINE_SHAPES.rows, text) or []
 
 
+IDENTITY_SHAPES = Shapes((
+    Shape("version-banner", _VERSION, lambda m, text: [Parsed(ev.VERSION, {"engine_version": m.group(1)})],
+          (ev.VERSION,), "all", "[TensorRT-LLM] TensorRT-LLM version: 0.16.0"),
+    Shape("engine-version", _ENGINE_VERSION, lambda m, text: [Parsed(ev.VERSION, {"engine_version": m.group(1)})],
+          (ev.VERSION,), "undated", "[TensorRT-LLM][INFO] Engine version 0.16.0 found in the config file, assuming "
+          "engine(s) built by new builder API."),
+    Shape("backend", _BACKEND, lambda m, text: [Parsed(ev.SETTINGS, {"backend": m.group(1).lower()})], (ev.SETTINGS,),
+          "undated", "[03/13/2026-02:56:20] [TRT-LLM] [I] Using LLM with PyTorch backend"),
+    Shape("executor-created", _LOADED, lambda m, text: [Parsed(ev.SETTINGS, {"loaded": True})], (ev.SETTINGS,),
+          "undated", "[TensorRT-LLM][INFO] Executor instance created by worker"),
+))
+
+
 def _identity(text: str, st: dict[str, Any]) -> list[Parsed]:
-    m = _VERSION.search(text)
-    if m:
-        out = [Parsed(ev.VERSION, {"engine_version": m.group(1)})]
-        if st.get("content"):
-            out.insert(0, Parsed(ev.BOUNDARY, {"why": "version banner after a KV allocation"}))
-            st["content"] = False
-        return out
-    m = _ENGINE_VERSION.search(text)
-    if m:
-        return [Parsed(ev.VERSION, {"engine_version": m.group(1)})]
-    m = _BACKEND.search(text)
-    if m:
-        return [Parsed(ev.SETTINGS, {"backend": m.group(1).lower()})]
-    if _LOADED.search(text):
-        return [Parsed(ev.SETTINGS, {"loaded": True})]
-    return []
+    out = first_match(IDENTITY_SHAPES.rows, text) or []
+    if out and st.get("content") and _VERSION.search(text):  # the banner after a KV allocation: another process
+        out.insert(0, Parsed(ev.BOUNDARY, {"why": "version banner after a KV allocation"}))
+        st["content"] = False
+    return out
+
+
+WARNING_SHAPES = Shapes((
+    Shape("attention-window-reduced", _WINDOW_REDUCED,
+          lambda m, text: [Parsed(ev.WARNING, {"code": "attention-window-reduced", "message": text.strip(),
+                                               "to": to_int(m.group(1))})],
+          (ev.WARNING,), "undated", "[TensorRT-LLM][WARNING] maxAttentionWindow and maxSequenceLen are too large for at "
+          "least one sequence to fit in kvCache. they are reduced to 5185"),
+    Shape("attention-window-capped", _WINDOW_UPPER,
+          lambda m, text: [Parsed(ev.WARNING, {"code": "attention-window-reduced", "message": text.strip(),
+                                               "from": to_int(m.group(1)), "to": to_int(m.group(2))})],
+          (ev.WARNING,), "undated", "[12/20/2025-04:21:10] [TRT-LLM] [W] Attention window size 131072 exceeds upper "
+          "bound 8224 for available blocks. Reducing to 8224."),
+    Shape("max-seq-len-adjusted", _ADJUSTED_SEQ,
+          lambda m, text: [Parsed(ev.SETTINGS, {"max_seq_len": to_int(m.group(1))})] if _is_trtllm(text) else None,
+          (ev.SETTINGS,), "undated", "[12/20/2025-04:21:10] [TRT-LLM] [W] Adjusted max_seq_len to 8224"),
+))
 
 
 def _warnings(text: str, st: dict[str, Any]) -> list[Parsed]:
-    m = _WINDOW_REDUCED.search(text)
-    if m:
-        return [Parsed(ev.WARNING, {"code": "attention-window-reduced", "message": text.strip(), "to": to_int(m.group(1))})]
-    m = _WINDOW_UPPER.search(text)
-    if m:
-        return [Parsed(ev.WARNING, {"code": "attention-window-reduced", "message": text.strip(),
-                                    "from": to_int(m.group(1)), "to": to_int(m.group(2))})]
-    m = _ADJUSTED_SEQ.search(text)
-    if m and _is_trtllm(text):
-        return [Parsed(ev.SETTINGS, {"max_seq_len": to_int(m.group(1))})]
-    return []
+    return first_match(WARNING_SHAPES.rows, text) or []
 
 
 def _oom(m: re.Match[str], text: str) -> list[Parsed]:
