@@ -7,16 +7,14 @@ nearest known names) and exit 2 (:class:`~kvscope.core.errors.InputError`).
 
 from __future__ import annotations
 
-import difflib
 import math
-import re
-from collections.abc import Iterable
 from typing import Any
 
 from kvscope import engines
 from kvscope.core.errors import InputError
 from kvscope.core.startup import RANK_FIELDS
-from kvscope.model.catalog import catalog_entry, gpus, model_ids, pick_gpu, read_local_config
+from kvscope.core.text import did_you_mean
+from kvscope.model.catalog import catalog_entry, gpu_short_names, model_ids, pick_gpu, read_local_config
 
 # Facts about the box and the run, read by the neutral layers (analysis/explain.py, runtime, model, render).
 FACTS = frozenset({"gpu", "model", "host_ram_gb", "gpu_total_gib", "extra_weights_gib", "weights_gib",
@@ -42,19 +40,6 @@ def known_keys() -> frozenset[str]:
     for engine in engines.REGISTRY.values():
         keys |= engine.settings
     return frozenset(keys)
-
-
-def _nearest(word: str, names: Iterable[str], n: int = 3) -> list[str]:
-    names = list(names)
-    lowered = {name.lower(): name for name in names}
-    hits = difflib.get_close_matches(word.lower(), list(lowered), n=n, cutoff=0.6)
-    return [lowered[h] for h in hits]
-
-
-def _did_you_mean(word: str, names: Iterable[str] | dict[str, str]) -> str:
-    shown = names if isinstance(names, dict) else {n: n for n in names}
-    near = list(dict.fromkeys(shown[n] for n in _nearest(word, shown)))
-    return f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else ""
 
 
 def _number(key: str, value: Any) -> float:
@@ -85,27 +70,14 @@ def check_gpu(name: str) -> None:
         return
     if candidates:
         raise InputError(f"GPU {name!r} is ambiguous: {', '.join(g['name'] for g in candidates[:6])}; name one")
-    raise InputError(f"GPU {name!r} is not in the catalog{_did_you_mean(name, _gpu_names())} "
+    raise InputError(f"GPU {name!r} is not in the catalog{did_you_mean(name, gpu_short_names())} "
                      "(or give its total instead: --assume gpu_total_gib=…)")
-
-
-def _gpu_names() -> dict[str, str]:
-    """Short ways to name each catalog GPU ('H200', 'RTX PRO 6000', 'DGX Spark') → the short name shown."""
-    out: dict[str, str] = {}
-    for g in gpus():
-        short = re.sub(r"\s*\(.*?\)", "", g["name"]).replace("NVIDIA ", "").replace("GeForce ", "").strip()
-        for form in (short, *(g.get("aliases") or [])):
-            out.setdefault(form, short)
-        for word in short.split():
-            if re.search(r"\d", word) and not re.fullmatch(r"\d+GB", word):
-                out.setdefault(word, short)
-    return out
 
 
 def check_model(model: str) -> None:
     if read_local_config(model) is not None or catalog_entry(model) is not None:
         return
-    hint = _did_you_mean(model.split("/")[-1], {i.split("/")[-1]: i for i in model_ids()})  # by name, shown as the id
+    hint = did_you_mean(model.split("/")[-1], {i.split("/")[-1]: i for i in model_ids()})  # by name, shown as the id
     raise InputError(f"model {model!r} is neither a config.json (file or directory) nor in the built-in catalog{hint}")
 
 
@@ -114,7 +86,7 @@ def validate(assumptions: dict[str, Any], model: str | None = None) -> None:
     known = known_keys()
     for key, value in assumptions.items():
         if key not in known:
-            raise InputError(f"--assume {key}: kvscope reads no such fact or setting{_did_you_mean(key, known)}")
+            raise InputError(f"--assume {key}: kvscope reads no such fact or setting{did_you_mean(key, known)}")
         _check_value(key, value)
     if assumptions.get("gpu") is not None:
         check_gpu(str(assumptions["gpu"]))

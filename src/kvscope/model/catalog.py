@@ -214,3 +214,16 @@ def find_gpu(name: str | None) -> dict[str, Any] | None:
     """A GPU catalog entry by a loose name ("H100", "RTX PRO 6000", "NVIDIA A100-SXM4-80GB"); None when
     the name is unknown or ambiguous."""
     return pick_gpu(name)[0]
+
+
+def gpu_short_names() -> dict[str, str]:
+    """Short ways to name each catalog GPU ('H200', 'RTX PRO 6000', 'DGX Spark') → the short name shown."""
+    out: dict[str, str] = {}
+    for g in gpus():
+        short = re.sub(r"\s*\(.*?\)", "", g["name"]).replace("NVIDIA ", "").replace("GeForce ", "").strip()
+        for form in (short, *(g.get("aliases") or [])):
+            out.setdefault(form, short)
+        for word in short.split():
+            if re.search(r"\d", word) and not re.fullmatch(r"\d+GB", word):
+                out.setdefault(word, short)
+    return out

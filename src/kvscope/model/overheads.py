@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvscope.core.errors import InputError
-from kvscope.model.catalog import gpus, match_gpus, pick_gpu
+from kvscope.core.text import did_you_mean
+from kvscope.model.catalog import gpu_short_names, gpus, match_gpus, pick_gpu
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -187,9 +188,11 @@ def resolve_gpu(name: str | None) -> tuple[str, int, dict[str, Any]]:
         names = ", ".join(c["name"].split(" (")[0] for c in candidates)
         raise InputError(f"GPU {text!r} could be any of: {names}; name one (or give its size, e.g. --gpu 81920MiB)")
     if g is None or not g.get("nvidia_smi_total_mib"):
-        known = ", ".join(x["name"].split(" (")[0] for x in gpus() if x.get("nvidia_smi_total_mib"))
+        hint = did_you_mean(text, gpu_short_names()) if g is None else ""
+        if g is None and not hint:  # nothing near: the catalog's names
+            hint = "; known: " + ", ".join(x["name"].split(" (")[0] for x in gpus() if x.get("nvidia_smi_total_mib"))
         why = "has no nvidia-smi total in the catalog" if g else "is not in the catalog"
-        raise InputError(f"GPU {text!r} {why}; give its size instead (e.g. --gpu 97887MiB). Known: {known}")
+        raise InputError(f"GPU {text!r} {why}{hint} (or give its size instead, e.g. --gpu 97887MiB)")
     return g["name"], int(g["nvidia_smi_total_mib"]), g
 
 

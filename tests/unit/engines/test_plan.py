@@ -262,6 +262,14 @@ def test_unknown_model_and_gpu_are_input_errors():
         plan(PlanRequest(model="Qwen/Qwen3-8B", gpu="H200", engine="trtllm"))
 
 
+def test_a_mistyped_gpu_gets_the_same_did_you_mean_as_explain():
+    """plan and explain's --assume gpu=… match GPU names the same way (core/text.did_you_mean, catalog short names)."""
+    with pytest.raises(InputError, match=r"did you mean 'H100 SXM 80GB'"):
+        plan(PlanRequest(model="Qwen/Qwen3-8B", gpu="H10"))
+    with pytest.raises(InputError, match=r"known: NVIDIA H100"):  # nothing near: the catalog's names
+        plan(PlanRequest(model="Qwen/Qwen3-8B", gpu="Zorblat"))
+
+
 def _cli(args, capsys):
     with pytest.raises(SystemExit) as exc:
         main(args)
