@@ -67,8 +67,9 @@ class Result:
     error: str | None = None
 
 
-class _Stop(Exception):
-    """SIGTERM: end like Ctrl-C (summary and all), so `timeout kvscope watch …` still reports."""
+class _Stop(BaseException):
+    """SIGTERM: end like Ctrl-C (summary and all), so `timeout kvscope watch …` still reports. A BaseException, as
+    KeyboardInterrupt is, so that no `except Exception` it passes through (NVML's error handling) can swallow it."""
 
 
 class Watch:
@@ -88,6 +89,7 @@ class Watch:
         self.cap: Capacity | None = None
         self.adapter: Adapter | None = None
         self.gpu: GPUMemory | None = None
+        self.stop_requested = False  # SIGTERM seen: the loop ends at its next turn even if the exception was lost
 
     # -- connecting ---------------------------------------------------------------------------
     def _connect(self) -> tuple[Adapter, Capacity, prom.Metrics | None]:
@@ -149,6 +151,8 @@ class Watch:
         delay = BACKOFF_START
         next_tick = started
         while True:
+            if self.stop_requested:  # the signal's exception was swallowed somewhere below us: end as it asked
+                raise _Stop()
             now = self.clock()
             if self.opts.duration is not None and now - started >= self.opts.duration:
                 return self._finish(EXIT_OK, f"--duration {self.opts.duration:g} s reached")
@@ -250,6 +254,7 @@ class Watch:
             return lambda: None
 
         def _raise(signum: int, frame: Any) -> None:
+            self.stop_requested = True
             raise _Stop()
 
         try:

@@ -6,6 +6,7 @@ and a retry with backoff or a clean exit: never a hang, never a traceback.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -346,7 +347,6 @@ def test_jsonl_reader_going_away_ends_the_watch():
 
 def test_gpu_numbers_reach_samples_and_summary():
     """NVML (a stand-in with the real API's shape) on a local server: per-GPU memory in every sample."""
-    import io
 
     from rich.console import Console
 
@@ -367,3 +367,29 @@ def test_gpu_numbers_reach_samples_and_summary():
     assert result.exit_code == 0 and samples
     assert all([g["used_bytes"] for g in s["gpus"]] == [1 << 30, 2 << 30] for s in samples)
     assert jsonl(buf.getvalue())[-1]["gpu_peak_used_bytes"] == {"0": 1 << 30, "1": 2 << 30}
+
+
+def test_a_stop_request_whose_exception_was_swallowed_still_ends_the_watch():
+    """SIGTERM sets stop_requested before raising; if some handler below the loop ate the exception, the loop's next
+    turn ends the watch as the signal asked (once, in CI, a watch ignored SIGTERM for 120 s)."""
+    from rich.console import Console
+
+    from kvscope.watch.loop import Options, Watch
+    from kvscope.watch.recorder import Recorder
+    from kvscope.watch.view import QuietView
+
+    console = Console(file=io.StringIO())
+    with Replay(vllm_routes(LOADED_A, LOADED_B)) as srv:
+        watch = Watch(Options(srv.url, interval=0.05, duration=30, gpus=False), QuietView(console, console), Recorder())
+        naps = []
+
+        def sleep(seconds: float) -> None:
+            naps.append(seconds)
+            if len(naps) == 2:
+                watch.stop_requested = True  # as the handler does, with its exception lost
+            time.sleep(min(seconds, 0.05))
+
+        watch.sleep = sleep
+        t0 = time.monotonic()
+        result = watch.run()
+    assert time.monotonic() - t0 < 10 and result.ended == "stopped by the user" and result.exit_code == 0
