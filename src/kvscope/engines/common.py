@@ -13,7 +13,8 @@ from typing import Any
 
 from kvscope.core import events as ev
 from kvscope.core.kinds import FailureKind
-from kvscope.core.startup import Startup
+from kvscope.core.startup import Failure, Startup
+from kvscope.core.text import excerpt
 from kvscope.engines.base import NUM, LineContext, Parsed, to_float
 
 # \s+ between words: a terminal that hard-wrapped the message leaves runs of spaces inside it
@@ -97,6 +98,16 @@ class ServingLoop:
     warmup_request: bool = False
 
 
+def _functions(data: dict[str, Any]) -> list[str]:
+    """The function names of the traceback frames kept in a failure's (or a warning's) data, outermost first."""
+    return [str(x).rsplit(":", 1)[-1] for x in data.get("frames") or []]
+
+
+def _step(loop: ServingLoop, functions: list[str]) -> str:
+    """The serving step the innermost named function is."""
+    return next((what for fn in reversed(functions) for name, what in loop.steps if fn == name), "a batch")
+
+
 def _startup_seen(s: Startup) -> bool:
     return s.capacity.kv_tokens is not None or any(r.weights_gib is not None or r.kv_pools for r in s.ranks)
 
@@ -108,13 +119,12 @@ def serving_crash(s: Startup, loop: ServingLoop) -> None:
     f = s.failure
     if f is None or f.kind not in ("exception", "cuda-oom"):
         return
-    frames = [str(x).rsplit(":", 1)[-1] for x in f.data.get("frames") or []]
+    frames = _functions(f.data)
     earlier = next((w for w in s.warnings if w.get("code") == "error-while-serving"), None)
     serving = s.runtime is not None or earlier is not None  # serving lines were read, or a crash while serving
     if f.kind == "cuda-oom" and serving and not any(fn in loop.startup_frames for fn in frames):
         # an out of memory after the server was serving: whatever its traceback shows, a runtime one
-        frames = frames or [str(x).rsplit(":", 1)[-1] for x in (earlier or {}).get("frames") or []]
-        step = next((what for fn in reversed(frames) for name, what in loop.steps if fn == name), "a batch")
+        step = _step(loop, frames or _functions(earlier or {}))
         if earlier is not None:
             earlier.update(step=earlier.get("step") or step, raised=f.message)
         else:
@@ -128,7 +138,7 @@ def serving_crash(s: Startup, loop: ServingLoop) -> None:
     if loop.warmup_request and not serving and _startup_seen(s):
         f.data["stage"] = "warmup"  # the engine's own first request: the server never served one
         return
-    step = next((what for fn in reversed(frames) for name, what in loop.steps if fn == name), "a batch")
+    step = _step(loop, frames)
     raised = [str(x) for x in f.data.get("raised") or []]
     oom = next((r for r in raised if OOM_TEXT.search(r)), None)
     if oom is None and f.kind == "cuda-oom":
@@ -143,3 +153,15 @@ def serving_crash(s: Startup, loop: ServingLoop) -> None:
     f.kind = FailureKind.OOM_RUNTIME.value
     f.message = oom
     f.data["step"] = step
+
+
+def held_by_earlier(f: Failure, pool: str, this: str) -> tuple[str, str]:
+    """(title, opening sentence) for a startup that ran short of memory while an earlier one of the same input still
+    held the device (analysis/compare.infer_contention put ``held_by_startup`` and what it held on the failure).
+    ``pool`` and ``this`` are the engine's words for its KV pool and for this startup."""
+    held = f.data.get("held_gib")
+    holding = f" and holding {held:.2f} GiB ({f.data.get('held_how')})" if held is not None else ""
+    n = f.data["held_by_startup"]
+    return (f"Startup failed: startup {n} was still holding the device",
+            f"Startup {n} of this input, on a device of the same size, had sized its {pool} and shows no failure or "
+            f"shutdown, so it was still running{holding} when {this} ran short of memory ({excerpt(f.message, 160)}).")

@@ -43,6 +43,19 @@ MAX_JOIN = 3
 _CLAUSE_END = frozenset(",;:")  # a hand-wrapped message breaks after these; a terminal's cut keeps the space
 
 
+def _joint(pending: list[str], text: str) -> str:
+    """What goes between a pending record and its next piece. A terminal cuts mid-word: nothing. A poster who
+    wrapped a message by hand cut at a space and dropped it: one space, where the piece before ended a clause
+    ("…is needed,"), or where the tight join still looks cut and the spaced one does not."""
+    prev = pending[-1]
+    if text[:1].isspace() or prev[-1:].isspace():
+        return ""
+    if prev[-1:] in _CLAUSE_END:
+        return " "
+    tight = "".join(pending) + text
+    return " " if _wants_join(tight) and not _wants_join("".join(pending) + " " + text) else ""
+
+
 def _parse_one(text: str, order: list[EngineLines], ctx: LineContext) -> tuple[EngineLines | None, list]:
     for engine in order:
         try:
@@ -131,25 +144,13 @@ def parse_lines(lines: Iterable[Line | Bulk]) -> Iterator[ev.Event]:
         for text in clean_line(line.text):
             if pending and pending_line is not None:
                 if not _NEW_RECORD.match(text) and len(pending) < MAX_JOIN:
-                    # a terminal cuts mid-word (join as is); a poster who wrapped a message by hand cut at a
-                    # space and dropped it (join with one): the spaced join is used only where the tight one
-                    # still looks cut and the spaced one does not
-                    # still looks cut both ways: a piece that ended a clause ("…is needed,") lost its space
-                    prev = pending[-1]
-                    hand = prev[-1:] in _CLAUSE_END and not text[:1].isspace()
-                    tight = "".join(pending) + text
-                    spaced = "".join(pending) + " " + text
-                    if not hand and not _wants_join(tight):
-                        yield from emit(tight, pending_line)
-                        pending, pending_line = [], None
-                    elif hand or not (text[:1].isspace() or prev[-1:].isspace() or _wants_join(spaced)):
-                        if _wants_join(spaced):
-                            pending.append(" " + text)
-                        else:
-                            yield from emit(spaced, pending_line)
-                            pending, pending_line = [], None
+                    piece = _joint(pending, text) + text
+                    joined = "".join(pending) + piece
+                    if _wants_join(joined):
+                        pending.append(piece)
                     else:
-                        pending.append(text)
+                        yield from emit(joined, pending_line)
+                        pending, pending_line = [], None
                     continue
                 yield from emit("".join(pending), pending_line)
                 pending, pending_line = [], None

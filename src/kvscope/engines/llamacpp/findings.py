@@ -227,7 +227,7 @@ def _smaller_context(s: Startup, done: int, total: int, per_layer: float) -> tup
                       "prompts and answers per request"), text
 
 
-def _offload(s: Startup) -> Finding | None:
+def _offload(s: Startup, unused_gpu: Finding | None) -> Finding | None:
     """Layers left on the CPU, and whether the GPUs could take them: each layer's share of the weights
     (all model buffers, host ones included, over the layer count) against the GPU memory the log shows."""
     done, total = _int(s, "n_gpu_layers_offloaded"), _int(s, "n_layers_offloadable")
@@ -254,16 +254,13 @@ def _offload(s: Startup) -> Finding | None:
         free = _gpu_free_gib(s)
         if isinstance(full, float) and isinstance(available, float):
             fits = total - done if full <= available else 0
-            if _ollama_unused_gpus(s) is not None:  # its placement rule left a GPU empty: more layers cannot go there
+            if unused_gpu is not None:  # ollama's placement rule left a GPU empty: more layers cannot go there
                 fits = 0
             detail += (f" ollama's own estimate: the whole model needs {full:,.1f} GiB on the GPUs, which have "
                        f"{available:,.1f} GiB available.")
-            thin = _thin_plan(s, done, per_layer)
-            if thin is not None:  # the plan's margin is the answer: it leads, the layer arithmetic follows
-                planned, available = _ollama_plan(s) or (0.0, 0.0)
-                return Finding("llamacpp-partial-offload", "warning",
-                               f"ollama planned {planned:,.1f} of {available:,.1f} GiB for {done}/{total} layers: too "
-                               "little room left", thin[1].strip() + " " + detail, thin[0])
+            thin = _thin_plan(s, done, total, per_layer, detail)
+            if thin is not None:
+                return thin
             if fits < total - done:
                 detail += " It cannot all fit: a smaller quantization, more GPUs or a smaller num_ctx would."
                 suggestion = None
@@ -323,9 +320,10 @@ def _fewer_layers(done: int, per_layer: float, missing_gib: float, why: str) -> 
                                                     "then places fewer layers by itself")])
 
 
-def _thin_plan(s: Startup, done: int, per_layer: float) -> tuple[Suggestion, str] | None:
+def _thin_plan(s: Startup, done: int, total: int, per_layer: float, layers_detail: str) -> Finding | None:
     """ollama planned almost all it counted as available: its graph and runtime estimates run low, so such a load
-    is the one that fails with an out of memory (or slows down)."""
+    is the one that fails with an out of memory (or slows down). The plan's margin is the answer: it leads, the
+    partial offload's layer arithmetic (``layers_detail``) follows."""
     plan = _ollama_plan(s)
     if plan is None:
         return None
@@ -333,11 +331,14 @@ def _thin_plan(s: Startup, done: int, per_layer: float) -> tuple[Suggestion, str
     margin = available - planned
     if margin >= OLLAMA_SAFE_MARGIN_GIB:
         return None
-    text = (f" ollama planned {planned:,.1f} GiB of the {available:,.1f} GiB available for these {done} layers: a "
+    text = (f"ollama planned {planned:,.1f} GiB of the {available:,.1f} GiB available for these {done} layers: a "
             f"{margin:,.1f} GiB margin, and its compute-graph estimate is often low, so this load can run out of GPU "
             f"memory. Give it room: fewer layers on the GPU (num_gpu), or reserve memory with OLLAMA_GPU_OVERHEAD.")
-    return _fewer_layers(done, per_layer, OLLAMA_SAFE_MARGIN_GIB - margin, "keeps about "
-                         f"{OLLAMA_SAFE_MARGIN_GIB:g} GiB free for what the plan under-counts"), text
+    sug = _fewer_layers(done, per_layer, OLLAMA_SAFE_MARGIN_GIB - margin, "keeps about "
+                        f"{OLLAMA_SAFE_MARGIN_GIB:g} GiB free for what the plan under-counts")
+    return Finding("llamacpp-partial-offload", "warning",
+                   f"ollama planned {planned:,.1f} of {available:,.1f} GiB for {done}/{total} layers: too little room "
+                   "left", text + " " + layers_detail, sug)
 
 
 def _ollama_compute_oom(s: Startup, size_mib: float | None) -> tuple[str, Suggestion | None]:
@@ -724,7 +725,8 @@ def _ollama_too_small(s: Startup) -> Finding | None:
 
 def findings(s: Startup) -> list[Finding]:
     _drop_aggregate_noise(s)
+    unused_gpu = _ollama_unused_gpus(s)
     out = [f for f in (_failure(s), _recovered(s), _kv_ahead(s), _kv_cost(s), _slots(s), _train_context(s),
-                       _ollama_unused_gpus(s), _offload(s), _compute(s), _ollama_devices(s), _pinned(s),
+                       unused_gpu, _offload(s, unused_gpu), _compute(s), _ollama_devices(s), _pinned(s),
                        _ollama_too_small(s)) if f is not None]
     return out

@@ -665,9 +665,10 @@ def _ollama_scheduler(msg: str, st: dict[str, Any]) -> list[Parsed]:
     st["ollama_offload_open"] = bool(offload or continued)
     if offload or continued:
         available = _OLLAMA_AVAILABLE.search(msg)
+        per_gpu = [(to_float(v) or 0.0) * _UNIT_MIB[u] / 1024 for v, u in _OLLAMA_SIZE.findall(available.group(1))] \
+            if available else []
         if available:
-            data["ollama_memory_available_gib"] = sum(
-                (to_float(v) or 0.0) * _UNIT_MIB[u] / 1024 for v, u in _OLLAMA_SIZE.findall(available.group(1)))
+            data["ollama_memory_available_gib"] = sum(per_gpu)
         for key, value, unit in _OLLAMA_FIELD.findall(msg):
             if key.startswith("layers"):
                 data["n_layers_offloadable" if key == "layers.model" else "n_gpu_layers_offloaded"] = to_int(value)
@@ -675,8 +676,7 @@ def _ollama_scheduler(msg: str, st: dict[str, Any]) -> list[Parsed]:
                 gib = (to_float(value) or 0.0) * _UNIT_MIB[unit or "B"] / 1024
                 data[f"ollama_{key.replace('.', '_')}_gib"] = gib  # ollama's estimate, not an allocation
         if available:
-            data["ollama_memory_available_list_gib"] = [
-                (to_float(v) or 0.0) * _UNIT_MIB[u] / 1024 for v, u in _OLLAMA_SIZE.findall(available.group(1))]
+            data["ollama_memory_available_list_gib"] = per_gpu
         split = _OLLAMA_SPLIT.search(msg)
         if split:
             data["ollama_layers_split"] = [to_int(x) for x in split.group(1).split(",") if x]

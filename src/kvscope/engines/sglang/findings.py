@@ -8,7 +8,7 @@ from kvscope.core.margins import RESERVE_MARGIN_GIB, reserve_margin_gib
 from kvscope.core.startup import Finding, Startup, Suggestion, finite_number
 from kvscope.core.text import excerpt
 from kvscope.engines.base import typical_fits
-from kvscope.engines.common import OOM_TEXT
+from kvscope.engines.common import OOM_TEXT, held_by_earlier
 from kvscope.engines.sglang import defaults as sgd
 from kvscope.engines.sglang import dsv4, rules
 from kvscope.engines.sglang.eras import NEWEST_BUILT, parse_version
@@ -397,15 +397,11 @@ def _failure(s: Startup, mfs: float | None, pre: float | None) -> Finding | None
     if f.kind == "oom-runtime":
         return None  # said by the serving-error finding, with the step it hit
     if f.kind == "multi-instance-contention" and f.data.get("held_by_startup"):
-        held = f.data.get("held_gib")
-        return Finding("multi-instance-contention", "error",
-                       f"Startup failed: startup {f.data['held_by_startup']} was still holding the device",
-                       f"Startup {f.data['held_by_startup']} of this input, on a device of the same size, had sized its "
-                       "KV pool and shows no failure or shutdown, so it was still running"
-                       + (f" and holding {held:.2f} GiB ({f.data.get('held_how')})" if held is not None else "")
-                       + f" when this one ran short of memory ({excerpt(f.message, 160)}). SGLang budgets a fraction of "
-                       "the memory free before its weights load, so what the other instance holds is gone from this "
-                       "one's budget: give each instance its own GPU, or cap each with --max-total-tokens so both fit.")
+        title, opening = held_by_earlier(f, "KV pool", "this one")
+        return Finding("multi-instance-contention", "error", title, opening + (
+            " SGLang budgets a fraction of the memory free before its weights load, so what the other instance holds "
+            "is gone from this one's budget: give each instance its own GPU, or cap each with --max-total-tokens so "
+            "both fit."))
     if f.kind == "cuda-oom":
         return _oom(s, f, mfs, pre)
     if f.kind == "host-memory":

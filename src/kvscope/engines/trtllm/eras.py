@@ -8,8 +8,9 @@ value assumed for an unstated build depends on the release the log names, and is
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+
+from kvscope.core.versions import parse_version
 
 
 @dataclass(frozen=True)
@@ -25,15 +26,11 @@ MAX_BATCH_SIZE_DEFAULTS = (
 )
 
 
-def _release(version: str | None) -> tuple[int, int] | None:
-    m = re.match(r"v?(\d+)\.(\d+)", version or "")
-    return (int(m.group(1)), int(m.group(2))) if m else None
-
-
 def default_max_batch_size(version: str | None) -> tuple[int, str] | None:
     """The default max_batch_size for the release, with where it comes from in words; None before 0.11,
     whose default the notes do not give."""
-    release = _release(version)
+    parsed = parse_version(version)
+    release = parsed[:2] if parsed else None
     rows = [r for r in MAX_BATCH_SIZE_DEFAULTS if release is None or release >= r.since]
     if not rows:
         return None

@@ -10,21 +10,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-Version = tuple[int, int, int]
+from kvscope.core.versions import Version, parse_version  # noqa: F401 - vLLM's rules name them through this module
+
 OLDEST: Version = (0, 0, 0)
 NEWEST: Version = (0, 99, 99)
 POST_073: Version = (0, 7, 4)  # dev builds between the v0.7.3 tag and v0.8.0
 PRE_080: Version = (0, 7, 99)
-
-
-def parse_version(text: str | None) -> Version | None:
-    """'0.24.0', 'v0.8.3.dev172+g2b93162f' → (0, 24, 0) / (0, 8, 3)."""
-    if not text:
-        return None
-    m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
-    if not m:
-        return None
-    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
 
 
 def fmt(v: Version) -> str:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 
 from kvscope.core.startup import Finding, Rank, Startup, Suggestion, finite_number
 from kvscope.core.text import excerpt
 from kvscope.engines.base import typical_fits
+from kvscope.engines.common import held_by_earlier
 from kvscope.engines.vllm import eras, rules
 from kvscope.engines.vllm.finish import (
     block_size,
@@ -205,16 +207,11 @@ def _contention(s: Startup) -> Finding:
         return Finding("multi-instance-contention", "error", "Startup failed: the GPU is shared with another process", detail,
                        Suggestion("--gpu-memory-utilization", u, fits, _kv_tokens_at(s, fits)))
     if f.data.get("held_by_startup"):
-        held = f.data.get("held_gib")
-        detail = (f"Startup {f.data['held_by_startup']} of this input, on a device of the same size, had sized its KV "
-                  "cache and shows no failure or shutdown, so it was still running"
-                  + (f" and holding {held:.2f} GiB ({f.data.get('held_how')})" if held is not None else "")
-                  + f" when this instance ran short of memory ({excerpt(f.message, 160)}). "
-                  "Two instances on one device must be sized together: give each its own GPU, or fix each KV cache "
-                  "with --kv-cache-memory-bytes so both fit, with weights and activations, in the device's total. "
-                  "More gpu_memory_utilization for this one alone does not make room the other holds.")
-        return Finding("multi-instance-contention", "error",
-                       f"Startup failed: startup {f.data['held_by_startup']} was still holding the device", detail)
+        title, opening = held_by_earlier(f, "KV cache", "this instance")
+        return Finding("multi-instance-contention", "error", title, opening + (
+            " Two instances on one device must be sized together: give each its own GPU, or fix each KV cache "
+            "with --kv-cache-memory-bytes so both fit, with weights and activations, in the device's total. "
+            "More gpu_memory_utilization for this one alone does not make room the other holds."))
     if f.data.get("init_free_gib") is not None:
         detail = (f"Free memory changed during profiling ({f.data['init_free_gib']} → {f.data.get('current_free_gib')} GiB): "
                   "another process released or took memory while vLLM measured. " + detail)
@@ -255,8 +252,7 @@ def _graph_oom(s: Startup) -> Finding:
         sug = Suggestion("--gpu-memory-utilization", u, to, _kv_tokens_at(s, to), note="or --enforce-eager",
                          alternatives=[_EAGER, *_fewer_sequences(s)])
     else:
-        sug = Suggestion(_EAGER.flag, _EAGER.from_value, _EAGER.to_value, note=_EAGER.note,
-                         alternatives=_fewer_sequences(s))  # a copy: the module's _EAGER is shared
+        sug = replace(_EAGER, alternatives=_fewer_sequences(s))  # a copy: the module's _EAGER is shared
     detail += (" Alternatives: --enforce-eager (no graphs, slower decode), or fewer capture sizes (a lower --max-num-seqs; "
                "in V1 --cuda-graph-sizes / compilation_config.cudagraph_capture_sizes).")
     title = "Startup probably failed: out of memory while capturing CUDA graphs" if inferred else \
@@ -611,7 +607,7 @@ def _serving_error(s: Startup) -> Finding | None:
             sug = Suggestion("--gpu-memory-utilization", u, to, _kv_tokens_at(s, to), alternatives=alts,
                              note="fewer KV tokens; the memory given back is left for the step's activations")
     if sug is None and alts:
-        sug = Suggestion(alts[0].flag, alts[0].from_value, alts[0].to_value, note=alts[0].note, alternatives=alts[1:])
+        sug = replace(alts[0], alternatives=alts[1:])
     return Finding("error-while-serving", "error" if oom else "warning", title, detail, sug)
 
 

@@ -238,7 +238,7 @@ def _rank_from_name(name: str, pid: str) -> str | None:
 
 def split_prefix(text: str) -> tuple[str | None, str | None, str, int | None]:
     """(rank label, timestamp, message, cluster repeat count) of one cleaned line."""
-    rank, _, ts, text, repeated = _split(text)
+    rank, _, ts, text, repeated, _ = _split(text)
     return rank, ts, text, repeated
 
 
@@ -263,12 +263,6 @@ def _process_prefix(text: str) -> tuple[re.Match[str] | None, int, int]:
 _ONE_PER_RUN = lazy_compile(r"^(?:EngineCore(?:_DP\d+|_\d+)?|APIServer|\w*Worker[ _](?:TP|PP|DP)\d+.*)$")
 
 
-def _process_name(head: str) -> tuple[str, str] | None:
-    """(name, pid) of the line's process prefix (the innermost, as _split reads it)."""
-    m, _, _ = _process_prefix(head)
-    return (m.group(1), m.group(2)) if m is not None else None
-
-
 def _new_process(proc: tuple[str, str] | None, ctx: LineContext) -> list[Parsed]:
     """A BOUNDARY when a process a run has only one of (the engine core, a worker of one rank) shows a new pid
     after the old one had sized its KV cache: a second instance or a restart pasted below the first."""
@@ -282,10 +276,12 @@ def _new_process(proc: tuple[str, str] | None, ctx: LineContext) -> list[Parsed]
     return [Parsed(ev.BOUNDARY, {"why": f"{proc[0]} has a new pid ({old} → {proc[1]})"})]
 
 
-def _split(text: str) -> tuple[str | None, str | None, str | None, str, int | None]:
-    """split_prefix plus the worker's Ray node address (ip), when the prefix names one."""
+def _split(text: str) -> tuple[str | None, str | None, str | None, str, int | None, tuple[str, str] | None]:
+    """split_prefix plus the worker's Ray node address (ip), when the prefix names one, and the prefix's
+    (process name, pid)."""
     rank: str | None = DRIVER_RANK
     ip = None
+    proc = None
     repeated = None
     m = _REPEATED.search(text)
     if m:
@@ -296,7 +292,7 @@ def _split(text: str) -> tuple[str | None, str | None, str | None, str, int | No
         rank, text = f"rank={m.group(1)}", text[m.end() :]
     m, start, end = _process_prefix(text)
     if m is not None:
-        rank, ip = _rank_from_name(m.group(1), m.group(2)), m.group(3)
+        rank, ip, proc = _rank_from_name(m.group(1), m.group(2)), m.group(3), (m.group(1), m.group(2))
         text = text[:start] + text[end:]
 
     ts = None
@@ -305,7 +301,7 @@ def _split(text: str) -> tuple[str | None, str | None, str | None, str, int | No
         if m.lastindex and m.lastindex >= 2 and m.group(2) and m.group(2) != "...":
             ts = m.group(2)
         text = text[m.end() :]
-    return rank, ip, ts, text, repeated
+    return rank, ip, ts, text, repeated, proc
 
 
 def _node_rank(rank: str | None, ip: str | None, ctx: LineContext) -> str | None:
@@ -761,8 +757,7 @@ class VLLMLines:
         return cut_short(text, _JOINABLE)
 
     def parse(self, text: str, ctx: LineContext) -> list[Parsed]:
-        rank, ip, ts, msg, repeated = _split(text[:MAX_MESSAGE])
-        proc = _process_name(text[:PREFIX_WINDOW]) if "pid=" in text[:PREFIX_WINDOW] else None
+        rank, ip, ts, msg, repeated, proc = _split(text[:MAX_MESSAGE])
         if _SERVING.search(msg):
             ctx.state["vllm_ready"] = True
             return []
