@@ -233,12 +233,3 @@ def architecture_from_config(cfg: dict[str, Any], name: str = "") -> Architectur
     arch.v_head_dim = int(cfg.get("v_head_dim") or head_dim)
     return arch
 
-
-def kv_heads_per_rank(arch: Architecture, attn_tp: int) -> int:
-    """SGLang/vLLM rule: heads split over attention-TP, at least one (replicated when TP > heads)."""
-    return max(1, (arch.num_kv_heads or 1) // max(1, attn_tp))
-
-
-def mla_row_bytes(arch: Architecture, kv_bytes: int) -> int:
-    """One MLA layer's latent row: (kv_lora_rank + rope dim) × element size. Not split by TP."""
-    return ((arch.kv_lora_rank or 0) + (arch.qk_rope_head_dim or 0)) * kv_bytes

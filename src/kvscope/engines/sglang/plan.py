@@ -13,6 +13,7 @@ from kvscope.engines.sglang import eras as sg_eras
 from kvscope.engines.sglang import rules as sg_rules
 from kvscope.engines.sglang.load_memory import rope_table_bytes, sglang_load_memory
 from kvscope.model.arch import Architecture, dtype_bytes
+from kvscope.model.kv_spec import MLASpec
 from kvscope.model.planning import (
     Context,
     _dsv4_refusal,
@@ -132,9 +133,6 @@ def _sg_knobs(ctx: Context) -> SglangKnobs:
                        _int(s.get("max_total_tokens")), dp_attn, context, origin)
 
 
-DSA_FP8_ROW_EXTRA = 80  # fp8 DSA stores 512 + 16 scale bytes + 2 × 64 rope = 656 B per layer, not 576
-
-
 def _sg_cell(ctx: Context, k: SglangKnobs, era: sg_eras.Era, attn_tp: int, kv_dtype: str
              ) -> tuple[sg_rules.CellSize, int]:
     """(the cell the profile divides by, the bytes per token the pool really allocates)."""
@@ -151,9 +149,12 @@ def _sg_cell(ctx: Context, k: SglangKnobs, era: sg_eras.Era, attn_tp: int, kv_dt
     cell = sg_rules.cell_size(profiled_arch, kvb, attn_tp, era, layers=n_layers)
     alloc = real.bytes_per_token
     if arch.index_head_dim and kvb == 1:
-        alloc += DSA_FP8_ROW_EXTRA * real.layers
+        # fp8 DSA stores the latent with its scales and a 16-bit rope (512 + 16 + 2 × 64 = 656 B, not 576)
+        mla = MLASpec(arch.kv_lora_rank or 0, arch.qk_rope_head_dim or 0, 1)
+        extra = mla.fp8_row_bytes - mla.row_bytes
+        alloc += extra * real.layers
         if era.mla_real_row:
-            cell = replace(cell, bytes_per_token=cell.bytes_per_token + DSA_FP8_ROW_EXTRA * cell.layers,
+            cell = replace(cell, bytes_per_token=cell.bytes_per_token + extra * cell.layers,
                            formula=cell.formula + " + fp8 row scales/rope (≥0.5.18)")
     if era.draft_cell_inflation and k.spec:
         draft_layers = _int(ctx.settings.get("draft_layers")) or arch.nextn_layers or 1

@@ -13,7 +13,8 @@ import math
 from dataclasses import dataclass
 
 from kvscope.engines.sglang.eras import Era
-from kvscope.model.arch import Architecture, kv_heads_per_rank, mla_row_bytes
+from kvscope.model.arch import Architecture
+from kvscope.model.kv_spec import IndexerSpec, MLASpec, attention_spec
 from kvscope.model.layout import WeightRules
 
 GIB = 1 << 30
@@ -65,34 +66,33 @@ class CellSize:
 
 
 def cell_size(arch: Architecture, kv_bytes: int, attn_tp: int, era: Era, layers: int | None = None) -> CellSize:
-    """SGLang's per-GPU bytes per token (``cell_size``) for the target model."""
+    """SGLang's per-GPU bytes per token (``cell_size``) for the target model: its layers' spec
+    (model/kv_spec.py) times the layers this rank pools; a DSA model's indexer rows are in the cell."""
     n_layers = layers or (arch.full_attention_layers or arch.num_layers)
-    if arch.attention == "mla":
-        row = mla_row_bytes(arch, kv_bytes)
-        formula = f"({arch.kv_lora_rank} + {arch.qk_rope_head_dim}) × {n_layers} layers × {kv_bytes} B"
+    spec = attention_spec(arch, kv_bytes, attn_tp, v_head_dim=era.mha_cell_uses_v_head_dim)
+    row = spec.row_bytes
+    if isinstance(spec, MLASpec):
+        formula = f"({spec.kv_lora_rank} + {spec.rope_dim}) × {n_layers} layers × {kv_bytes} B"
         cell = row * n_layers
         if arch.index_head_dim:
-            idx = arch.index_head_dim + arch.index_head_dim // 128 * 4
+            idx = IndexerSpec(arch.index_head_dim).row_bytes
             cell += idx * n_layers
             formula += f" + indexer {idx} B × {n_layers}"
         return CellSize(cell, n_layers, row, 1, formula + " (MLA latent, not split by TP)")
-    heads = kv_heads_per_rank(arch, attn_tp)
-    head_dim = arch.head_dim or 0
-    v_dim = arch.v_head_dim if era.mha_cell_uses_v_head_dim else head_dim
-    row = heads * (head_dim + (v_dim or head_dim)) * kv_bytes
     split = f"{arch.num_kv_heads} KV heads / TP {attn_tp}" if attn_tp > 1 else f"{arch.num_kv_heads} KV heads"
     if (arch.num_kv_heads or 1) < attn_tp:
         split += " (fewer heads than ranks: one head replicated per rank)"
-    formula = f"{heads} heads × ({head_dim} + {v_dim or head_dim}) × {n_layers} layers × {kv_bytes} B [{split}]"
-    return CellSize(row * n_layers, n_layers, row, 2, formula, head_dim / (head_dim + (v_dim or head_dim)))
+    formula = (f"{spec.kv_heads} heads × ({spec.head_dim} + {spec.v_head_dim}) × {n_layers} layers × {kv_bytes} B "
+               f"[{split}]")
+    return CellSize(row * n_layers, n_layers, row, 2, formula, spec.k_fraction)
 
 
 INDEXER_LEFT_OUT = "indexer K cache not counted in the printed size"
 
 
 def dsa_indexer_row_bytes(arch: Architecture) -> int:
-    """The DSA indexer's K cache per token and layer: index_head_dim fp8 bytes plus a 4-B scale per 128."""
-    return (arch.index_head_dim or 0) + (arch.index_head_dim or 0) // 128 * 4
+    """The DSA indexer's K cache per token and layer (0 for a model without one)."""
+    return IndexerSpec(arch.index_head_dim).row_bytes if arch.index_head_dim else 0
 
 
 def dsa_cells(arch: Architecture, kv_bytes: int, layers: int) -> list[CellSize]:
@@ -103,12 +103,11 @@ def dsa_cells(arch: Architecture, kv_bytes: int, layers: int) -> list[CellSize]:
     pool size says which one this run used.
     """
     idx = dsa_indexer_row_bytes(arch)
-    latent = mla_row_bytes(arch, kv_bytes)
-    rows = [(latent, f"latent ({arch.kv_lora_rank} + {arch.qk_rope_head_dim}) × {kv_bytes} B")]
+    mla = MLASpec(arch.kv_lora_rank or 0, arch.qk_rope_head_dim or 0, kv_bytes)
+    rows = [(mla.row_bytes, f"latent ({mla.kv_lora_rank} + {mla.rope_dim}) × {kv_bytes} B")]
     if kv_bytes == 1:
-        real = (arch.kv_lora_rank or 0) + (arch.kv_lora_rank or 0) // 128 * 4 + (arch.qk_rope_head_dim or 0) * 2
-        rows.append((real, f"fp8 row {arch.kv_lora_rank} + scales {(arch.kv_lora_rank or 0) // 128 * 4} + rope "
-                           f"{arch.qk_rope_head_dim} × 2 B"))
+        scales = mla.fp8_row_bytes - mla.kv_lora_rank - mla.rope_dim * 2
+        rows.append((mla.fp8_row_bytes, f"fp8 row {mla.kv_lora_rank} + scales {scales} + rope {mla.rope_dim} × 2 B"))
     out = []
     for row, what in rows:
         out.append(CellSize((row + idx) * layers, layers, row + idx, 1, f"{what} + indexer {idx} B, × {layers} layers (DSA)"))

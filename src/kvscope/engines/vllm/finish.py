@@ -22,6 +22,7 @@ from kvscope.core.startup import (
 from kvscope.engines.common import ServingLoop, serving_crash
 from kvscope.engines.vllm import eras, rules
 from kvscope.engines.vllm.eras import Era
+from kvscope.engines.vllm.layout import KvLayout, StateDtypes, kv_layout
 from kvscope.engines.vllm.rules import GIB, HALF_CENT
 from kvscope.engines.vllm.state import state
 from kvscope.model.arch import Architecture, dtype_bytes, linear_state_from_config
@@ -463,16 +464,8 @@ def _explain_init_failure(s: Startup, arch: Architecture | None) -> None:
 def request_kv_gib(s: Startup, arch: Architecture, max_model_len: int) -> float | None:
     """KV one request of max_model_len tokens needs on one worker (the V1 admission check)."""
     plan = kv_plan(s, arch)
-    if plan is not None and plan.mamba is not None:
-        return plan.mamba.request_bytes(max_model_len) / GIB
-    if plan is None or plan.linear:
-        return None
-    bs = block_size(s)
-    if plan.hybrid:
-        window_blocks = rules.cdiv(min(plan.window - 1 + _batched(s), max_model_len), bs) + 1
-        need = plan.full_layers * rules.cdiv(max_model_len, bs) + plan.sliding_layers * window_blocks
-        return need * bs * plan.row_bytes / GIB
-    return rules.cdiv(max_model_len, bs) * bs * plan.row_bytes * plan.layers / GIB
+    need = plan.request_bytes(block_size(s), max_model_len, _batched(s)) if plan is not None else None
+    return need / GIB if need is not None else None
 
 
 def max_len_fitting(s: Startup, arch: Architecture, kv_gib: float, upper: int) -> int | None:
@@ -498,74 +491,21 @@ def _batched(s: Startup) -> int:
 # --- reconciliation ------------------------------------------------------------------------------------
 
 
-class KvPlan:
-    """The per-worker KV layout kvscope assumes for an architecture under this startup's settings."""
-
-    def __init__(self, row_bytes: int, formula: str, layers: int, full_layers: int, sliding_layers: int,
-                 hybrid_manager: bool, linear: bool, window: int = 0, mamba: rules.MambaLayout | None = None,
-                 context: int = 0) -> None:
-        self.row_bytes, self.formula, self.layers, self.window = row_bytes, formula, layers, window
-        self.full_layers, self.sliding_layers = full_layers, sliding_layers
-        self.hybrid_manager, self.linear = hybrid_manager, linear
-        self.mamba, self.context = mamba, context
-
-    @property
-    def hybrid(self) -> bool:
-        """Sliding-window layers that really hold only a window (the hybrid manager is on)."""
-        return bool(self.sliding_layers and self.hybrid_manager)
-
-    @property
-    def bytes_per_token(self) -> int:
-        """KV bytes a long request adds per token: window layers cost a fixed amount per request; a Mamba
-        hybrid's full-length request (attention blocks + its state pages) spread over max_model_len."""
-        if self.mamba is not None and self.context:
-            return round(self.mamba.request_bytes(self.context) / self.context)
-        return self.row_bytes * (self.full_layers if self.hybrid else self.layers)
-
-    def block_bytes(self, bs: int) -> int:
-        """Bytes one block id costs on this worker."""
-        if self.mamba is not None:
-            return self.mamba.block_bytes
-        return rules.bytes_per_block(self.row_bytes, self.layers, bs)
-
-
 def kv_plan(s: Startup, arch: Architecture, extra_layers: int = 0, num_spec: int = 0,
-            prefix_caching: bool | None = None) -> KvPlan | None:
-    """The layout under this startup's settings; draft layers/tokens and prefix caching as options to try,
-    since a hybrid model's block size and per-request blocks depend on them (None: as logged)."""
-    page = rules.page_size(arch, kv_bytes(s, arch), tp_size(s))
-    if page.bytes_per_token_per_layer <= 0:
-        return None
-    layers = max(rules.pp_layers(arch.num_layers, pp_size(s))) + extra_layers
-    linear = arch.full_attention_layers is not None and not arch.sliding_layers
+            prefix_caching: bool | None = None) -> KvLayout | None:
+    """This startup's layout (layout.kv_layout under its settings); draft layers/tokens and prefix caching
+    as options to try, since a hybrid model's block size and per-request blocks depend on them (None: as
+    logged)."""
     hybrid_off = any(w.get("code") == "hybrid-kv-manager-disabled" for w in s.warnings) or bool(
         s.setting("kv_transfer_config")) or bool(s.setting("disable_hybrid_kv_cache_manager"))
-    full = arch.full_attention_layers if arch.sliding_layers else layers
-    sliding = arch.sliding_layers if pp_size(s) == 1 else 0
-    plan = KvPlan(page.bytes_per_token_per_layer, page.formula, layers, (full or 0) + extra_layers, sliding,
-                  not hybrid_off, linear, int(arch.sliding_window or 0))
-    if linear and not hybrid_off:
-        _add_mamba_layout(s, arch, plan, extra_layers, num_spec, prefix_caching)
-    return plan
-
-
-def _add_mamba_layout(s: Startup, arch: Architecture, plan: KvPlan, extra_layers: int, num_spec: int,
-                      prefix_caching: bool | None) -> None:
-    """Hybrid attention + Mamba/GDN: the enlarged block, one page for all layers, the KV cache groups."""
-    if arch.linear_state is None or not arch.linear_layers or not arch.full_attention_layers or pp_size(s) > 1:
-        return
-    state = rules.mamba_page(arch, tp_size(s), _str_setting(s, "dtype"), num_spec,
-                             _str_setting(s, "mamba_cache_dtype"), _str_setting(s, "mamba_ssm_cache_dtype"))
-    if state is None:
-        return
     if prefix_caching is None:
         prefix_caching = s.setting("enable_prefix_caching") is True
-    mode = rules.mamba_cache_mode(prefix_caching, arch.model_type)
-    plan.mamba = rules.mamba_layout(plan.row_bytes, state, arch.full_attention_layers + extra_layers,
-                                    arch.linear_layers, mode, num_spec, block_size(s), arch.linear_state.chunk_size)
-    plan.full_layers, plan.layers = arch.full_attention_layers + extra_layers, arch.full_attention_layers + extra_layers
-    plan.context = s.capacity.max_model_len or setting_int(s, "max_model_len") or 0
-    plan.formula += f"; {state.formula}"
+    dtypes = StateDtypes(_str_setting(s, "dtype"), _str_setting(s, "mamba_cache_dtype"),
+                         _str_setting(s, "mamba_ssm_cache_dtype"))
+    return kv_layout(arch, kv_bytes(s, arch), tp_size(s), pp_size(s), block_size=block_size(s),
+                     hybrid_manager=not hybrid_off, prefix_caching=prefix_caching, dtypes=dtypes,
+                     draft_layers=extra_layers, num_spec=num_spec,
+                     context=s.capacity.max_model_len or setting_int(s, "max_model_len") or 0)
 
 
 def _str_setting(s: Startup, key: str) -> str | None:
@@ -590,19 +530,12 @@ def _draft_layer_options(s: Startup, arch: Architecture) -> list[tuple[int, str]
     return [(extra, label)]
 
 
-def _predict(s: Startup, era: Era, plan: KvPlan, kv_gib: float, exact: bool) -> tuple[rules.Capacity, rules.Capacity]:
-    """(low, high) capacity a printed K can give under this plan."""
+def _predict(s: Startup, era: Era, plan: KvLayout, kv_gib: float, exact: bool) -> tuple[rules.Capacity, rules.Capacity]:
+    """(low, high) capacity a printed K can give under this layout."""
     bs, m = block_size(s), s.capacity.max_model_len or 0
     half = 0.0 if exact else HALF_CENT
-    if plan.mamba is not None and m:
-        return (rules.mamba_capacity(kv_gib - half, plan.mamba, m, era.capacity_rule),
-                rules.mamba_capacity(kv_gib + half, plan.mamba, m, era.capacity_rule))
-    if plan.hybrid and m:
-        args = (plan.row_bytes, plan.full_layers, plan.sliding_layers, plan.window, bs, m, _batched(s), era.capacity_rule)
-        return rules.hybrid_capacity(kv_gib - half, *args), rules.hybrid_capacity(kv_gib + half, *args)
-    block = rules.bytes_per_block(plan.row_bytes, plan.layers, bs)
-    lo, hi = rules.blocks_range(kv_gib, block, half)
-    return rules.capacity(lo, bs, m, era.capacity_rule), rules.capacity(hi, bs, m, era.capacity_rule)
+    return (plan.capacity(kv_gib - half, bs, m, _batched(s), era.capacity_rule),
+            plan.capacity(kv_gib + half, bs, m, _batched(s), era.capacity_rule))
 
 
 def _reconcile(s: Startup, era: Era, arch: Architecture | None, where: str) -> None:
@@ -846,7 +779,7 @@ def _mamba_words(layout: rules.MambaLayout, context: int) -> str:
             f"{layout.group_size} layers (mamba_cache_mode '{layout.mode}'){per_request}")
 
 
-def _mamba_checks(s: Startup, plan: KvPlan, lo: rules.Capacity, hi: rules.Capacity, label: str,
+def _mamba_checks(s: Startup, plan: KvLayout, lo: rules.Capacity, hi: rules.Capacity, label: str,
                   checks: list[str]) -> None:
     """The printed concurrency against blocks / blocks per request (get_max_concurrency_for_kv_cache_config)."""
     layout, m, conc = plan.mamba, s.capacity.max_model_len, s.capacity.max_concurrency
@@ -859,7 +792,7 @@ def _mamba_checks(s: Startup, plan: KvPlan, lo: rules.Capacity, hi: rules.Capaci
                   f"{'matches' if ok else 'DOES NOT match'} ({label})")
 
 
-def _derive_kv_from_blocks(s: Startup, plan: KvPlan, checks: list[str]) -> None:
+def _derive_kv_from_blocks(s: Startup, plan: KvLayout, checks: list[str]) -> None:
     """No 'Available KV cache memory' line (V0, V1 ≤ 0.9.0): K ≈ blocks × bytes per block."""
     cap, bs = s.capacity, block_size(s)
     blocks = cap.num_gpu_blocks if cap.num_gpu_blocks is not None else (cap.kv_tokens // bs if cap.kv_tokens else None)

@@ -3,21 +3,15 @@ blocks = K // page, with the release's batch defaults, profile run and hybrid la
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kvscope.core.errors import InputError
+from kvscope.engines.vllm import eras as v_eras
+from kvscope.engines.vllm import rules as v_rules
+from kvscope.engines.vllm.layout import KvLayout, StateDtypes, kv_layout
+from kvscope.engines.vllm.plan_spec import VllmDraft, resolve_vllm_draft
 from kvscope.model.arch import dtype_bytes
 from kvscope.model.overheads import BudgetBasis
-from kvscope.model.spread import Spread, vllm_spread
-from kvscope.model.weights import (
-    GIB,
-    Parallel,
-    is_deepseek_v4,
-    vision_profile_shape,
-)
-
-if TYPE_CHECKING:
-    from kvscope.engines.vllm.plan_spec import VllmDraft
 from kvscope.model.planning import (
     Context,
     _dsv4_refusal,
@@ -27,6 +21,13 @@ from kvscope.model.planning import (
     _truthy,
     _weights,
     rope_cache_bytes,
+)
+from kvscope.model.spread import Spread, vllm_spread
+from kvscope.model.weights import (
+    GIB,
+    Parallel,
+    is_deepseek_v4,
+    vision_profile_shape,
 )
 
 VLLM_NEWEST = "0.33.0"
@@ -42,14 +43,6 @@ VLLM_GRAPH_GIB = 0.5  # typical CUDA-graph estimate vLLM ≥0.20 subtracts; assu
 # for 1,024 rows × 151,936 (Qwen3-235B-A22B-FP8, TP4, H200; vLLM PR #21429's debug line) = 38.8 B
 # per logit; this count gives 40.
 VLLM_SAMPLER_BYTES_PER_LOGIT = 40
-
-
-def _vllm_modules():
-    """The vLLM helper's sizing rules (shared with explain/whatif)."""
-    from kvscope.engines.vllm import eras as v_eras
-    from kvscope.engines.vllm import rules as v_rules
-
-    return v_eras, v_rules
 
 
 def vllm_non_torch_parts(version: tuple[int, int, int], engine: str) -> tuple[tuple[str, ...], str]:
@@ -148,7 +141,6 @@ def vllm_encoder_profile(cfg: dict[str, Any], settings: dict[str, Any], batched_
 
 
 def _vllm_version(ctx: Context) -> tuple[tuple[int, int, int], str]:
-    v_eras, _ = _vllm_modules()
     text = ctx.req.engine_version or VLLM_NEWEST
     v = v_eras.parse_version(text)
     if v is None:
@@ -157,8 +149,9 @@ def _vllm_version(ctx: Context) -> tuple[tuple[int, int, int], str]:
 
 
 def plan_vllm(ctx: Context) -> dict[str, Any]:
-    v_eras, v_rules = _vllm_modules()
     s, req, arch, b = ctx.settings, ctx.req, ctx.arch, ctx.basis
+    if is_deepseek_v4(ctx.mc.cfg):
+        raise InputError(_dsv4_refusal(ctx, "vLLM's DeepSeek-V4 block layout is not modelled by plan yet"))
     version, vhow = _vllm_version(ctx)
     engine = str(s.get("engine") or ("V1" if version >= (0, 8, 0) else "V0")).upper()
     era = v_eras.era_for(version, engine)
@@ -183,8 +176,6 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
     block = _int(s.get("block_size")) or (64 if arch.attention == "mla" and (ctx.sm_major or 0) >= 9 else 16)
     layers = max(v_rules.pp_layers(arch.full_attention_layers or arch.num_layers, req.pp))
     kv_override = _int(s.get("kv_cache_memory_bytes"))
-    from kvscope.engines.vllm.plan_spec import resolve_vllm_draft
-
     draft = resolve_vllm_draft(ctx.mc, arch, s, Parallel(tp=req.tp, ep=req.ep, pp=req.pp))
     draft_gib = draft.weights_gib if draft else 0.0
 
@@ -195,25 +186,16 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
         budget = u * T
         K = kv_override / GIB if kv_override else budget - w.gib - draft_gib - rope - act - non_torch - graphs
         K += k_shift
-        page = v_rules.page_size(arch, kv_bytes, req.tp)
-        row = page.bytes_per_token_per_layer
-        extra = draft.target_layer_equivalent(row, kv_bytes, req.tp) if draft else 0
-        layout = _vllm_mamba_layout(ctx, row, block, prefix, extra, draft.num_speculative_tokens if draft else 0)
-        if layout is not None:
-            cap = v_rules.mamba_capacity(K, layout, max_len, era.capacity_rule)
-        elif arch.sliding_layers and arch.full_attention_layers and arch.sliding_window:
-            cap = v_rules.hybrid_capacity(K, row, arch.full_attention_layers + extra, arch.sliding_layers,
-                                          arch.sliding_window, block, max_len, tokens_b, era.capacity_rule)
-        else:
-            block_bytes = v_rules.bytes_per_block(row, layers, block)
-            if draft:
-                block_bytes += v_rules.bytes_per_block(draft.row_bytes(kv_bytes, req.tp), draft.kv_layers, block)
-            cap = v_rules.capacity(v_rules.blocks_for(K, block_bytes), block, max_len, era.capacity_rule)
+        layout = _vllm_layout(ctx, kv_bytes, block, prefix, draft)
+        if layout is None:
+            raise InputError("the model's attention layers hold no KV bytes (config without head dims)")
+        cap = layout.capacity(K, block, max_len, tokens_b, era.capacity_rule)
+        page = layout.page
         outside = T - budget - (b.cuda_context.gib + b.nccl.gib if version >= (0, 11, 0) else 0.0)
         if not era.graphs_in_budget:
             outside -= 0.5  # graphs are captured outside the budget
         return {"K": K, "blocks": cap.blocks, "tokens": cap.tokens, "concurrency": cap.concurrency,
-                "page": page, "reserve_left_gib": outside, "mamba": layout}
+                "page": page, "reserve_left_gib": outside, "mamba": layout.mamba}
 
     base = scenario(util, kvb)
     spread = Spread() if kv_override else vllm_spread(
@@ -228,6 +210,10 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
         warnings.append("hybrid linear-attention (Mamba-style) model: vLLM's state pages and enlarged attention "
                         "blocks are not modelled (state fields missing from the config, or PP > 1); the token "
                         "figure counts full-attention layers only")
+    if arch.sliding_layers and req.pp > 1:
+        warnings.append("sliding-window model with pipeline parallelism: which window layers each stage holds is not "
+                        "modelled, so every layer of the busiest stage is counted as full attention (a lower bound "
+                        "on the tokens)")
     if base["K"] <= 0:
         warnings.append("no KV memory: the engine would stop with 'No available memory for the cache blocks'")
     elif base["tokens"] < max_len:
@@ -284,26 +270,20 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
     }
 
 
-def _vllm_mamba_layout(ctx: Context, attn_row_bytes: int, block: int, prefix: bool, draft_layers: int = 0,
-                       num_spec: int = 0) -> Any:
-    """vLLM's layout of a hybrid attention + Mamba/GDN model (None for other models or when not sizable).
+def _vllm_layout(ctx: Context, kv_bytes: int, block: int, prefix: bool, draft: VllmDraft | None) -> KvLayout | None:
+    """The worker's layout as explain builds it (layout.kv_layout), under the planned settings.
 
-    Speculative decoding adds the draft's attention layers to the attention groups and widens the
-    state (conv window, spare blocks) by the draft tokens, as explain's kv_plan does.
+    Speculative decoding adds the draft's attention layers (in their own shape where it differs) and, on a
+    hybrid Mamba/GDN model, widens the state (conv window, spare blocks) by the draft tokens.
     """
-    if is_deepseek_v4(ctx.mc.cfg):
-        raise InputError(_dsv4_refusal(ctx, "vLLM's DeepSeek-V4 block layout is not modelled by plan yet"))
-    _, v_rules = _vllm_modules()
     arch, s = ctx.arch, ctx.settings
-    if not (arch.linear_layers and arch.linear_state and arch.full_attention_layers) or ctx.req.pp > 1:
-        return None
-    state = v_rules.mamba_page(arch, ctx.req.tp, s.get("dtype"), num_spec, s.get("mamba_cache_dtype"),
-                               s.get("mamba_ssm_cache_dtype"))
-    if state is None:
-        return None
-    mode = v_rules.mamba_cache_mode(prefix, arch.model_type)
-    return v_rules.mamba_layout(attn_row_bytes, state, arch.full_attention_layers + draft_layers, arch.linear_layers,
-                                mode, num_spec, block, arch.linear_state.chunk_size)
+    dtypes = StateDtypes(*(str(s[k]) if isinstance(s.get(k), str) and s.get(k) else None
+                           for k in ("dtype", "mamba_cache_dtype", "mamba_ssm_cache_dtype")))
+    draft_row = draft.row_bytes(kv_bytes, ctx.req.tp) if draft is not None and draft.kv_layers else None
+    return kv_layout(arch, kv_bytes, ctx.req.tp, ctx.req.pp, block_size=block,
+                     hybrid_manager=not _truthy(s.get("disable_hybrid_kv_cache_manager")), prefix_caching=prefix,
+                     dtypes=dtypes, draft_layers=draft.kv_layers if draft is not None else 0, draft_row_bytes=draft_row,
+                     num_spec=draft.num_speculative_tokens if draft is not None else 0)
 
 
 def _vllm_spec_settings(draft: VllmDraft | None) -> dict[str, Any]:

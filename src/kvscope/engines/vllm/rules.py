@@ -20,13 +20,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvscope.model.arch import (
-    Architecture,
-    dtype_bytes,
-    kv_heads_per_rank,
-    linear_state_elements,
-    mla_row_bytes,
-)
+from kvscope.model.arch import Architecture, dtype_bytes
+from kvscope.model.kv_spec import FullAttentionSpec, MLASpec, attention_spec, mamba_spec
 from kvscope.model.layout import WeightRules
 
 GIB = 1 << 30
@@ -86,20 +81,21 @@ class PageSize:
 
 
 def page_size(arch: Architecture, kv_bytes: int, tp_size: int) -> PageSize:
-    """Per-token-per-layer KV bytes on one TP rank.
+    """Per-token-per-layer KV bytes on one TP rank (the layer's spec: model/kv_spec.py).
 
     MHA/GQA: heads split over TP (at least one, replicated beyond) × (K + V head dims) × element size.
     MLA: one latent row, never split over TP (vLLM builds the MLA layer with one KV head).
     """
-    if arch.attention == "mla":
-        row = mla_row_bytes(arch, kv_bytes)
-        return PageSize(row, f"MLA ({arch.kv_lora_rank} + {arch.qk_rope_head_dim}) × {kv_bytes} B = {row:,} B")
-    heads = kv_heads_per_rank(arch, tp_size)
-    head_k = arch.head_dim or 0
-    head_v = arch.v_head_dim or head_k
-    row = heads * (head_k + head_v) * kv_bytes
-    shown = f"2 × {head_k}" if head_k == head_v else f"({head_k} + {head_v})"
-    return PageSize(row, f"{heads} KV head(s) × {shown} × {kv_bytes} B = {row:,} B")
+    return page_of(attention_spec(arch, kv_bytes, tp_size))
+
+
+def page_of(spec: FullAttentionSpec | MLASpec) -> PageSize:
+    """The page row of an attention spec, with the formula vLLM's terms explain it by."""
+    row = spec.row_bytes
+    if isinstance(spec, MLASpec):
+        return PageSize(row, f"MLA ({spec.kv_lora_rank} + {spec.rope_dim}) × {spec.dtype_bytes} B = {row:,} B")
+    shown = f"2 × {spec.head_dim}" if spec.head_dim == spec.v_head_dim else f"({spec.head_dim} + {spec.v_head_dim})"
+    return PageSize(row, f"{spec.kv_heads} KV head(s) × {shown} × {spec.dtype_bytes} B = {row:,} B")
 
 
 def pp_layers(num_layers: int, pp_size: int) -> list[int]:
@@ -310,14 +306,14 @@ def mamba_page(arch: Architecture, tp_size: int, model_dtype: str | None, num_sp
     state = arch.linear_state
     if state is None:
         return None
-    conv_elems, ssm_elems = linear_state_elements(state, tp_size, num_spec)
     conv_b = dtype_bytes(mamba_cache_dtype, model_dtype or arch.torch_dtype)
     declared = state.ssm_dtype or SSM_DTYPE_DEFAULT.get(arch.model_type)
     ssm_name = mamba_ssm_cache_dtype if mamba_ssm_cache_dtype not in (None, "auto") else declared
     ssm_b = dtype_bytes(ssm_name, None) if ssm_name else conv_b
-    total = conv_elems * conv_b + ssm_elems * ssm_b
-    return MambaPage(total, f"{state.kind} state: conv {conv_elems:,} × {conv_b} B + SSM {ssm_elems:,} × {ssm_b} B "
-                            f"= {total:,} B")
+    spec = mamba_spec(state, tp_size, conv_b, ssm_b, num_spec)
+    total = spec.page_bytes
+    return MambaPage(total, f"{state.kind} state: conv {spec.conv_elements:,} × {conv_b} B + SSM "
+                            f"{spec.ssm_elements:,} × {ssm_b} B = {total:,} B")
 
 
 def hybrid_block_size(attn_row_bytes: int, mamba_page_bytes: int, mode: str, block_size: int = DEFAULT_BLOCK_SIZE,

@@ -101,10 +101,10 @@ def calibrate(s: Startup) -> VllmCalibration:
                      f"{mamba.attn_groups + mamba.mamba_groups} groups of {mamba.group_size} layers, "
                      f"mamba_cache_mode '{mamba.mode}'")
     elif plan is not None and not plan.hybrid and not plan.linear:
-        block_bytes = float(vrules.bytes_per_block(plan.row_bytes, plan.layers, bs))
         extra = cap.extras.get("draft_kv_layers")
-        if isinstance(extra, int) and extra:
-            block_bytes = float(vrules.bytes_per_block(plan.row_bytes, plan.layers + extra, bs))
+        if isinstance(extra, int) and extra and arch is not None:
+            plan = vfinish.kv_plan(s, arch, extra) or plan  # the draft layer the log's block count matched
+        block_bytes = float(plan.block_bytes(bs))
     elif cap.available_kv_gib:
         low, high = vrules.implied_block_bytes(cap.available_kv_gib, blocks)
         block_bytes = (low + high) / 2
@@ -140,7 +140,7 @@ def _failed_calibration(s: Startup, bs: int, plan: Any, arch: Any) -> VllmCalibr
     need_gib, m = finite(data.get("kv_needed_gib")), data.get("max_model_len") or cap.max_model_len
     notes = [f"calibrated on a failed startup: its KV memory ({kv_gib} GiB, ± {vrules.HALF_CENT} as printed)"]
     if plan is not None and not plan.hybrid and not plan.linear:
-        block_bytes = float(vrules.bytes_per_block(plan.row_bytes, plan.layers, bs))
+        block_bytes = float(plan.block_bytes(bs))
         notes[0] += " and the model's bytes per block"
     elif need_gib and isinstance(m, int) and m > 0:
         block_bytes = need_gib * GIB / vrules.cdiv(m, bs)

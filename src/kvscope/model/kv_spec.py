@@ -1,0 +1,135 @@
+"""One frozen spec per kind of KV-holding layer, each owning its bytes per token (or per request).
+
+Modelled on vLLM's ``kv_cache_interface`` (FullAttentionSpec, MLAAttentionSpec, SlidingWindowSpec,
+MambaSpec): what a layer stores is a fact of the model and the rank it runs on, while how an engine
+groups layers into pages, blocks and pools is the engine's (``engines/<engine>/rules.py`` builds its
+one layout from these specs). Every engine asks these specs for bytes, so a layer kind's arithmetic
+lives once: explain, whatif and plan of every engine agree by construction.
+
+Units: bytes (ints); ``row_bytes`` is one token of one layer on one rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvscope.model.arch import Architecture, LinearState, linear_state_elements
+
+FP8_SCALE_BLOCK = 128  # fp8 rows carry one fp32 (4-B) scale per 128 elements (DSA indexer, fp8 MLA rows)
+FP8_SCALE_BYTES = 4
+
+
+@dataclass(frozen=True)
+class FullAttentionSpec:
+    """K and V of one MHA/GQA/MQA layer: heads split over attention-TP (at least one, replicated beyond)."""
+
+    kv_heads: int  # on this rank
+    head_dim: int
+    v_head_dim: int
+    dtype_bytes: int
+    tensors: int = 2  # separate K and V buffers
+
+    @property
+    def row_bytes(self) -> int:
+        return self.kv_heads * (self.head_dim + self.v_head_dim) * self.dtype_bytes
+
+    @property
+    def k_fraction(self) -> float:
+        """Share of the row in the K buffer (head_dim / (head_dim + v_head_dim))."""
+        total = self.head_dim + self.v_head_dim
+        return self.head_dim / total if total else 0.5
+
+
+@dataclass(frozen=True)
+class MLASpec:
+    """One MLA layer's latent row (kv_lora_rank + rope dim), never split over TP (one KV head)."""
+
+    kv_lora_rank: int
+    rope_dim: int
+    dtype_bytes: int
+    tensors: int = 1
+
+    @property
+    def row_bytes(self) -> int:
+        return (self.kv_lora_rank + self.rope_dim) * self.dtype_bytes
+
+    @property
+    def fp8_row_bytes(self) -> int:
+        """The row an fp8 MLA cache really stores on backends that keep the rope part in 16 bits:
+        latent bytes + one scale per 128 + rope × 2 B (SGLang's DSA pools: 512 + 16 + 128 = 656)."""
+        return (self.kv_lora_rank + self.kv_lora_rank // FP8_SCALE_BLOCK * FP8_SCALE_BYTES
+                + self.rope_dim * 2)
+
+
+@dataclass(frozen=True)
+class IndexerSpec:
+    """The DSA (DeepSeek-V3.2 / GLM-5) indexer's K cache: fp8 elements plus a 4-B scale per 128."""
+
+    index_head_dim: int
+
+    @property
+    def row_bytes(self) -> int:
+        return self.index_head_dim + self.index_head_dim // FP8_SCALE_BLOCK * FP8_SCALE_BYTES
+
+
+@dataclass(frozen=True)
+class SlidingWindowSpec:
+    """An attention layer that keeps only the last ``window`` tokens of a request."""
+
+    attention: FullAttentionSpec | MLASpec
+    window: int
+
+    @property
+    def row_bytes(self) -> int:
+        return self.attention.row_bytes
+
+    def tokens_held(self, max_model_len: int, max_batched_tokens: int) -> int:
+        """Tokens one request keeps: the window plus the chunk being prefilled, at most the request."""
+        return min(self.window - 1 + max_batched_tokens, max_model_len)
+
+
+@dataclass(frozen=True)
+class MambaSpec:
+    """One linear-attention / Mamba layer's recurrent state for one request on one rank (no per-token KV).
+
+    The element counts are the model's (``LinearState`` split over TP, widened by draft tokens); the
+    element sizes are the engine's choice of state dtypes, so they are given, not derived here."""
+
+    kind: str
+    conv_elements: int
+    conv_bytes: int
+    ssm_elements: int
+    ssm_bytes: int
+
+    @property
+    def page_bytes(self) -> int:
+        return self.conv_elements * self.conv_bytes + self.ssm_elements * self.ssm_bytes
+
+
+def attention_spec(arch: Architecture, kv_bytes: int, attn_tp: int,
+                   v_head_dim: bool = True) -> FullAttentionSpec | MLASpec:
+    """The spec of this architecture's attention layers on one attention-TP rank.
+
+    v_head_dim=False sizes V with the K head dim (SGLang releases whose MHA pool ignored v_head_dim).
+    """
+    if arch.attention == "mla":
+        return MLASpec(arch.kv_lora_rank or 0, arch.qk_rope_head_dim or 0, kv_bytes)
+    head = arch.head_dim or 0
+    v = (arch.v_head_dim or head) if v_head_dim else head
+    return FullAttentionSpec(max(1, (arch.num_kv_heads or 1) // max(1, attn_tp)), head, v, kv_bytes)
+
+
+def indexer_spec(arch: Architecture) -> IndexerSpec | None:
+    return IndexerSpec(arch.index_head_dim) if arch.index_head_dim else None
+
+
+def sliding_spec(arch: Architecture, kv_bytes: int, attn_tp: int) -> SlidingWindowSpec | None:
+    """The sliding-window layers' spec, None for a model without them."""
+    if not (arch.sliding_layers and arch.sliding_window):
+        return None
+    return SlidingWindowSpec(attention_spec(arch, kv_bytes, attn_tp), int(arch.sliding_window))
+
+
+def mamba_spec(state: LinearState, tp_size: int, conv_bytes: int, ssm_bytes: int, num_spec: int = 0) -> MambaSpec:
+    conv, ssm = linear_state_elements(state, tp_size, num_spec)
+    return MambaSpec(state.kind, conv, conv_bytes, ssm, ssm_bytes)

@@ -1,0 +1,58 @@
+"""Layer specs own their bytes: checked against figures real engines printed for these models."""
+
+from kvscope.model.arch import Architecture, LinearState
+from kvscope.model.kv_spec import (
+    FullAttentionSpec,
+    IndexerSpec,
+    MLASpec,
+    attention_spec,
+    mamba_spec,
+    sliding_spec,
+)
+
+LLAMA_8B = Architecture("llama-3.1-8b", "llama", 32, "mha", num_kv_heads=8, head_dim=128)
+DSV32 = Architecture("deepseek-v3.2", "deepseek_v32", 61, "mla", kv_lora_rank=512, qk_rope_head_dim=64,
+                     index_head_dim=128)
+
+
+def test_gqa_row_splits_heads_over_tp_and_replicates_beyond_them():
+    # vLLM prints 'KV head(s) × 2 × 128 × 2 B' rows of 4,096 B at TP1 for Llama-3.1-8B (8 KV heads)
+    assert attention_spec(LLAMA_8B, 2, 1).row_bytes == 8 * 256 * 2
+    assert attention_spec(LLAMA_8B, 2, 2).row_bytes == 4 * 256 * 2
+    # TP16 > 8 heads: one head per rank, not zero
+    spec = attention_spec(LLAMA_8B, 2, 16)
+    assert isinstance(spec, FullAttentionSpec) and spec.kv_heads == 1 and spec.row_bytes == 512
+
+
+def test_v_head_dim_counts_unless_the_engine_ignores_it():
+    arch = Architecture("mimo", "mimo", 4, "mha", num_kv_heads=4, head_dim=192, v_head_dim=128)
+    assert attention_spec(arch, 2, 1).row_bytes == 4 * (192 + 128) * 2
+    assert attention_spec(arch, 2, 1, v_head_dim=False).row_bytes == 4 * (192 + 192) * 2
+    assert attention_spec(arch, 2, 1).k_fraction == 192 / 320
+
+
+def test_mla_latent_is_not_split_by_tp_and_fp8_rows_carry_scales_and_16_bit_rope():
+    spec = attention_spec(DSV32, 2, 8)
+    assert isinstance(spec, MLASpec) and spec.row_bytes == 576 * 2
+    fp8 = MLASpec(512, 64, 1)
+    assert fp8.row_bytes == 576 and fp8.fp8_row_bytes == 656  # 512 + 4 scales × 4 B + 64 × 2 B
+    assert IndexerSpec(128).row_bytes == 132
+
+
+def test_sliding_spec_holds_the_window_plus_the_prefill_chunk_at_most_the_request():
+    arch = Architecture("gemma-3", "gemma3_text", 62, "mha", num_kv_heads=16, head_dim=128, sliding_window=1024,
+                        full_attention_layers=10, sliding_layers=52)
+    spec = sliding_spec(arch, 2, 1)
+    assert spec is not None and spec.row_bytes == 16 * 256 * 2
+    assert spec.tokens_held(131072, 8192) == 1023 + 8192
+    assert spec.tokens_held(4096, 8192) == 4096
+    assert sliding_spec(LLAMA_8B, 2, 1) is None
+
+
+def test_mamba_state_bytes_follow_the_state_dtypes_given():
+    # Qwen3-Next GDN: 16 K heads × 128, 32 V heads × 128, conv kernel 4
+    state = LinearState("gdn", 2 * 16 * 128 + 32 * 128, 4, 32, 128, 128)
+    spec = mamba_spec(state, 1, 2, 4)
+    assert spec.conv_elements == 8192 * 3 and spec.ssm_elements == 32 * 128 * 128
+    assert spec.page_bytes == 8192 * 3 * 2 + 32 * 128 * 128 * 4
+    assert mamba_spec(state, 2, 2, 4).page_bytes * 2 == spec.page_bytes
