@@ -1487,6 +1487,7 @@ typedef struct {
     double gen_sum, gen_max, gen_last;
     long long gen_n;
     long long new_tokens, cached_tokens;
+    long long prefill_last, prefill_peak; /* new tokens of the last and of the largest prefill batch */
     long long fit_r, fit_new, fit_cached; /* sums_fit's running totals */
     long long graph_on, graph_off, graph_max_on, graph_min_off;
     int have_min_off;
@@ -1771,6 +1772,8 @@ static int load(St *st) {
     TRY(get_ll(S, "peak_q_sat", &st->peak_q_sat));
     TRY(get_ll(S, "new_tokens", &st->new_tokens));
     TRY(get_ll(S, "cached_tokens", &st->cached_tokens));
+    TRY(get_ll(S, "prefill_last", &st->prefill_last));
+    TRY(get_ll(S, "prefill_peak", &st->prefill_peak));
     TRY(get_ll(S, "graph_on", &st->graph_on));
     TRY(get_ll(S, "graph_off", &st->graph_off));
     TRY(get_ll(S, "graph_max_on", &st->graph_max_on));
@@ -2096,6 +2099,8 @@ static int fold_row(St *st, Batch *b, Py_ssize_t i) {
         if (row->has_hit) rate(st, 1, row->hit);
         st->new_tokens += row->new_tok;
         st->cached_tokens += row->cached;
+        st->prefill_last = row->new_tok;
+        if (row->new_tok > st->prefill_peak) st->prefill_peak = row->new_tok;
     }
     return 0;
 }
@@ -2163,6 +2168,8 @@ static int store(St *st, Batch *b) {
     SET_LL("peak_q_sat", st->peak_q_sat);
     SET_LL("new_tokens", st->new_tokens);
     SET_LL("cached_tokens", st->cached_tokens);
+    SET_LL("prefill_last", st->prefill_last);
+    SET_LL("prefill_peak", st->prefill_peak);
     SET_LL("graph_on", st->graph_on);
     SET_LL("graph_off", st->graph_off);
     SET_LL("graph_max_on", st->graph_max_on);

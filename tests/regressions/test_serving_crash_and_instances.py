@@ -35,11 +35,24 @@ def test_vllm_execute_model_traceback_after_the_kv_cache_is_a_crash_while_servin
 
 def test_an_oom_after_serving_lines_is_oom_runtime_with_its_step():
     """SGLang 0.2.9: 'Exception in ModelTpServer' then the torch OOM, after Prefill batch lines: oom-runtime,
-    said as an out of memory in a prefill."""
+    said as an out of memory in a prefill whose batch (the last Prefill batch line: 13,938 new tokens) is capped
+    at half, as a power of two (the thread's resolution: --max-prefill 4096 made it work)."""
     (s,) = _startups("harvested/sglang/512")
     assert s.failure.kind == "oom-runtime" and s.failure.data["read_as"] == "cuda-oom"
     assert s.answer.situation == "The server ran out of memory while serving a prefill (forward_extend)"
-    assert s.answer.suggestion is None or s.answer.suggestion.to_value < s.answer.suggestion.from_value
+    sug = s.answer.suggestion
+    assert (sug.flag, sug.from_value, sug.to_value) == ("--max-prefill-tokens", None, 4096)
+    assert "13,938 new tokens" in next(f.detail for f in s.findings if f.code == "error-while-serving")
+
+
+def test_a_vision_tower_oom_in_a_prefill_is_not_answered_with_a_prefill_cap():
+    """Llama-4 Scout at --mem-fraction-static 0.95: the OOM is inside the vision tower, whose activations a prefill
+    token cap does not shrink (the image is encoded whole)."""
+    (s,) = _startups("harvested/sglang/513")
+    assert s.failure.kind == "oom-runtime"
+    assert s.runtime["prefill_batch_new_tokens"] == {"last": 2489, "peak": 4992}
+    sug = s.answer.suggestion
+    assert sug is None or sug.flag != "--max-prefill-tokens"
 
 
 def test_an_oom_line_before_the_engines_traceback_header_is_that_engines():

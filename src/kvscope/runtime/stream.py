@@ -134,6 +134,8 @@ class Stream:
         "rates",
         "new_tokens",
         "cached_tokens",
+        "prefill_last",
+        "prefill_peak",
         "episode",
         "closed",
         "episodes",
@@ -190,6 +192,8 @@ class Stream:
         self.rates: dict[str, list[float]] = {"gen_tps": self.gen}  # name → [sum, n, max, last]
         self.new_tokens = 0
         self.cached_tokens = 0
+        self.prefill_last = 0  # new tokens of the last prefill batch (SGLang), what a crash in a prefill ran
+        self.prefill_peak = 0  # and of the largest
         self.episode: list[Any] | None = None  # [start, end, peak_q, peak stamp, start stamp, max usage]
         self.closed: list[Any] | None = None
         self.episodes = 0
@@ -412,6 +416,9 @@ class Stream:
                         self._rate("hit_pct", hit)
                     self.new_tokens += new_tok
                     self.cached_tokens += cached
+                    self.prefill_last = new_tok
+                    if new_tok > self.prefill_peak:
+                        self.prefill_peak = new_tok
         finally:
             self.n, self.last_t, self.last_stamp, self.last_u, self.last_q = n, last_t, last_stamp, last_u, last_q
             self.span_s, self.usage_time, self.above90_s, self.above99_s = span_s, usage_time, above90_s, above99_s
@@ -490,6 +497,9 @@ class Stream:
         nt = d.get("new_tokens")
         if nt is not None:
             self.new_tokens += nt
+            self.prefill_last = nt
+            if nt > self.prefill_peak:
+                self.prefill_peak = nt
             self.cached_tokens += d.get("cached_tokens") or 0
         for key in ("swa_usage", "mamba_usage", "swapped"):
             v = d.get(key)

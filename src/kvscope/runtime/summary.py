@@ -156,6 +156,8 @@ def summarize(acc: Any) -> dict[str, Any] | None:
             "cuda_graph": _graph(hot),
             "timeline": _timeline(hot),
         })
+        if hot.prefill_peak:  # SGLang's prefill batches: what the last one (a crash's) and the largest carried
+            out["prefill_batch_new_tokens"] = {"last": hot.prefill_last, "peak": hot.prefill_peak}
         if len(streams) > 1:
             out["groups"] = [_brief(st) for st in streams]
     elif acc.v0_hit:

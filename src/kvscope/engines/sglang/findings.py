@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 from kvscope.core.margins import RESERVE_MARGIN_GIB, reserve_margin_gib
 from kvscope.core.startup import Finding, Startup, Suggestion, finite_number
@@ -237,15 +238,45 @@ def _serving_error(s: Startup) -> Finding | None:
     said = f"it raised '{excerpt(raised, 200)}'" if raised else "the traceback is cut before its error"
     detail = (f"The traceback runs through SGLang's serving loop: the server had started and crashed while running "
               f"{w['step']}; {said}.")
-    if oom or not raised:
+    sug = _reserve_step_down(s, s.reference_rank.pre_load_free_gib if s.reference_rank else None) if (
+        oom or not raised) else None
+    # an image / video encoder's activations do not shrink with a prefill cap (the image is encoded whole)
+    frames = " ".join(str(x) for x in ((s.failure.data if s.failure else {}).get("frames") or w.get("frames") or []))
+    batch = _prefill_batch(s) if "prefill" in str(w["step"]) and not _VISION_FRAME.search(frames) else None
+    if (oom or not raised) and batch is not None:
+        last, peak = batch
+        cap = 1 << max(0, (last // 2).bit_length() - 1)  # a power of two at most half the batch that crashed
+        largest = f" (the largest in the log: {peak:,})" if peak > last else ""
+        detail += (f" The last prefill batch before the crash carried {last:,} new tokens{largest}: its activations "
+                   "did not fit in what the KV pool left (the 1 − mem_fraction_static reserve). Cap the new tokens of "
+                   f"one prefill batch at about half that, --max-prefill-tokens {cap} (on releases that chunk "
+                   f"prefills --chunked-prefill-size {cap} bounds a batch the same way); halve again if it recurs. "
+                   "Lowering --mem-fraction-static instead leaves more for activations at the cost of KV tokens.")
+        current = s.setting_number("max_prefill_tokens")
+        cap_sug = Suggestion("--max-prefill-tokens", int(current) if current else None, cap,
+                             note=f"half the {last:,}-token batch that crashed, as a power of two",
+                             alternatives=[sug] if sug is not None else [])
+        if current is None or cap < current:
+            sug = cap_sug
+    elif oom or not raised:
         detail += (" A crash in a prefill while serving is most often an out of memory in its activations: the KV pool "
                    "took the budget and what it left (the 1 − mem_fraction_static reserve) was too small for a chunk "
                    "of this size. Lower --mem-fraction-static, or cap the pool with --max-total-tokens, or shorten "
                    "--chunked-prefill-size so each prefill needs less activation memory.")
     title = ("The server ran out of memory while serving " if oom else "The server crashed while serving ") + w["step"]
-    sug = _reserve_step_down(s, s.reference_rank.pre_load_free_gib if s.reference_rank else None) if (
-        oom or not raised) else None
     return Finding("error-while-serving", "error" if oom else "warning", title, detail, sug)
+
+
+_VISION_FRAME = re.compile(r"vision|image|visual|video|pixel|vit\b|mm_|multimodal", re.IGNORECASE)
+
+
+def _prefill_batch(s: Startup) -> tuple[int, int] | None:
+    """(new tokens of the last prefill batch, of the largest) from the serving lines read, if any."""
+    rt = s.runtime if isinstance(s.runtime, dict) else None
+    batch = rt.get("prefill_batch_new_tokens") if rt else None
+    if not isinstance(batch, dict) or not isinstance(batch.get("last"), int) or not batch["last"]:
+        return None
+    return batch["last"], int(batch.get("peak") or batch["last"])
 
 
 def _input_refused(s: Startup) -> Finding | None:

@@ -120,9 +120,27 @@ def _util_for_need(s: Startup, need: float | None, k: float | None, short_by: fl
                    Suggestion("--gpu-memory-utilization", u, to, _tokens_for(s, after)))
 
 
+def _mamba_blocks_short(s: Startup, seqs: int, blocks: int) -> Finding:
+    """A hybrid model whose Mamba state pool holds fewer sequences than max_num_seqs: the cap is the fix."""
+    round_to = 1 << (blocks.bit_length() - 1) if blocks > 0 else 0
+    detail = (f"This is a hybrid (Mamba / linear-attention) model: every running sequence keeps its recurrent state in "
+              f"one Mamba cache block, and vLLM captures CUDA graphs for decode batches of up to max_num_seqs = "
+              f"{seqs:,} sequences. The memory left for the cache holds only {blocks:,} such blocks, so {seqs:,} "
+              f"sequences can never run at once. Lower --max-num-seqs to at most {blocks:,}"
+              + (f" (a round {round_to:,} keeps the capture sizes aligned)" if 0 < round_to < blocks else "")
+              + "; nothing else needs to change. Only if that many concurrent sequences are really needed, give the "
+              "cache more memory instead (a higher --gpu-memory-utilization, more GPUs): each sequence costs one block.")
+    return Finding("not-enough-memory", "error",
+                   f"Startup failed: max_num_seqs {seqs:,} needs {seqs:,} Mamba cache blocks, only {blocks:,} fit", detail,
+                   Suggestion("--max-num-seqs", seqs, blocks, note=f"at most the {blocks:,} Mamba cache blocks"))
+
+
 def _no_memory(s: Startup) -> Finding:
     f = s.failure
     assert f is not None
+    seqs, blocks = f.data.get("max_num_seqs"), f.data.get("mamba_blocks")
+    if isinstance(seqs, int) and isinstance(blocks, int):
+        return _mamba_blocks_short(s, seqs, blocks)
     u, total = util(s), total_gib(s)
     free, requested = f.data.get("free_gib"), f.data.get("requested_gib")
     if free is not None and requested is not None and total:

@@ -158,6 +158,8 @@ _START_LOAD = lazy_compile(r"Starting to load model (\S+?)\.{0,3}$")
 
 # --- failures -----------------------------------------------------------------------------------------
 _NO_CACHE_MEMORY = lazy_compile(r"No available memory for the cache blocks")
+# A hybrid model's Mamba state pool is smaller than the decode batch CUDA graphs are captured for
+_MAMBA_SHORT = lazy_compile(r"max_num_seqs \((\d+)\) exceeds available Mamba cache blocks \((\d+)\)")
 _V0_MAX_LEN = lazy_compile(r"The model's max seq len \((\d+)\) is larger than the maximum number of tokens that can be "
                          r"stored in KV cache \((\d+)\)")
 _V1_MAX_LEN = lazy_compile(
@@ -199,7 +201,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"max_num_batched_tokens", b"block size", b"No available memory", b"max seq len", b"maximum model length",
     b"failed to start", b"initialization failed", b"num_gpu_blocks", b"padding layers", b"Auto-fit",
     b"swap space", b"init engine", b"for KV cache", b"Starting to load model", b"gpu_memory_utilization",
-    b"Requested memory", b"amba", b"hit an exception", b"Exception in worker", b"Error executing method",
+    b"Requested memory", b"amba", b"exceeds available", b"hit an exception", b"Exception in worker", b"Error executing method",
     b"Traceback (most recent", b'File "', b"Killed", b"worker_base.py:", b"multiproc_executor.py:",
     b"multiproc_worker_utils.py:", b"hbm=[", b"loading model weights", b"Application startup complete", b"Uvicorn running on",
     b"Started server process", b"Starting vLLM API server", b"Avg prompt throughput",
@@ -644,6 +646,13 @@ def _free_short(m: re.Match[str], msg: str) -> list[Parsed]:
             Parsed(ev.SETTINGS, {"gpu_memory_utilization": util})]
 
 
+def _mamba_short(m: re.Match[str], msg: str) -> list[Parsed]:
+    seqs, blocks = to_int(m.group(1)), to_int(m.group(2))
+    return [Parsed(ev.FAILURE, {"kind": "not-enough-memory", "message": _text(msg), "max_num_seqs": seqs,
+                                "mamba_blocks": blocks}),
+            Parsed(ev.SETTINGS, {"max_num_seqs": seqs})]
+
+
 def _text(msg: str) -> str:
     return msg.strip()[:600]
 
@@ -667,6 +676,10 @@ FAILURE_SHAPES = Shapes((
           "(4512). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."),
     Shape("no-cache-memory", _NO_CACHE_MEMORY, _failed("not-enough-memory"), (ev.FAILURE,), "0.2–",
           "ValueError: No available memory for the cache blocks. Try i"),
+    Shape("mamba-blocks-short", _MAMBA_SHORT, _mamba_short, (ev.FAILURE, ev.SETTINGS), "undated",
+          "ValueError: max_num_seqs (1024) exceeds available Mamba cache blocks (856). Each decode sequence requires "
+          "one Mamba cache block, so CUDA graph capture cannot proceed. Please lower max_num_seqs to at most 856 or "
+          "increase gpu_memory_utilization."),
     Shape("free-memory-short", _FREE_SHORT, _free_short, (ev.FAILURE, ev.RANK, ev.SETTINGS), "0.9–",
           "ValueError: Free memory on device (59.32/79.15 GiB) on startup is less than desired GPU memory utilization "
           "(0.9, 71.24 GiB). Decrease GPU memory utilization or reduce GP"),
