@@ -52,9 +52,11 @@ def analyze(paths: Iterable[str], assumptions: dict[str, Any] | None = None, mod
     assumptions = dict(assumptions or {})
     if model:
         assumptions.setdefault("model", model)
+    from kvscope.analysis.assumptions import implied_engine
+
     lines = iter_candidate_lines(list(paths), ANCHORS, stats, BULK_LANE)
     with no_cycle_collection():
-        startups = list(assemble(parse_lines(lines)))
+        startups = list(assemble(parse_lines(lines), implied_engine(assumptions)))
     for i, s in enumerate(startups):
         finish_startup(s, assumptions, startups[i - 1] if i else None, i + 1)
     compare_startups(startups)

@@ -54,6 +54,8 @@ def contract_kind(s: Startup) -> str | None:
             return FailureKind.OOM_RUNTIME.value
         if _capture_began(s) or _GRAPH_WORDS.search(message):
             return FailureKind.OOM_CUDA_GRAPH.value
+        if f.data.get("held_past_budget"):  # the process held more than the engine's static budget: past the pool
+            return FailureKind.COMPUTE_BUFFER_OOM.value
         ref = s.reference_rank
         if ref is None or ref.weights_gib is None and not _pool_allocated(s):
             return FailureKind.WEIGHTS_OOM.value

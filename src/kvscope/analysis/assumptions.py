@@ -42,6 +42,20 @@ def known_keys() -> frozenset[str]:
     return frozenset(keys)
 
 
+def implied_engine(assumptions: dict[str, Any]) -> str | None:
+    """The one engine whose own settings the user named (mem_fraction_static: SGLang), None when the keys are
+    neutral facts or name settings of several engines. Lets a pasted torch out of memory with nothing else be
+    read as the engine the user says they ran."""
+    named = set()
+    for key in assumptions:
+        if key in FACTS or key in RANK_FIELDS:
+            continue
+        owners = [name for name, engine in engines.REGISTRY.items() if key in engine.settings]
+        if len(owners) == 1:
+            named.add(owners[0])
+    return named.pop() if len(named) == 1 else None
+
+
 def _number(key: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise InputError(f"--assume {key}={value!r}: not a number")

@@ -26,6 +26,8 @@ _TORCH_OOM = re.compile(
 # what a logger puts before the error: bracketed pids, times and levels, a "torch_npu.memory:" logger name
 _LOG_PREFIX = re.compile(r"^(?:\[[^\]\n]{0,40}\]\s*|[\w.]{1,40}:\s*(?=\[))+")
 _UNIT = {"MiB": 1 / 1024, "MB": 1 / 1024, "GiB": 1.0, "GB": 1.0}
+# torch ≥ 2.1 adds what the failing process itself holds ("Including non-PyTorch memory, this process has …")
+_PROCESS_HOLDS = re.compile(rf"this process has ({NUM})\s*(MiB|GiB) memory in use")
 
 # ggml-cuda (and its forks) when cudaMallocHost fails: a warning, the buffer falls back to pageable host memory
 _PINNED = re.compile(rf"failed to allocate ({NUM}) ?(MiB|MB|GiB|GB) of pinned memory")
@@ -55,6 +57,7 @@ def oom_failure(text: str) -> dict[str, Any] | None:
         "tried_gib": _gib(m.group(1), m.group(2)),
         "device_total_gib": to_float(m.group(4)),
         "device_free_gib": _gib(m.group(5), m.group(6)),
+        **({"process_gib": _gib(held.group(1), held.group(2))} if (held := _PROCESS_HOLDS.search(text)) else {}),
     }
 
 

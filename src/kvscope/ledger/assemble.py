@@ -254,8 +254,25 @@ PRINTED = ("kv_tokens", "kv_device", "max_concurrency")
 MAX_PRINTED = 1024
 
 
-def assemble(events: Iterable[ev.Event]) -> Iterator[Startup]:
-    """Group events into startups, in input order."""
+def assemble(events: Iterable[ev.Event], engine_hint: str | None = None) -> Iterator[Startup]:
+    """Group events into startups, in input order.
+
+    engine_hint: the engine the user's own settings name (``--assume mem_fraction_static=…`` is SGLang's). An input
+    of engine-neutral lines only (a pasted torch out of memory and nothing else) is then that engine's startup,
+    instead of a run the input does not show; with any engine's own line in the input the hint changes nothing.
+    """
+    found = False
+    for s in _assemble(events):
+        found = found or s.engine != "common"
+        if s.engine != "common":
+            yield s
+        elif engine_hint and not found:
+            s.engine = engine_hint
+            yield s
+            found = True
+
+
+def _assemble(events: Iterable[ev.Event]) -> Iterator[Startup]:
     b = _Builder()
     for e in events:
         s = b.current
@@ -293,7 +310,8 @@ def _close(b: _Builder, s: Startup, nxt: ev.Event | None) -> list[Startup]:
     """
     held, b.preface = b.preface, None
     if not _worth_reporting(s):
-        return [held] if held is not None else []
+        neutral = [s] if s.engine == "common" and s.failure is not None and nxt is None else []
+        return ([held] if held is not None else []) + neutral  # a neutral failure ending the input: assemble decides
     if held is not None:
         return _settle(held, s)
     if nxt is not None and _is_preface(b, s, nxt):

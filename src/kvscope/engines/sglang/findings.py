@@ -603,10 +603,37 @@ def _oom(s: Startup, f, mfs: float | None, pre: float | None) -> Finding:
                        f"Graphs come out of the (1 − mem_fraction_static) reserve; it was too small. Lower "
                        f"--mem-fraction-static by {steps / 100:.2f} (frees {steps * 0.01 * pre:.2f} GiB) or cap "
                        "--cuda-graph-max-bs.", Suggestion("--mem-fraction-static", mfs, to))
+    past = _past_static_budget(s, f, mfs)
+    if past is not None:
+        return past
     phase = "while loading weights" if ref is not None and ref.weights_gib is None and ref.pre_load_free_gib else "during startup"
     return Finding("cuda-oom", "error", f"CUDA out of memory {phase}",
                    _sentences(excerpt(f.message, 240), "If the weights do not fit, raise --tp or use a quantized checkpoint; "
                               "if it happened after the pool, lower --mem-fraction-static"))
+
+
+def _past_static_budget(s: Startup, f, mfs: float | None) -> Finding | None:
+    """An out of memory whose process already held more than mem_fraction_static of the device: weights and the
+    KV pool were in place (they take at most that share), so what failed came out of the (1 − fraction) reserve,
+    which was too small. The reserve must grow by the whole failed allocation."""
+    held, total, tried = f.data.get("process_gib"), f.data.get("device_total_gib"), f.data.get("tried_gib")
+    if mfs is None or not (f.data.get("held_past_budget") and held and total and tried):
+        return None
+    ref = s.reference_rank
+    base = (ref.pre_load_free_gib if ref is not None and ref.pre_load_free_gib else None) or total
+    steps = max(1, math.ceil((tried + 0.5) / (0.01 * base)))
+    to = round(mfs - steps / 100, 2)
+    free = f.data.get("device_free_gib")
+    left = f" with {free:.2f} GiB free" if free is not None else ""
+    detail = (f"The process held {held:.2f} GiB of the {total:.2f} GiB device when it asked for {tried:.2f} GiB more"
+              f"{left}. That is more than mem_fraction_static {mfs} lets weights and the KV pool take "
+              f"({mfs * total:.2f} GiB), so both were already allocated and this allocation came out of the "
+              f"{(1 - mfs) * total:.2f} GiB reserve (CUDA graphs, activations, communication buffers such as a "
+              f"symmetric-memory pre-allocation), which was too small. Lower --mem-fraction-static to {to} "
+              f"(frees {steps * 0.01 * base:.2f} GiB for the reserve, the KV pool shrinks by as much), or shrink what "
+              "allocates outside the pool.")
+    return Finding("cuda-oom", "error", f"CUDA out of memory in the reserve: {tried:.2f} GiB asked with "
+                   f"{held:.2f} of {total:.2f} GiB already held", detail, Suggestion("--mem-fraction-static", mfs, to))
 
 
 def _dsv4_pools(s: Startup) -> Finding | None:

@@ -156,6 +156,7 @@ SERVING_LOOP = ServingLoop(
 def finish(s: Startup) -> None:
     """Fill era, derived figures, capacity, reconciliation and ledger rows of an SGLang startup."""
     serving_crash(s, SERVING_LOOP)
+    _held_past_budget(s)
     vr = infer_version_range(_features(s), _log_date(s))
     logged = parse_version(s.engine_version)
     era = era_for(logged) if logged else vr.eras[-1] if vr.eras else era_for((0, 5, 9))
@@ -178,6 +179,18 @@ def finish(s: Startup) -> None:
     _derive_from_reserve(s, cell)
     for r in s.ranks:
         r.ledger = ledger_rows(s, r)
+
+
+def _held_past_budget(s: Startup) -> None:
+    """A torch out of memory whose process already held more than mem_fraction_static of the device: weights and
+    the KV pool (at most that share) were in place, so what failed was allocated from the reserve after them
+    (findings and the contract's failure kind read the mark)."""
+    f = s.failure
+    if f is None or f.kind != "cuda-oom":
+        return
+    held, total, mfs = f.data.get("process_gib"), f.data.get("device_total_gib"), s.setting_number("mem_fraction_static")
+    if held and total and mfs is not None and held > mfs * total:
+        f.data["held_past_budget"] = True
 
 
 # SGLang caps one request at max_req_input_len = min(context_len − 1, pool − 1) − 5 (the pool: max_total_num_tokens,
