@@ -343,7 +343,7 @@ def test_every_real_log_explains_without_inconsistency(case):
             assert s.reconciliation.consistent is not False, s.reconciliation.detail
 
 
-# --- the logs quoted in ../shared/docs/vllm-memory.md §6 (no fixture holds them) ---------------------------
+# --- the logs quoted in docs/research/vllm-memory.md §6 (no fixture holds them) ---------------------------
 
 
 def _doc_log(tmp_path, lines: list[str]) -> str:

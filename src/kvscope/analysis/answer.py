@@ -149,7 +149,7 @@ def build_answer(s: Startup) -> Answer:
     alts: list[Suggestion] = []
     seen = {sug.flag} if sug else set()
     # a crash's fix is its own finding's: another finding's move (a reconciliation, a capacity step) does not mend it
-    others = [] if primary.code == "error-while-serving" else [x for x in suggestions if x is not sug]
+    others = [] if primary.own_fix_only else [x for x in suggestions if x is not sug]
     for cand in ([*sug.alternatives] if sug else []) + others:
         if cand.flag not in seen:
             seen.add(cand.flag)

@@ -194,6 +194,9 @@ class Finding:
     # context only: a healthy figure worth reading in the findings, never the answer's situation (a startup with
     # nothing to change is answered as such, not with the first figure that happens to be listed)
     context: bool = False
+    # its fix is its own: as the answer, no other finding's move is offered beside it (a crash while serving is
+    # not mended by a reconciliation's or a capacity step's suggestion)
+    own_fix_only: bool = False
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Built-in facts: model architectures (from ../shared/data/models.json) and GPU totals (gpus.json).
+"""Built-in facts: model architectures (from src/kvscope/data/models.json) and GPU totals (gpus.json).
 
 Shipped as package data so ``kvscope plan`` works offline. A model is found by HF id, by the last
 part of a path printed in the log (``/models/Kimi-K2.5`` → ``moonshotai/Kimi-K2.5``), or from a

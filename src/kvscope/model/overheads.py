@@ -8,7 +8,7 @@ log or printout of this GPU kind), *estimated* (a formula fitted to such reports
 (carried over from another kind), so a plan can say how much of its answer is known and how much
 is borrowed.
 
-Measured on an H200 (../shared/data/measured-overheads.md): driver slice 616 MiB of 143,771 MiB,
+Measured on an H200 (docs/research/measured-overheads.md): driver slice 616 MiB of 143,771 MiB,
 CUDA context 0.516 GiB, NCCL communicator + first all-reduce 0.910 GiB per rank at TP2, cuBLAS
 handle/workspace 0.096 GiB.
 

@@ -1,4 +1,4 @@
-"""``--format json``: exactly the contract in ../shared/docs/json-contract.md, plus additive keys.
+"""``--format json``: exactly the contract in docs/json-contract.md, plus additive keys.
 
 Contract keys are built explicitly (not dumped from the dataclasses) so an internal rename can
 never change the public interface.

@@ -1,4 +1,4 @@
-"""SGLang's automatic defaults by release, as data (../shared/docs/sglang-memory.md §2.6, §3, §4).
+"""SGLang's automatic defaults by release, as data (docs/research/sglang-memory.md §2.6, §3, §4).
 
 When an operator does not pass ``--mem-fraction-static`` (or chunked prefill, graph batch sizes,
 max running requests), SGLang picks them from the GPU size, the parallelism and the features in

@@ -1,4 +1,4 @@
-"""SGLang's memory behaviour by release, as data (../shared/docs/sglang-memory.md §0, §2, §3).
+"""SGLang's memory behaviour by release, as data (docs/research/sglang-memory.md §0, §2, §3).
 
 A new release is a new row here, not new code. ``infer_version_range`` reads the wording of the
 lines a log holds (each wording has a known first/last release) and the log's dates.
@@ -9,17 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-# (first version, last version) as tuples; None = open.
-Version = tuple[int, int, int]
-
-
-def parse_version(text: str | None) -> Version | None:
-    if not text:
-        return None
-    parts = [int(p) for p in text.split("+")[0].split(".")[:3] if p.isdigit()]
-    while len(parts) < 3:
-        parts.append(0)
-    return (parts[0], parts[1], parts[2]) if parts else None
+# One parser for every engine's release numbers: '0.5.6rc1' is 0.5.6 and 'v0.5.2' is 0.5.2 (the version tuple
+# type is core's too). SGLang's modules name them through this one.
+from kvscope.core.versions import Version, parse_version  # noqa: F401
 
 
 def fmt(v: Version) -> str:

@@ -264,7 +264,7 @@ def _serving_error(s: Startup) -> Finding | None:
                    "of this size. Lower --mem-fraction-static, or cap the pool with --max-total-tokens, or shorten "
                    "--chunked-prefill-size so each prefill needs less activation memory.")
     title = ("The server ran out of memory while serving " if oom else "The server crashed while serving ") + w["step"]
-    return Finding("error-while-serving", "error" if oom else "warning", title, detail, sug)
+    return Finding("error-while-serving", "error" if oom else "warning", title, detail, sug, own_fix_only=True)
 
 
 _VISION_FRAME = re.compile(r"vision|image|visual|video|pixel|vit\b|mm_|multimodal", re.IGNORECASE)

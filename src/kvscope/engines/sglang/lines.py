@@ -1,4 +1,4 @@
-"""SGLang's memory log lines, every wording from 0.3 to 0.5.23 (../shared/docs/sglang-memory.md §7).
+"""SGLang's memory log lines, every wording from 0.3 to 0.5.23 (docs/research/sglang-memory.md §7).
 
 Each pattern is searched, not anchored: real logs glue lines after progress bars
 (``… 3.89it/s][2026-05-07 13:39:14 DP1 TP1 EP1] Load weight end. …``) and copy-pastes drop the

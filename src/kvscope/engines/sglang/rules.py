@@ -1,4 +1,4 @@
-"""SGLang's KV sizing rule, replayed (../shared/docs/sglang-memory.md §2).
+"""SGLang's KV sizing rule, replayed (docs/research/sglang-memory.md §2).
 
     rest   = A − F × (1 − mem_fraction_static)      # GiB; F = free before weights, A = free at profile
     tokens = floor(int(rest × 2^30) / cell) → page floor → clamps

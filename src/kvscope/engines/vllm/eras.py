@@ -1,4 +1,4 @@
-"""vLLM's memory behaviour by release, as data (../shared/docs/vllm-memory.md §0, §1, §2.6, §3).
+"""vLLM's memory behaviour by release, as data (docs/research/vllm-memory.md §0, §1, §2.6, §3).
 
 A new release is a new row here, not new code. Logs rarely print the version, so
 ``infer`` reads the wording of the lines a startup holds: each wording has a known first/last

@@ -1,6 +1,6 @@
 """vLLM findings: why a startup failed and what to change, what the budget paid for, what a knob buys.
 
-Every suggestion rests on vLLM's own arithmetic (../shared/docs/vllm-memory.md §1, §2.7, §7.5):
+Every suggestion rests on vLLM's own arithmetic (docs/research/vllm-memory.md §1, §2.7, §7.5):
 the non-KV terms do not depend on gpu_memory_utilization, so K moves by exactly ΔU × total.
 """
 
@@ -598,7 +598,7 @@ def _serving_error(s: Startup) -> Finding | None:
     title = ("The server ran out of memory while serving " if oom else "The server crashed while serving ") + (
         w.get("step") or "a model step")
     if raised and not oom:
-        return Finding("error-while-serving", "warning", title, detail)
+        return Finding("error-while-serving", "warning", title, detail, own_fix_only=True)
     detail += (" An out of memory while serving is memory the startup's profile run did not see: a step's activations "
                "or sampler buffers larger than the profiled batch (max_num_batched_tokens tokens), or memory another "
                "process took afterwards. The KV cache holds the rest of the budget, so the room has to come from "
@@ -626,7 +626,7 @@ def _serving_error(s: Startup) -> Finding | None:
                              note="fewer KV tokens; the memory given back is left for the step's activations")
     if sug is None and alts:
         sug = replace(alts[0], alternatives=alts[1:])
-    return Finding("error-while-serving", "error" if oom else "warning", title, detail, sug)
+    return Finding("error-while-serving", "error" if oom else "warning", title, detail, sug, own_fix_only=True)
 
 
 def findings(s: Startup) -> list[Finding]:

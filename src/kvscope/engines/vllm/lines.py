@@ -1,4 +1,4 @@
-"""vLLM's memory log lines, every wording from 0.2 to 0.33 (../shared/docs/vllm-memory.md §3).
+"""vLLM's memory log lines, every wording from 0.2 to 0.33 (docs/research/vllm-memory.md §3).
 
 Patterns are searched, not anchored: Ray glues ``(RayWorkerWrapper pid=…, ip=…)`` in front and
 ``[repeated 30x across cluster]`` behind, Monarch adds ``[0] ``, posters drop the header or elide it

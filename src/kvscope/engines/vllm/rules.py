@@ -1,4 +1,4 @@
-"""vLLM's KV sizing rules as pure functions (../shared/docs/vllm-memory.md §1–2, §7).
+"""vLLM's KV sizing rules as pure functions (docs/research/vllm-memory.md §1–2, §7).
 
     budget  R = T × gpu_memory_utilization                 (T = device total, never free memory)
     KV      K = R − non-KV terms (weights, activation peak, non-torch, [CUDA graphs])   — by era

@@ -1,4 +1,4 @@
-"""Every SGLang line shape of §7 of ../shared/docs/sglang-memory.md, one by one (format strings from the doc)."""
+"""Every SGLang line shape of §7 of docs/research/sglang-memory.md, one by one (format strings from the doc)."""
 
 from __future__ import annotations
 

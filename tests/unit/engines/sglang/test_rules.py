@@ -1,4 +1,4 @@
-"""SGLang's sizing rule against the worked arithmetic in ../shared/docs/sglang-memory.md §10."""
+"""SGLang's sizing rule against the worked arithmetic in docs/research/sglang-memory.md §10."""
 
 from __future__ import annotations
 
@@ -112,3 +112,13 @@ def test_dsv4_plan_on_8xh200():
         assert "predates DeepSeek-V4" in str(e)
     else:
         raise AssertionError("0.5.9 has no DeepSeek-V4 support")
+
+
+def test_release_numbers_read_as_every_engine_reads_them():
+    """SGLang's own parser read '0.5.6rc1' as 0.5.0 and 'v0.5.2' as 5.2.0; the shared one reads the release."""
+    from kvscope.engines.sglang.eras import era_for, parse_version
+
+    assert parse_version("0.5.6rc1") == (0, 5, 6)
+    assert parse_version("v0.5.2") == (0, 5, 2)
+    assert parse_version("0.4.6.post5") == (0, 4, 6)
+    assert era_for(parse_version("0.5.6rc1")) == era_for((0, 5, 6))

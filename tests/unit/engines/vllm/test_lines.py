@@ -333,6 +333,6 @@ def test_pathological_lines_are_fast(text):
 
 
 def test_cuda_graph_estimate_line():
-    # v0.18+ gpu_worker.py (wording from ../shared/docs/vllm-memory.md §3.2 item 9)
+    # v0.18+ gpu_worker.py (wording from docs/research/vllm-memory.md §3.2 item 9)
     text = "(Worker_TP0 pid=7) INFO 03-01 10:00:00 [gpu_worker.py:420] Estimated CUDA graph memory: 1.25 GiB total"
     assert merged(text, ev.RANK) == {"cuda_graph_estimate_gib": 1.25}

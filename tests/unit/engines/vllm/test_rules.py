@@ -1,4 +1,4 @@
-"""vLLM's sizing rules against the worked examples of ../shared/docs/vllm-memory.md §6 and real logs."""
+"""vLLM's sizing rules against the worked examples of docs/research/vllm-memory.md §6 and real logs."""
 
 from __future__ import annotations
 

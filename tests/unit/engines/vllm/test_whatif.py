@@ -1,4 +1,4 @@
-"""vLLM what-if on the worked example of ../shared/docs/vllm-memory.md §6.1 (vLLM issue #19996)."""
+"""vLLM what-if on the worked example of docs/research/vllm-memory.md §6.1 (vLLM issue #19996)."""
 
 from __future__ import annotations
 
