@@ -119,6 +119,9 @@ def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
 def _layer_split(cfg: dict[str, Any], layers: int) -> tuple[int | None, int, int]:
     """(full-attention, sliding, linear) layers for hybrid configs; (None, 0, 0) for uniform ones."""
     types = cfg.get("layer_types")
+    counts = types.get("counts") if isinstance(types, dict) else None
+    if isinstance(counts, dict) and counts:  # the built-in catalog keeps layer_types as a summary of counts
+        types = [name for name, n in counts.items() if isinstance(n, int) for _ in range(max(0, n))]
     if isinstance(types, list) and types:
         full = sum(1 for t in types if t in ("full_attention", "attention", "global"))
         sliding = sum(1 for t in types if "sliding" in str(t) or t == "local")
@@ -135,6 +138,9 @@ def _layer_split(cfg: dict[str, Any], layers: int) -> tuple[int | None, int, int
     if isinstance(period, int) and isinstance(offset, int) and period > 1:
         full = sum(1 for i in range(layers) if i % period == offset)  # Jamba: attention every period
         return full, 0, layers - full
+    window_pattern = cfg.get("sliding_window_pattern")  # Gemma-3: every N-th layer keeps full context
+    if isinstance(window_pattern, int) and window_pattern > 1 and cfg.get("sliding_window"):
+        return layers // window_pattern, layers - layers // window_pattern, 0
     interval = cfg.get("full_attention_interval")
     if isinstance(interval, int) and interval > 1:
         return layers // interval, 0, layers - layers // interval

@@ -56,3 +56,18 @@ def test_mamba_state_bytes_follow_the_state_dtypes_given():
     assert spec.conv_elements == 8192 * 3 and spec.ssm_elements == 32 * 128 * 128
     assert spec.page_bytes == 8192 * 3 * 2 + 32 * 128 * 128 * 4
     assert mamba_spec(state, 2, 2, 4).page_bytes * 2 == spec.page_bytes
+
+
+def test_layer_split_reads_gemmas_window_pattern_and_the_catalogs_count_summaries():
+    """Gemma-3's config says 'every 6th layer is global' with sliding_window_pattern; the built-in catalog keeps
+    layer_types as counts. Both must give the split, or plan counts every layer as full attention."""
+    from kvscope.model.arch import architecture_from_config
+    from kvscope.model.catalog import catalog_entry
+
+    gemma = architecture_from_config(catalog_entry("google/gemma-3-27b-it")["config"], "gemma-3-27b")
+    assert (gemma.full_attention_layers, gemma.sliding_layers, gemma.sliding_window) == (10, 52, 1024)
+    summary = {"num_hidden_layers": 24, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
+               "hidden_size": 2880, "sliding_window": 128,
+               "layer_types": {"counts": {"sliding_attention": 12, "full_attention": 12}}}
+    arch = architecture_from_config(summary, "gpt-oss-like")
+    assert (arch.full_attention_layers, arch.sliding_layers) == (12, 12)

@@ -7,8 +7,6 @@ bytes per token the findings price changes with.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from kvscope.core.startup import (
     Failure,
     KvPool,
@@ -25,8 +23,8 @@ from kvscope.engines.vllm.eras import Era
 from kvscope.engines.vllm.layout import KvLayout, StateDtypes, kv_layout
 from kvscope.engines.vllm.rules import GIB, HALF_CENT
 from kvscope.engines.vllm.state import state
-from kvscope.model.arch import Architecture, dtype_bytes, linear_state_from_config
-from kvscope.model.catalog import catalog_entry, load_architecture
+from kvscope.model.arch import Architecture, dtype_bytes
+from kvscope.model.catalog import load_architecture
 
 THIN_HEADROOM_GIB = 1.0  # vLLM's own warning: "CUDA graphs can take additional 1~3 GiB memory per GPU"
 
@@ -109,37 +107,9 @@ def model_name(s: Startup) -> str | None:
 
 
 def arch_context(s: Startup) -> tuple[Architecture | None, str]:
-    model = model_name(s)
-    arch, where = load_architecture(model)
-    if arch is not None and arch.full_attention_layers is None and model:
-        arch = _with_catalog_layer_split(arch, model)
-    return arch, where
-
-
-def _with_catalog_layer_split(arch: Architecture, model: str) -> Architecture:
-    """The catalog stores ``layer_types`` as a summary ({'counts': {...}}) and Gemma's
-    ``sliding_window_pattern``; both say which layers keep full-context KV."""
-    entry = catalog_entry(model)
-    cfg = entry.get("config", {}) if entry else {}
-    types = cfg.get("layer_types")
-    counts = types.get("counts") if isinstance(types, dict) else None
-    full = sliding = linear = 0
-    if isinstance(counts, dict):
-        for name, n in counts.items():
-            if "sliding" in name or name == "local":
-                sliding += int(n)
-            elif "linear" in name or "mamba" in name:
-                linear += int(n)
-            else:
-                full += int(n)
-    elif isinstance(cfg.get("sliding_window_pattern"), int) and cfg["sliding_window_pattern"] > 1:
-        full = arch.num_layers // cfg["sliding_window_pattern"]
-        sliding = arch.num_layers - full
-    if not (sliding or linear):
-        return arch
-    state = arch.linear_state or (linear_state_from_config({**(entry.get("config_extra") or {}), **cfg})
-                                  if entry and linear else None)
-    return replace(arch, full_attention_layers=full, sliding_layers=sliding, linear_layers=linear, linear_state=state)
+    """The model's architecture (a local config.json or the catalog: model/catalog.load_architecture, whose
+    layer split also reads the catalog's layer_types summaries and Gemma's sliding_window_pattern)."""
+    return load_architecture(model_name(s))
 
 
 def kv_bytes(s: Startup, arch: Architecture | None) -> int:
