@@ -37,11 +37,13 @@ _WRAPPER = lazy_compile(
 )
 
 # --- per-device buffers ---------------------------------------------------------------------------
-_KV_BUFFER = lazy_compile(rf"(\S+) KV buffer size\s*=\s*{G}\s*(MiB|MB)")
-_RS_BUFFER = lazy_compile(rf"(\S+) RS buffer size\s*=\s*{G}{MIB}")
-_COMPUTE = lazy_compile(rf"(\S+)\s+compute buffer size\s*=\s*{G}{MIB}")
-_OUTPUT = lazy_compile(rf"(\S+)\s+output buffer size\s*=\s*{G}{MIB}")
-_INPUT = lazy_compile(rf"(\S+)\s+input buffer size\s*=\s*{G}{MIB}")
+# Names start where a word does ((?<!\S), (?<!\w)): the leftmost match is the same, but a long run of letters
+# or digits is scanned once instead of from every position in it (quadratic on one hostile 20 KB line)
+_KV_BUFFER = lazy_compile(rf"(?<!\S)(\S+) KV buffer size\s*=\s*{G}\s*(MiB|MB)")
+_RS_BUFFER = lazy_compile(rf"(?<!\S)(\S+) RS buffer size\s*=\s*{G}{MIB}")
+_COMPUTE = lazy_compile(rf"(?<!\S)(\S+)\s+compute buffer size\s*=\s*{G}{MIB}")
+_OUTPUT = lazy_compile(rf"(?<!\S)(\S+)\s+output buffer size\s*=\s*{G}{MIB}")
+_INPUT = lazy_compile(rf"(?<!\S)(\S+)\s+input buffer size\s*=\s*{G}{MIB}")
 _MODEL_BUF = lazy_compile(rf"(?:llm_)?load_tensors:\s+(\S+)\s+(?:model )?buffer size\s*=\s*{G}{MIB}")
 _SPLIT_HEADER = lazy_compile(r"(KV cache|model buffer) size per device")
 _SPLIT_DEVICE = lazy_compile(rf"^\s*Device (\d+):\s+{G}(?:{MIB})?\s*$")
@@ -85,7 +87,7 @@ _KV_INIT = lazy_compile(r"\bkv_size = (\d+), offload = \d+, type_k = '([\w.]+)',
 _CTX_SIZE = lazy_compile(r"penalty_last_n to ctx_size = (\d+)")
 _LAYER_GQA = lazy_compile(r"layer\s+(\d+):\s*n_embd_k_gqa\s*=\s*(\d+),\s*n_embd_v_gqa\s*=\s*(\d+)")
 _BENCH = lazy_compile(r"\bn_kv_max\s*=\s*(\d+)|^(?:generate|main): n_ctx\s*=\s*(\d+)")
-_KV_PAIRS = lazy_compile(r"(\w+)\s*=\s*([\w.]+)")
+_KV_PAIRS = lazy_compile(r"(?<!\w)(\w+)\s*=\s*([\w.]+)")
 _SLOTS = lazy_compile(r"\bn_slots\s*[=:]\s*\"?(\d+)")
 _CTX_SLOT = lazy_compile(r"\bn_ctx_slot\s*[=:]\s*\"?(\d+)")
 _SLOT_MAX = lazy_compile(r"Slot \d+ - max context: (\d+)|new slot,? n_ctx(?:_slot)? = (\d+)")
@@ -124,7 +126,7 @@ _OLLAMA_EXTRA = lazy_compile(rf'\b(memory\.weights\.repeating|memory\.weights\.n
 _OLLAMA_LIBRARY = lazy_compile(r"\blibrary=(\w+)")
 # a record ollama's logfmt wrapped (or a poster did): a continuation line starts with a space and its fields
 _OLLAMA_CONTINUED = lazy_compile(r"^\s+(?:layers|memory|projector)\.\w")
-_OLLAMA_SIZE = lazy_compile(rf"{G}\s*(B|KiB|MiB|GiB)")
+_OLLAMA_SIZE = lazy_compile(rf"(?<![\d.,]){G}\s*(B|KiB|MiB|GiB)")
 # ollama's DEBUG verdict on one GPU: the terms of the room it wants before it places a single layer there
 _OLLAMA_TOO_SMALL = lazy_compile(r'gpu has too little memory to allocate any layers"')
 _OLLAMA_TERM = lazy_compile(r'\b(name|available|minimum_memory|layer_size|gpu_zer_overhead|partial_offload|full_offload)='
@@ -143,7 +145,7 @@ _DRAFT = lazy_compile(r"loading draft model|load_draft|draft model '")
 _GENERAL_NAME = lazy_compile(r"general\.name\s+str\s+=\s+(.+?)\s*$")
 
 # --- failures --------------------------------------------------------------------------------------------
-_ALLOC_FAIL = lazy_compile(rf"(\w+?)_buffer_type_alloc_buffer: allocating {G}{MIB} on device (\d+): (\w+) failed: (.+)")
+_ALLOC_FAIL = lazy_compile(rf"(?<!\w)(\w+?)_buffer_type_alloc_buffer: allocating {G}{MIB} on device (\d+): (\w+) failed: (.+)")
 _GALLOCR = lazy_compile(r"ggml_gallocr_\w+: failed to allocate (\S+) buffer of size (\d+)")
 _TENSOR_ALLOC = lazy_compile(r"alloc_tensor_range: failed to allocate (\S+) buffer of size (\d+)")
 _UNABLE_ALLOC = lazy_compile(r"unable to allocate (\S+) buffer")
@@ -156,7 +158,7 @@ _FATAL = lazy_compile(
 )
 _METAL_ALLOC = lazy_compile(rf"error: failed to allocate buffer, size = {G}{MIB}")
 # a host (or other backend) buffer the allocator refused, before the line that names what it was for
-_BUF_TYPE_FAIL = lazy_compile(r"(\w+?)_buffer_type_alloc_buffer: failed to allocate buffer of size (\d+)")
+_BUF_TYPE_FAIL = lazy_compile(r"(?<!\w)(\w+?)_buffer_type_alloc_buffer: failed to allocate buffer of size (\d+)")
 # a quantized V cache without flash attention: a setting refused, not memory
 _V_NEEDS_FA = lazy_compile(r"V cache quantization requires flash.?attn")
 # Metal reports each allocation against the device's working set: "( 3772.66 / 49152.00)"

@@ -47,7 +47,9 @@ _SWA_SPLIT = lazy_compile(
 )
 _MAMBA = lazy_compile(rf"Mamba Cache is allocated\. max_mamba_cache_size: (\d+), conv_state size: {G} ?GB, ssm_state size: {G} ?GB")
 _KV_POOL = lazy_compile(
-    rf"(?:(\w[\w ]*?) )?KV [Cc]ache (?:is allocated|allocated|VA upper bound)\.(?: dtype: ([\w.]+),)?"
+    # the pool's name before "KV Cache" is a few words: bounded, so a long run of letters is not rescanned from
+    # every position (quadratic time on one 20 KB line)
+    rf"(?:(\w[\w ]{{0,60}}?) )?KV [Cc]ache (?:is allocated|allocated|VA upper bound)\.(?: dtype: ([\w.]+),)?"
     rf"(?: #tokens: (\d+),)? (?:K size: {G} ?GB, V size: {G} ?GB|KV size: {G} ?GB)"
 )
 _SWA_POOL = lazy_compile(rf"SWAKVPool mem usage: {G} ?GB, swa size: (\d+), full size: (\d+)")
@@ -74,7 +76,7 @@ _GRAPH_FAILED = lazy_compile(rf"Capture (?:\w+ )*?{_DEVICE} graph failed:?\s*(.*
 _USAGE = lazy_compile(rf"(?i:mem usage)={G} ?GB")
 _AVAIL = lazy_compile(rf"(?i:avail mem)={G} ?GB")  # ≤0.1.x wrote "Avail mem=" and "Type="
 _READY = lazy_compile(r"max_total_num_tokens=(\d+)")
-_READY_FIELDS = lazy_compile(rf"(\w+)=({NUM})")
+_READY_FIELDS = lazy_compile(rf"(?<!\w)(\w+)=({NUM})")  # a name starts a word: one scan per word, not per letter
 _READY_GPU = lazy_compile(rf"available_gpu_mem={G} ?GB")
 _HOST_OLD = lazy_compile(rf"Allocating {G} ?GB host memory for (.+?)\.?$")
 _HOST_E4 = lazy_compile(rf"Allocating kv hierarchical KV host pool: (\d+) tokens, {G} ?GB host memory")
@@ -111,7 +113,7 @@ _OOM_WORDS = lazy_compile(r"out\s+of\s+memory|OutOfMemory")
 # A Python traceback a rank printed: startup stopped there (the cause is in the traceback's last lines)
 _TRACEBACK = lazy_compile(r"\s*Traceback \(most recent call last\)")
 _VERSION = lazy_compile(r"sglang(?:==| version[: ]+v?)(\d+\.\d+\.\d+[\w.]*)")
-_KV_FIELDS = lazy_compile(r"(\w+)=([^,]+)")
+_KV_FIELDS = lazy_compile(r"(?<!\w)(\w+)=([^,]+)")
 
 ANCHORS: tuple[bytes, ...] = (
     b"mem",

@@ -554,9 +554,11 @@ def _capacity_meaning(s: Startup) -> Finding | None:
     lengths, and when --max-num-seqs rather than the cache is the limit (context only)."""
     cap = s.capacity
     tokens = cap.kv_tokens
+    m = cap.max_model_len or setting_int(s, "max_model_len")
+    if not tokens and cap.max_concurrency and m and s.failure is None:
+        return _concurrency_meaning(s, cap.max_concurrency, m)
     if not tokens or s.failure is not None or s.capacity.extras.get("hybrid_layout"):
         return None  # a hybrid model's tokens are not one per cell: its own findings say what they hold
-    m = cap.max_model_len or setting_int(s, "max_model_len")
     seqs = setting_int(s, "max_num_seqs")
     parts: list[str | None] = [f"The KV cache holds {tokens:,} tokens in all, shared by every running request (prefix caching lets "
              "requests with a common prefix share blocks)"]
@@ -566,6 +568,20 @@ def _capacity_meaning(s: Startup) -> Finding | None:
     parts.append(typical_fits(tokens, m, "it holds", "--max-num-seqs", seqs))
     detail = ". ".join(p for p in parts if p) + "."
     return Finding("kv-capacity", "info", f"KV cache: {tokens:,} tokens shared by all requests", detail, context=True)
+
+
+def _concurrency_meaning(s: Startup, conc: float, m: int) -> Finding:
+    """Only 'Maximum concurrency for M tokens per request: X×' was read: what X counts (full-length requests the KV
+    cache holds at once, a capacity and not a speed-up), and the tokens it implies (X × M, ± the printed rounding)."""
+    low, high = int((conc - rules.HALF_CENT) * m), int((conc + rules.HALF_CENT) * m)
+    mid = int(conc * m)
+    parts: list[str | None] = [f"'Maximum concurrency {conc:.2f}x' means the KV cache holds about {conc:.2f} requests of the full {m:,} "
+             f"tokens at once: a capacity, not a speed-up or a throughput. It implies ≈ {mid:,} tokens of KV cache "
+             f"({low:,}–{high:,}: the figure is printed with two decimals), shared by every running request, so "
+             "shorter requests fit more of them"]
+    parts.append(typical_fits(mid, m, "it holds about", "--max-num-seqs", setting_int(s, "max_num_seqs")))
+    return Finding("kv-capacity", "info", f"Maximum concurrency {conc:.2f}x: about {conc:.1f} requests of {m:,} tokens "
+                   "fit at once", ". ".join(p for p in parts if p) + ".", context=True)
 
 
 def _device_zero(s: Startup) -> Finding | None:

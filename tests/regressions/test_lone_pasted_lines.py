@@ -1,5 +1,6 @@
-"""A pasted torch out of memory and nothing else (GB200, SGLang at --mem-fraction-static 0.95, NVIDIA/srt-slurm#172 in
-questions/212): the user's own --assume names the engine, and what the process held says where it failed."""
+"""One line pasted and nothing else, as operators often post. A torch out of memory (GB200, SGLang at
+--mem-fraction-static 0.95, NVIDIA/srt-slurm#172 in questions/212): the user's own --assume names the engine, and
+what the process held says where it failed. A lone vLLM concurrency figure: what it counts."""
 
 from __future__ import annotations
 
@@ -33,3 +34,13 @@ def test_an_oom_held_past_the_static_budget_came_out_of_the_reserve():
     # at a fraction the process stayed under, nothing says the pool was in place
     (low,) = analyze([str(LOG)], {"gpu": "GB200", "mem_fraction_static": 0.99}).startups
     assert "held_past_budget" not in low.failure.data
+
+
+def test_a_lone_concurrency_line_says_what_it_counts():
+    """vllm#8031: only 'Maximum concurrency for 8192 tokens per request: 4.61x' was posted; it counts full-length
+    requests the cache holds (≈ 37,765 tokens), not a speed-up."""
+    log = next((FIXTURES / "questions").glob("127-*")) / "log.txt"
+    (s,) = analyze([str(log)]).startups
+    f = next(f for f in s.findings if f.code == "kv-capacity")
+    assert f.title == "Maximum concurrency 4.61x: about 4.6 requests of 8,192 tokens fit at once"
+    assert "≈ 37,765 tokens" in f.detail and "(37,724–37,806" in f.detail
