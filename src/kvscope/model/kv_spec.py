@@ -84,8 +84,13 @@ class SlidingWindowSpec:
         return self.attention.row_bytes
 
     def tokens_held(self, max_model_len: int, max_batched_tokens: int) -> int:
-        """Tokens one request keeps: the window plus the chunk being prefilled, at most the request."""
-        return min(self.window - 1 + max_batched_tokens, max_model_len)
+        return window_tokens_held(self.window, max_model_len, max_batched_tokens)
+
+
+def window_tokens_held(window: int, max_model_len: int, max_batched_tokens: int) -> int:
+    """Tokens one request keeps in a sliding-window layer: the window plus the chunk being prefilled, at most the
+    request (vLLM's SlidingWindowSpec.max_memory_usage_bytes)."""
+    return min(window - 1 + max_batched_tokens, max_model_len)
 
 
 @dataclass(frozen=True)
@@ -121,13 +126,6 @@ def attention_spec(arch: Architecture, kv_bytes: int, attn_tp: int,
 
 def indexer_spec(arch: Architecture) -> IndexerSpec | None:
     return IndexerSpec(arch.index_head_dim) if arch.index_head_dim else None
-
-
-def sliding_spec(arch: Architecture, kv_bytes: int, attn_tp: int) -> SlidingWindowSpec | None:
-    """The sliding-window layers' spec, None for a model without them."""
-    if not (arch.sliding_layers and arch.sliding_window):
-        return None
-    return SlidingWindowSpec(attention_spec(arch, kv_bytes, attn_tp), int(arch.sliding_window))
 
 
 def mamba_spec(state: LinearState, tp_size: int, conv_bytes: int, ssm_bytes: int, num_spec: int = 0) -> MambaSpec:

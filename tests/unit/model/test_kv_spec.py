@@ -5,9 +5,9 @@ from kvscope.model.kv_spec import (
     FullAttentionSpec,
     IndexerSpec,
     MLASpec,
+    SlidingWindowSpec,
     attention_spec,
     mamba_spec,
-    sliding_spec,
 )
 
 LLAMA_8B = Architecture("llama-3.1-8b", "llama", 32, "mha", num_kv_heads=8, head_dim=128)
@@ -42,11 +42,10 @@ def test_mla_latent_is_not_split_by_tp_and_fp8_rows_carry_scales_and_16_bit_rope
 def test_sliding_spec_holds_the_window_plus_the_prefill_chunk_at_most_the_request():
     arch = Architecture("gemma-3", "gemma3_text", 62, "mha", num_kv_heads=16, head_dim=128, sliding_window=1024,
                         full_attention_layers=10, sliding_layers=52)
-    spec = sliding_spec(arch, 2, 1)
-    assert spec is not None and spec.row_bytes == 16 * 256 * 2
+    spec = SlidingWindowSpec(attention_spec(arch, 2, 1), 1024)
+    assert spec.row_bytes == 16 * 256 * 2
     assert spec.tokens_held(131072, 8192) == 1023 + 8192
     assert spec.tokens_held(4096, 8192) == 4096
-    assert sliding_spec(LLAMA_8B, 2, 1) is None
 
 
 def test_mamba_state_bytes_follow_the_state_dtypes_given():

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from kvscope.engines.vllm import rules
 from kvscope.model.arch import Architecture
-from kvscope.model.kv_spec import attention_spec
+from kvscope.model.kv_spec import attention_spec, window_tokens_held
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ class KvLayout:
             return None
         bs = block_size
         if self.hybrid:
-            window_blocks = rules.cdiv(min(self.window - 1 + max_batched_tokens, max_model_len), bs) + 1
+            window_blocks = rules.cdiv(window_tokens_held(self.window, max_model_len, max_batched_tokens), bs) + 1
             need = self.full_layers * rules.cdiv(max_model_len, bs) + self.sliding_layers * window_blocks
             return need * bs * self.row_bytes
         return rules.cdiv(max_model_len, bs) * self.block_bytes(bs)

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 
 from kvscope.model.arch import Architecture, dtype_bytes
-from kvscope.model.kv_spec import FullAttentionSpec, MLASpec, attention_spec, mamba_spec
+from kvscope.model.kv_spec import FullAttentionSpec, MLASpec, attention_spec, mamba_spec, window_tokens_held
 from kvscope.model.layout import WeightRules
 
 GIB = 1 << 30
@@ -204,7 +204,7 @@ def hybrid_capacity(kv_gib: float, row_bytes: int, full_layers: int, sliding_lay
     full_groups, sw_groups = cdiv(full_layers, group), cdiv(sliding_layers, group)
     blocks = blocks_for(kv_gib, block_size * row_bytes * group)
     per_request = full_groups * cdiv(max_model_len, block_size)
-    per_request += sw_groups * (cdiv(min(window - 1 + max_batched, max_model_len), block_size) + 1)
+    per_request += sw_groups * (cdiv(window_tokens_held(window, max_model_len, max_batched), block_size) + 1)
     conc = blocks / per_request
     tokens = int(conc * max_model_len) if rule == "v1-conc" else blocks // (full_groups + sw_groups) * block_size
     return Capacity(blocks, tokens, conc)
