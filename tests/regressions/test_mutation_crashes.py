@@ -100,6 +100,17 @@ CRASHES = {
     "only-an-engine-neutral-oom-line": [
         "iled: out of memory",
     ],
+    # vllm stats line (the property test's mangling of a real one): a 400-digit running count summed, then divided
+    # into a float for the mean (runtime/summary.py, OverflowError). Fixed in runtime/stream.py: a count past
+    # MAX_COUNT drops the sample in both lanes, as a line whose numbers do not convert is dropped.
+    "vllm-running-400-digits": [
+        "INFO 04-08 10:01:02 [loggers.py:118] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation "
+        f"throughput: 1.0 tokens/s, Running: {ONES} reqs, Waiting: 0 reqs, GPU KV cache usage: 5.0%, "
+        "Prefix cache hit rate: 0.0%",
+        "INFO 04-08 10:01:12 [loggers.py:118] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation "
+        "throughput: 1.0 tokens/s, Running: 3 reqs, Waiting: 0 reqs, GPU KV cache usage: 6.0%, "
+        "Prefix cache hit rate: 0.0%",
+    ],
 }
 
 
@@ -131,3 +142,11 @@ def test_implausible_numbers_read_as_unknown(text):
 @pytest.mark.parametrize("text, value", [("159277", 159277), ("10.42", 10.42), ("1,000", 1000), ("-0.5", -0.5)])
 def test_real_numbers_still_read(text, value):
     assert to_float(text) == value
+
+
+def test_a_mangled_count_drops_its_sample_only(tmp_path):
+    path = tmp_path / "log.txt"
+    path.write_text("\n".join(CRASHES["vllm-running-400-digits"]) + "\n", encoding="utf-8")
+    doc = assert_valid(explain_json([str(path)])[0])
+    runtime = doc["startups"][0]["runtime"]
+    assert runtime["samples"] == 1 and runtime["running"]["peak"] == 3

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 
 from kvscope import engines
+from kvscope.core.facts import RankFacts
 from kvscope.core.kinds import CONTRACT_KINDS, MORE_KV_MEMORY_IS_WRONG, FailureKind
 from kvscope.core.startup import Answer, Finding, Startup, Suggestion, finite_number
 
@@ -28,7 +29,7 @@ _OOM_WORDS = re.compile(r"out of memory|OutOfMemory|\bOOM\b|failed to allocate|c
 
 
 def _capture_began(s: Startup) -> bool:
-    return any(r.cuda_graph_gib is not None or "avail_after_graphs_gib" in r.extras for r in s.ranks) or bool(
+    return any(r.cuda_graph_gib is not None or RankFacts(r).has(RankFacts.avail_after_graphs_gib) for r in s.ranks) or bool(
         s.failure and s.failure.data.get("stage") == "graph-capture")
 
 

@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from kvscope import engines
+from kvscope.core.facts import RankFacts
 from kvscope.core.margins import OUTSIDE_BUDGET_HEADROOM_GIB, reserve_margin_gib
 from kvscope.core.startup import GIB, KvPool, Rank, Startup, finite_number
 from kvscope.engines.base import FractionBasis
@@ -29,7 +30,7 @@ def _pool_sum(r: Rank, draft: bool) -> float:
 
 
 def _free_last(r: Rank) -> float | None:
-    for value in (r.avail_at_ready_gib, r.extras.get("avail_after_graphs_gib"), r.avail_after_pool_gib,
+    for value in (r.avail_at_ready_gib, RankFacts(r).avail_after_graphs_gib, r.avail_after_pool_gib,
                   r.avail_after_weights_gib):
         if _num(value) is not None:
             return float(value)
@@ -39,7 +40,7 @@ def _free_last(r: Rank) -> float | None:
 def _graphs(r: Rank) -> float:
     if r.cuda_graph_gib is not None:
         return r.cuda_graph_gib
-    return sum(_num(g.get("graph_gib")) or 0.0 for g in r.extras.get("graphs", []) if isinstance(g, dict))
+    return sum(_num(g.get("graph_gib")) or 0.0 for g in (RankFacts(r).graphs or []) if isinstance(g, dict))
 
 
 def _knob(s: Startup) -> tuple[str, float | None, str]:
@@ -93,7 +94,7 @@ def _curve_basis(s: Startup) -> dict[str, Any] | None:
         spent_after = (free_now - last) if free_now is not None and last is not None else 0.0
     if basis is None or current is None or free_now is None:
         return None
-    ready_known = of_device or ref.avail_at_ready_gib is not None or "avail_after_graphs_gib" in ref.extras
+    ready_known = of_device or ref.avail_at_ready_gib is not None or RankFacts(ref).has(RankFacts.avail_after_graphs_gib)
     return {"knob": knob, "current": current, "origin": origin, "basis": basis, "tokens": tokens,
             "free_now": free_now, "spent_after": max(0.0, spent_after), "ready_known": ready_known}
 

@@ -12,6 +12,7 @@ from typing import Any
 from kvscope import engines
 from kvscope.analysis.answer import answer
 from kvscope.analysis.compare import infer_contention
+from kvscope.core.facts import RankFacts
 from kvscope.core.startup import RANK_FIELDS, Startup
 from kvscope.findings import run_findings
 from kvscope.model.catalog import find_gpu
@@ -37,7 +38,7 @@ def _assume_rank_figures(s: Startup) -> None:
     for key, value in s.assumptions.items():
         if key in RANK_FIELDS and isinstance(value, (int, float)) and getattr(ref, key) is None:
             ref.set_derived(key, float(value))
-            ref.extras.setdefault("assumed", []).append(key)
+            RankFacts(ref).note_assumed(key)
 
 
 def _rank_key(label: str) -> list[tuple[str, int]]:

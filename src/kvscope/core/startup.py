@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvscope.core.facts import CapacityFacts, RankFacts
+
 GIB = 1 << 30
 
 # Rank fields the JSON contract names, in ledger order.
@@ -108,7 +110,7 @@ class Rank:
     cuda_graph_gib: float | None = None
     avail_at_ready_gib: float | None = None
     derived: list[str] = field(default_factory=list)
-    extras: dict[str, Any] = field(default_factory=dict)
+    extras: dict[str, Any] = field(default_factory=dict)  # the fact store: read it through the engine's views
     sources: dict[str, SourceRef] = field(default_factory=dict)
     ledger: list[LedgerRow] = field(default_factory=list)
 
@@ -128,7 +130,7 @@ class Rank:
         """Where a rank field's value came from, in one place: "assumed" (the user's --assume), "derived"
         (kvscope computed it) or "read" (the log printed it). The JSON's ``derived`` list names every field not
         read, assumed ones included, as the contract says; the ledger and the reports say which of the two."""
-        if key in (self.extras.get("assumed") or ()):
+        if key in (RankFacts(self).assumed or ()):
             return "assumed"
         return "derived" if key in self.derived else "read"
 
@@ -293,4 +295,4 @@ class Startup:
         cap = self.capacity
         return bool(self.ranks or self.failure or self.settings
                     or any(getattr(cap, key) is not None for key in CAPACITY_FIELDS)
-                    or cap.extras.get("max_req_input_len") is not None)  # a request refused at the pool's limit
+                    or CapacityFacts(cap).max_req_input_len is not None)  # a request refused at the pool's limit

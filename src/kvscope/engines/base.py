@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Protocol
 
+from kvscope.core.facts import CapacityFacts, RankFacts
 from kvscope.model.layout import WeightRules
 
 NUM = r"[-+]?(?:\d[\d,]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)"
@@ -205,3 +206,6 @@ class Engine:
     # the setting names its rules read: what `--assume KEY=…` may name for it (anything else has no effect,
     # so the CLI refuses it with a did-you-mean instead of giving a silently unchanged answer)
     settings: frozenset[str] = frozenset()
+    # the typed views of what its ranks and capacity show beyond the contract fields (core/facts.py)
+    rank_facts: type[RankFacts] = RankFacts
+    capacity_facts: type[CapacityFacts] = CapacityFacts

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from kvscope.core.errors import NotFound
+from kvscope.core.facts import Fact, Facts
 from kvscope.reading import prom
 
 
@@ -46,7 +47,7 @@ class Capacity:
     kv_cache_dtype: str | None = None
     prefix_caching: bool | None = None
     metrics: bool = True  # False: the server serves no usage metrics (SGLang without --enable-metrics)
-    extras: dict[str, Any] = field(default_factory=dict)
+    extras: dict[str, Any] = field(default_factory=dict)  # WatchCapacityFacts
     sources: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -67,7 +68,38 @@ class Reading:
     prefix_queries_total: float | None = None
     prefix_hit_rate: float | None = None  # a gauge, when the engine only gives that
     start_time: float | None = None  # process_start_time_seconds: changes when the server restarts
-    extras: dict[str, Any] = field(default_factory=dict)
+    extras: dict[str, Any] = field(default_factory=dict)  # ReadingFacts
+
+
+class WatchCapacityFacts(Facts):
+    """What a live server tells beyond the capacity fields above (its server info, its gauges)."""
+
+    __slots__ = ()
+    max_total_num_tokens: Fact[int] = Fact("one scheduler's pool (kv_tokens sums the DP engines)")
+    max_req_input_len: Fact[int] = Fact()
+    tp_size: Fact[int] = Fact()
+    pp_size: Fact[int] = Fact()
+    dp_size: Fact[int] = Fact()
+    chunked_prefill_size: Fact[int] = Fact()
+    max_prefill_tokens: Fact[int] = Fact()
+    kv_pool_gib: Fact[float] = Fact("the pool's size as the server reports it")
+    weights_gib: Fact[float] = Fact()
+    enable_metrics: Fact[bool] = Fact("False: the server serves no usage metrics")
+    kv_tokens_estimated_from: Fact[str] = Fact("how the pool size was worked out where no figure said it")
+    num_gpu_blocks_per_engine: Fact[int] = Fact()
+    unread: Fact[list[str]] = Fact("auxiliary endpoints that could not be read, and why")
+
+    def note_unread(self, why: str) -> None:
+        self._store.setdefault("unread", []).append(why)
+
+
+class ReadingFacts(Facts):
+    """What one scrape also showed (and the sample made of it)."""
+
+    __slots__ = ()
+    gen_throughput: Fact[float] = Fact("tokens generated per second, as SGLang's gauge says")
+    swapped: Fact[int] = Fact("vLLM v0's swapped requests")
+    malformed_lines: Fact[int] = Fact("exposition lines the scrape could not parse")
 
 
 def _label_num(labels: dict[str, str], key: str) -> float | None:

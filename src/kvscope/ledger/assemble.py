@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from kvscope.core import events as ev
+from kvscope.core.facts import CapacityFacts, RankFacts
 from kvscope.core.startup import CAPACITY_FIELDS, RANK_FIELDS, Failure, KvPool, Rank, SourceRef, Startup
 from kvscope.runtime.accumulate import add_event as _runtime_add
 
@@ -58,7 +59,7 @@ def _set_rank(r: Rank, data: dict[str, Any], e: ev.Event, overwrite: bool = True
                 setattr(r, key, value)
                 r.sources[key] = _source(e)
         else:
-            r.extras[key] = value
+            RankFacts(r).put(key, value)
 
 
 def _is_restart(b: _Builder, s: Startup, e: ev.Event) -> bool:
@@ -96,7 +97,7 @@ def _apply_phase(b: _Builder, s: Startup, e: ev.Event) -> None:
     elif phase == "draft_weights_end":
         # a load the engine names as the draft's: the begin just read was the draft's too, not the target's
         if st.pop("open_begin", None) == "pre_load_free_gib" and r.pre_load_free_gib is not None:
-            r.extras["draft_pre_load_free_gib"] = r.pre_load_free_gib
+            RankFacts(r).draft_pre_load_free_gib = r.pre_load_free_gib
             r.pre_load_free_gib = None
             r.sources.pop("pre_load_free_gib", None)
         _set_rank(r, data, e)
@@ -106,38 +107,39 @@ def _apply_phase(b: _Builder, s: Startup, e: ev.Event) -> None:
         if st["loads"] == 1:
             _set_rank(r, data, e)
         else:
-            r.extras["draft_weights_gib"] = data.get("weights_gib")
-            r.extras["avail_after_draft_weights_gib"] = data.get("avail_after_weights_gib")
+            RankFacts(r).draft_weights_gib = data.get("weights_gib")
+            RankFacts(r).avail_after_draft_weights_gib = data.get("avail_after_weights_gib")
     elif phase == "pool_end":
         st["pool_ends"] += 1
         if st["pool_ends"] == 1:
             _set_rank(r, data, e)
         else:
-            r.extras["avail_after_draft_pool_gib"] = data.get("avail_after_pool_gib")
+            RankFacts(r).avail_after_draft_pool_gib = data.get("avail_after_pool_gib")
     elif phase == "swa_pool":
         unnamed = [p for p in r.kv_pools if p.name in ("target", "kv")]
         if len(unnamed) >= 2:
             unnamed[0].name = "swa"
-        r.extras["swa_pool_gib"] = data.get("gib")
-        s.capacity.extras.update(swa_tokens=data.get("swa_tokens"), full_tokens=data.get("full_tokens"))
+        RankFacts(r).swa_pool_gib = data.get("gib")
+        cf = CapacityFacts(s.capacity)
+        cf.swa_tokens, cf.full_tokens = data.get("swa_tokens"), data.get("full_tokens")
     elif phase == "graph_begin":
-        r.extras.setdefault("avail_before_graphs_gib", data.get("avail_gib"))
+        RankFacts(r).put("avail_before_graphs_gib", data.get("avail_gib"), first=True)
     elif phase == "graph_progress":  # the capture's progress bar: the largest batch, the least memory left
         if data.get("bs") is not None:
-            r.extras["capture_max_bs"] = max(data["bs"], r.extras.get("capture_max_bs") or 0)
+            RankFacts(r).capture_max_bs = max(data["bs"], RankFacts(r).capture_max_bs or 0)
         if data.get("total") is not None:
-            r.extras["capture_batch_sizes"] = data["total"]
+            RankFacts(r).capture_batch_sizes = data["total"]
         if data.get("avail_gib") is not None:
-            low = r.extras.get("avail_during_capture_gib")
-            r.extras["avail_during_capture_gib"] = data["avail_gib"] if low is None else min(low, data["avail_gib"])
+            low = RankFacts(r).avail_during_capture_gib
+            RankFacts(r).avail_during_capture_gib = data["avail_gib"] if low is None else min(low, data["avail_gib"])
     elif phase == "graph_end":
         st["graphs"].append(data)
-        r.extras["graphs"] = st["graphs"]
+        RankFacts(r).graphs = st["graphs"]
         if r.cuda_graph_gib is None and "draft" not in data.get("graph", "") and data.get("graph_gib") is not None:
             r.cuda_graph_gib = data["graph_gib"]
             r.sources["cuda_graph_gib"] = _source(e)
         if data.get("avail_gib") is not None:
-            r.extras["avail_after_graphs_gib"] = data["avail_gib"]
+            RankFacts(r).avail_after_graphs_gib = data["avail_gib"]
             r.avail_at_ready_gib = data["avail_gib"]
             r.sources["avail_at_ready_gib"] = _source(e)
     elif phase == "ready":
@@ -149,7 +151,7 @@ def _apply_phase(b: _Builder, s: Startup, e: ev.Event) -> None:
             if key in CAPACITY_FIELDS and value is not None:
                 setattr(s.capacity, key, value)
             elif value is not None:
-                s.capacity.extras[key] = value
+                CapacityFacts(s.capacity).put(key, value)
     else:
         _set_rank(r, data, e)
 
@@ -177,7 +179,7 @@ def _apply_pool(b: _Builder, s: Startup, e: ev.Event) -> None:
     r.kv_pools.append(pool)
     for key in ("mamba_slots", "host_gb", "what", "layers", "cells"):
         if data.get(key) is not None:
-            r.extras.setdefault(f"{name}_{key}", data[key])
+            RankFacts(r).put(f"{name}_{key}", data[key], first=True)
 
 
 def _apply(b: _Builder, s: Startup, e: ev.Event) -> None:
@@ -203,7 +205,7 @@ def _apply(b: _Builder, s: Startup, e: ev.Event) -> None:
             if key in CAPACITY_FIELDS:
                 setattr(s.capacity, key, value)
             else:
-                s.capacity.extras[key] = value
+                CapacityFacts(s.capacity).put(key, value)
     elif kind == ev.FAILURE:
         weak = bool(e.data.get("weak"))
         if weak and s.runtime is not None:
@@ -344,13 +346,11 @@ def _settle(held: Startup, s: Startup) -> list[Startup]:
                     target.sources[key] = r.sources[key]
         if not target.kv_pools:
             target.kv_pools = r.kv_pools
-        for key, value in r.extras.items():
-            target.extras.setdefault(key, value)
+        RankFacts(target).fill_from(RankFacts(r))
     for key in CAPACITY_FIELDS:
         if getattr(s.capacity, key) is None:
             setattr(s.capacity, key, getattr(held.capacity, key))
-    for key, value in held.capacity.extras.items():
-        s.capacity.extras.setdefault(key, value)
+    CapacityFacts(s.capacity).fill_from(CapacityFacts(held.capacity))
     s.capacity.printed = (held.capacity.printed + s.capacity.printed)[:MAX_PRINTED]
     s.warnings = held.warnings + s.warnings
     s.evidence = (held.evidence + s.evidence)[:MAX_EVIDENCE]

@@ -47,6 +47,7 @@ from kvscope.analysis.curve import (
     whatif_curve,
     whatif_rows,
 )
+from kvscope.core.facts import CapacityFacts, RankFacts
 from kvscope.core.startup import CAPACITY_FIELDS, Rank, SourceRef, Startup
 from kvscope.render.json_out import _clean  # no NaN/inf: JSON.parse in the page would reject them
 
@@ -111,7 +112,7 @@ def memory_segments(s: Startup, r: Rank) -> list[dict[str, Any]]:
     the device is one "not logged" part instead of a guess copied from another rank.
     """
     parts = {"weights": r.weights_gib or 0.0, "kv": _pool_sum(r, draft=False),
-             "draft": _pool_sum(r, draft=True) + (_num(r.extras.get("draft_weights_gib")) or 0.0),
+             "draft": _pool_sum(r, draft=True) + (_num(RankFacts(r).draft_weights_gib) or 0.0),
              "graphs": _graphs(r), "free": _free_last(r) or 0.0}
     total, pre = device_total(s, r), r.pre_load_free_gib
     notes = _segment_notes(r)
@@ -154,7 +155,7 @@ def _segment_notes(r: Rank) -> dict[str, str]:
         notes["draft"] = f"draft pool {draft.tokens:,} tokens"
     if r.avail_at_ready_gib is not None:
         notes["free"] = "free at ready"
-    elif r.extras.get("avail_after_graphs_gib") is not None:
+    elif RankFacts(r).avail_after_graphs_gib is not None:
         notes["free"] = "free after CUDA graph capture"
     elif r.avail_after_pool_gib is not None:
         notes["free"] = "free after the KV pool (the log ends before graphs)"
@@ -380,7 +381,7 @@ def capacity_rows(s: Startup) -> list[tuple[str, str]]:
         value = getattr(s.capacity, key)
         if value is not None:
             out.append((key, _cell(value)))
-    out += [(str(k), _cell(v)) for k, v in s.capacity.extras.items() if v is not None]
+    out += [(str(k), _cell(v)) for k, v in ((k, CapacityFacts(s.capacity).get(k)) for k in CapacityFacts(s.capacity).names()) if v is not None]
     return out
 
 
@@ -455,7 +456,7 @@ def startup_view(s: Startup, index: int) -> tuple[dict[str, Any], dict[str, Any]
         "ledger": ([{"item": row.item, "gib": fmt_gib(row.gib), "how": row.how, "note": row.note} for row in ref.ledger]
                    if ref is not None else []),
         "ledger_rank": ref.rank if ref is not None else "",
-        "derivation": str(ref.extras.get("derivation", "")) if ref is not None else "",
+        "derivation": str(RankFacts(ref).derivation or "") if ref is not None else "",
         "failure": ({"kind": s.failure.kind, "message": s.failure.message,
                      "line": s.failure.source.line_no if s.failure.source else None} if s.failure else None),
         "kv": kv_view(s, curve), "curve": curve, "whatif": whatif_rows(curve) if curve else [], "pinned": pinned_kv(s),

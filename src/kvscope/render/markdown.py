@@ -20,6 +20,7 @@ from typing import Any
 
 from kvscope import __version__
 from kvscope.analysis.answer import answer_lines
+from kvscope.core.facts import RankFacts
 from kvscope.core.startup import Startup
 from kvscope.render.html import (
     RANK_COLUMNS,
@@ -127,8 +128,8 @@ def _ledger(s: Startup) -> list[str]:
         return []
     rows = [[md_escape(row.item), fmt_gib(row.gib), md_escape(row.how), md_escape(row.note)] for row in ref.ledger]
     out = [f"### Ledger of {md_code(ref.rank)}", ""] + _table(["item", "GiB", "how", "note"], rows, right={1})
-    if ref.extras.get("derivation"):
-        out += [md_code(ref.extras["derivation"]), ""]
+    if RankFacts(ref).derivation:
+        out += [md_code(RankFacts(ref).derivation), ""]
     return out
 
 

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kvscope.analysis.answer import answer_lines
+from kvscope.core.facts import RankFacts
 from kvscope.core.startup import Rank, Startup
 from kvscope.render.runtime_terminal import render_runtime
 
@@ -35,8 +36,8 @@ def _segments(r: Rank) -> list[tuple[str, float]]:
         return []
     kv = sum((p.size_gib() or 0) for p in r.kv_pools if p.name not in ("draft", "host"))
     draft = (r.pool("draft").size_gib() or 0) if r.pool("draft") else 0
-    draft += r.extras.get("draft_weights_gib") or 0
-    graphs = sum(g.get("graph_gib") or 0 for g in r.extras.get("graphs", []))
+    draft += RankFacts(r).draft_weights_gib or 0
+    graphs = sum(g.get("graph_gib") or 0 for g in (RankFacts(r).graphs or []))
     weights = r.weights_gib or 0
     free = r.avail_at_ready_gib if r.avail_at_ready_gib is not None else r.avail_after_pool_gib
     if free is None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from kvscope.core.facts import RankFacts
 from kvscope.core.startup import Startup
 from kvscope.engines.serving import NATIVE, bulk_label, bulk_times, bulk_valid
 from kvscope.runtime.stream import Stream
@@ -212,7 +213,7 @@ def _start(startup: Startup, event: Any) -> Accumulator:
     assembler keep the startup (it drops startups without content)."""
     if not startup.has_content():
         label = event.rank if event.rank and not event.rank.startswith("Engine") else "TP0"
-        startup.rank(label).extras["seen_in"] = "serving lines only"
+        RankFacts(startup.rank(label)).seen_in = "serving lines only"
     acc = Accumulator()
     startup.runtime = acc
     return acc

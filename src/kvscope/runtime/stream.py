@@ -22,6 +22,8 @@ TIMELINE_POINTS = 500
 MAX_RUNNING_KEYS = 512  # distinct running-request counts remembered while requests waited
 SATURATED = 0.90
 MAX_USAGE = 1.05  # usage above this is no reading of a pool (rounding can print 1.00 + a hair, never more)
+# a count (requests, tokens) above this is a mangled line, not a server: its sums would overflow a float
+MAX_COUNT = 10**15
 FULL = 0.99
 
 
@@ -207,6 +209,10 @@ class Stream:
 
     # -- the hot path -----------------------------------------------------------------------
     def sample(self, d: dict[str, Any], stamp: str | None) -> None:  # noqa: C901 - one pass per line, kept flat
+        for key in ("running", "queued", "tokens", "new_tokens", "cached_tokens"):
+            v = d.get(key)
+            if v is not None and v > MAX_COUNT:
+                return  # dropped like a line whose numbers do not convert (sample_rows does the same)
         self.n += 1
         src = d["src"]
         self.kinds[src] = self.kinds.get(src, 0) + 1
@@ -338,6 +344,8 @@ class Stream:
                 except ValueError:
                     prev_stamp_b = None
                     continue
+                if r > MAX_COUNT or q > MAX_COUNT or (tok if decode else max(new_tok, cached)) > MAX_COUNT:
+                    continue  # a mangled count: dropped, as sample drops it
                 n += 1
                 kinds[src] = kinds.get(src, 0) + 1
                 t = t0

@@ -18,6 +18,7 @@ import math
 from typing import Any
 
 from kvscope import engines
+from kvscope.core.facts import CapacityFacts
 from kvscope.core.margins import MAX_FRACTION, reserve_margin_gib
 from kvscope.core.startup import Finding, Startup, Suggestion
 from kvscope.engines.base import FractionBasis
@@ -167,10 +168,10 @@ def _options(s: Startup, extra: int, kv: int | None, bpt: float | None) -> tuple
 
 def _capped_by_setting(s: Startup, kv: int | None) -> tuple[int, int | None] | None:
     """(--max-total-tokens, tokens the memory budget had room for) when that setting, not memory, sized SGLang's pool."""
-    cap = _int(s.capacity.extras.get("max_total_tokens_cap"))  # set by the engine's finish when the cap binds
+    cap = _int(CapacityFacts(s.capacity).max_total_tokens_cap)  # set by the engine's finish when the cap binds
     if not cap or not kv:
         return None
-    room = s.capacity.extras.get("kv_tokens_budget_uncapped")
+    room = CapacityFacts(s.capacity).kv_tokens_budget_uncapped
     return cap, room[0] if isinstance(room, (list, tuple)) and room else None
 
 

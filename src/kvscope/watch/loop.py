@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from kvscope.engines.watch_base import ReadingFacts
 from kvscope.reading import prom
 from kvscope.watch.adapters import Adapter, Capacity, detect
 from kvscope.watch.http import Client, WatchError, is_loopback
@@ -215,7 +216,7 @@ class Watch:
         if self.gpu is not None:
             s.gpus = self.gpu.read()
         if metrics.malformed_lines:
-            s.extras["malformed_lines"] = metrics.malformed_lines
+            ReadingFacts(s).malformed_lines = metrics.malformed_lines
         self.summary.add(s)
         self.view.sample(s)
         data = s.as_dict()

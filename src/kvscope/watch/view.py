@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kvscope import engines
+from kvscope.engines.watch_base import WatchCapacityFacts
 from kvscope.watch.adapters import Capacity
 from kvscope.watch.sampler import Sample
 from kvscope.watch.summary import HIGH, Summary
@@ -88,7 +89,7 @@ def capacity_lines(cap: Capacity) -> list[str]:
         lines.append(f"model {cap.model}")
     parts = []
     if cap.kv_tokens is not None:
-        estimated = cap.extras.get("kv_tokens_estimated_from")
+        estimated = WatchCapacityFacts(cap).kv_tokens_estimated_from
         text = f"KV capacity {'≈' if estimated else ''}{cap.kv_tokens:,} tokens"
         if estimated:
             text += f" (estimated: {estimated})"
@@ -103,16 +104,16 @@ def capacity_lines(cap: Capacity) -> list[str]:
         parts.append(f"max concurrency {cap.max_concurrency:.2f}× at {cap.max_model_len:,} tokens")
     elif cap.max_model_len:
         parts.append(f"context {cap.max_model_len:,}")
-    elif cap.extras.get("max_req_input_len"):
-        parts.append(f"max request input {cap.extras['max_req_input_len']:,} tokens")
+    elif limit := WatchCapacityFacts(cap).max_req_input_len:
+        parts.append(f"max request input {limit:,} tokens")
     if cap.max_running_requests is not None:
         parts.append(f"max running {cap.max_running_requests:,}")
     lines.append(" · ".join(parts))
     more = []
     if cap.kv_cache_memory_bytes is not None:
         more.append(f"KV memory {_bytes(cap.kv_cache_memory_bytes)}")
-    if "kv_pool_gib" in cap.extras:
-        more.append(f"KV pool {cap.extras['kv_pool_gib']:.2f} GB")
+    if (pool := WatchCapacityFacts(cap).kv_pool_gib) is not None:
+        more.append(f"KV pool {pool:.2f} GB")
     if cap.memory_fraction is not None:
         more.append(f"{cap.memory_fraction_flag} {cap.memory_fraction:g}")
     if cap.kv_cache_dtype:

@@ -4,6 +4,7 @@ runner ollama embeds): line shapes (lines.py), the KV sizing rule (rules.py), fi
 from __future__ import annotations
 
 from kvscope.engines.base import Engine, deferred
+from kvscope.engines.llamacpp.facts import LlamaCapacityFacts, LlamaRankFacts
 from kvscope.engines.llamacpp.lines import LlamaCppLines
 
 # the setting names this engine's rules read (see Engine.settings)
@@ -55,4 +56,5 @@ SETTINGS = frozenset({
 ENGINE = Engine(name="llamacpp", label="llama.cpp", lines=LlamaCppLines(),
                 finish=deferred("kvscope.engines.llamacpp.finish", "finish"),
                 findings=deferred("kvscope.engines.llamacpp.findings", "findings"),
+                rank_facts=LlamaRankFacts, capacity_facts=LlamaCapacityFacts,
                 settings=SETTINGS)

@@ -12,6 +12,7 @@ from typing import Any
 
 from kvscope.core.startup import Finding, Startup, Suggestion
 from kvscope.engines.llamacpp import rules
+from kvscope.engines.llamacpp.facts import LlamaCapacityFacts, LlamaRankFacts
 from kvscope.engines.llamacpp.finish import AGGREGATE_RANK, cache_shape
 from kvscope.engines.llamacpp.lines import HOST_RANK
 
@@ -44,7 +45,7 @@ def _target_cache(s: Startup) -> dict[str, Any] | None:
     DeepSeek-V4 builds print an empty non-SWA cache (0 layers, 0.00 MiB) beside the SWA cache that
     holds every layer; an empty cache has no cost per token to speak of.
     """
-    return next((c for c in s.capacity.extras.get("kv_caches", []) if c.get("name") == "target" and _cache_gib(c) > 0),
+    return next((c for c in (LlamaCapacityFacts(s.capacity).kv_caches or []) if c.get("name") == "target" and _cache_gib(c) > 0),
                 None)
 
 
@@ -54,7 +55,7 @@ def _costed_cache(s: Startup) -> tuple[dict[str, Any], int | None] | None:
     target = _target_cache(s)
     if target is not None:
         return target, s.capacity.kv_tokens
-    others = [c for c in s.capacity.extras.get("kv_caches", []) if _cache_gib(c) > 0]
+    others = [c for c in (LlamaCapacityFacts(s.capacity).kv_caches or []) if _cache_gib(c) > 0]
     if not others:
         return None
     cache = max(others, key=_cache_gib)
@@ -273,9 +274,9 @@ def _offload(s: Startup, unused_gpu: Finding | None) -> Finding | None:
                     detail += smaller[1]
                     suggestion = smaller[0]
         elif free is not None:
-            used = sum((r.weights_gib or 0.0) + sum(p.gib or 0.0 for p in r.kv_pools) + (r.extras.get("compute_gib") or 0.0)
+            used = sum((r.weights_gib or 0.0) + sum(p.gib or 0.0 for p in r.kv_pools) + (LlamaRankFacts(r).compute_gib or 0.0)
                        for r in _gpus(s))
-            kv_per_layer = sum(_cache_gib(c) for c in s.capacity.extras.get("kv_caches", [])) / total
+            kv_per_layer = sum(_cache_gib(c) for c in (LlamaCapacityFacts(s.capacity).kv_caches or [])) / total
             fits = max(0, min(total - done, int((free - used) // (per_layer + kv_per_layer))))
             detail += f" The log shows {free:,.1f} GiB free on the GPUs before loading, {used:,.1f} of it used now."
             if fits < total - done:
@@ -370,7 +371,7 @@ def _ubatch(s: Startup) -> Suggestion:
 
 
 def _compute(s: Startup) -> Finding | None:
-    heavy = [(r.rank, r.extras.get("compute_gib")) for r in _gpus(s) if (r.extras.get("compute_gib") or 0) >= BIG_COMPUTE_GIB]
+    heavy = [(r.rank, g) for r in _gpus(s) if (g := LlamaRankFacts(r).compute_gib) is not None and g >= BIG_COMPUTE_GIB]
     if not heavy:
         return None
     total = sum(g for _, g in heavy)
@@ -388,7 +389,7 @@ def _compute(s: Startup) -> Finding | None:
 
 def _allocation_limit(s: Startup, size: str, device: str) -> Finding:
     """Vulkan refused one buffer larger than its per-allocation limit: free memory was not the problem."""
-    quant_k = next((str(c.get("k_type")) for c in s.capacity.extras.get("kv_caches", [])
+    quant_k = next((str(c.get("k_type")) for c in (LlamaCapacityFacts(s.capacity).kv_caches or [])
                     if str(c.get("k_type") or "f16") not in ("f16", "bf16", "f32")), None) or (
         str(s.setting("type_k")) if s.setting("type_k") not in (None, "f16", "bf16", "f32") else None)
     detail = (f"Not out of VRAM: one {size} compute buffer exceeds the Vulkan device's per-allocation limit "

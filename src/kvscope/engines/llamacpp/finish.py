@@ -17,6 +17,7 @@ from typing import Any
 from kvscope.core.startup import KvPool, LedgerRow, LedgerRows, Rank, Reconciliation, Startup
 from kvscope.engines.base import MAX_PLAUSIBLE
 from kvscope.engines.llamacpp import rules
+from kvscope.engines.llamacpp.facts import LlamaCapacityFacts, LlamaRankFacts
 from kvscope.engines.llamacpp.lines import BUF_PREFIX, HOST_RANK, SUMMARY_RANK, failure_events
 from kvscope.model.catalog import load_architecture
 
@@ -48,14 +49,15 @@ def _fold_buffers(r: Rank) -> None:
     """Sum the per-line buffer figures into ``<kind>_buffers_mib`` / ``<kind>_gib`` and weights_gib."""
     sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     counts: dict[str, int] = defaultdict(int)
-    for key in [k for k in r.extras if k.startswith(BUF_PREFIX)]:
-        value = r.extras.pop(key)
+    f = LlamaRankFacts(r)
+    for key in [k for k in f.names() if k.startswith(BUF_PREFIX)]:
+        value = f.take(key)
         kind, buffer, _ = key[len(BUF_PREFIX):].split("|", 2)
         if isinstance(value, (int, float)):
             sums[kind][buffer] += value
             counts[kind] += 1
     for kind, per_buffer in sums.items():
-        r.extras[f"{kind}_buffers_mib"] = {k: round(v, 2) for k, v in per_buffer.items()}
+        f.put(f"{kind}_buffers_mib", {k: round(v, 2) for k, v in per_buffer.items()})
         total_gib = sum(per_buffer.values()) / 1024
         if kind == "model":
             if counts[kind] == 1:
@@ -63,21 +65,21 @@ def _fold_buffers(r: Rank) -> None:
             else:
                 r.set_derived("weights_gib", total_gib)
         else:
-            r.extras[f"{kind}_gib"] = total_gib
+            f.put(f"{kind}_gib", total_gib)
 
 
 # --- KV caches ------------------------------------------------------------------------------------------
 
 
 def _pool_kind(r: Rank, name: str) -> str:
-    return str(r.extras.pop(f"{name}_what", None) or ("recurrent" if name.startswith("rs#") else "target"))
+    return str(LlamaRankFacts(r).take(f"{name}_what") or ("recurrent" if name.startswith("rs#") else "target"))
 
 
 def _fold_caches(s: Startup) -> list[dict[str, Any]]:
     """Name each cache's pools, merge its summary line, and return one description per cache."""
     summary_rank = next((r for r in s.ranks if r.rank == SUMMARY_RANK), None)
     summaries = {p.name: p for p in summary_rank.kv_pools} if summary_rank else {}
-    meta = summary_rank.extras if summary_rank else {}
+    meta = {k: LlamaRankFacts(summary_rank).get(k) for k in LlamaRankFacts(summary_rank).names()} if summary_rank else {}
     if summary_rank is not None:
         s.ranks.remove(summary_rank)
     buffers: dict[str, list[tuple[Rank, KvPool]]] = defaultdict(list)
@@ -93,7 +95,7 @@ def _fold_caches(s: Startup) -> list[dict[str, Any]]:
         cache = _fold_one(s, name, kind, summaries.get(name), buffers.get(name, []), meta)
         caches.append(cache)
     if caches:
-        s.capacity.extras["kv_caches"] = [{k: v for k, v in c.items() if not k.startswith("_")} for c in caches]
+        LlamaCapacityFacts(s.capacity).kv_caches = [{k: v for k, v in c.items() if not k.startswith("_")} for c in caches]
     return caches
 
 
@@ -105,7 +107,7 @@ def _fold_one(s: Startup, name: str, kind: str, summary: KvPool | None, bufs: li
             cache[key] = meta[f"{name}_{key}"]
     for r, p in bufs:
         p.name = kind
-        r.extras.pop(f"{name}_what", None)
+        LlamaRankFacts(r).take(f"{name}_what")
     cache["buffers_gib"] = sum(p.gib or 0 for _, p in bufs) if bufs else None
     if summary is None:
         cache["_pools"] = [p for _, p in bufs]
@@ -116,7 +118,7 @@ def _fold_one(s: Startup, name: str, kind: str, summary: KvPool | None, bufs: li
     if len(bufs) == 1:
         r, p = bufs[0]
         if p.gib is not None and summary.gib is not None and abs(p.gib - summary.gib) * 1024 > 2 * rules.HALF_CENT_MIB:
-            r.extras[f"{kind}_kv_buffer_gib"] = p.gib  # allocated buffer (alignment padding included)
+            LlamaRankFacts(r).put(f"{kind}_kv_buffer_gib", p.gib)  # allocated buffer (alignment padding included)
         p.gib, p.k_gib, p.v_gib = summary.gib, summary.k_gib, summary.v_gib
         p.dtype, p.tokens = summary.dtype, summary.tokens
         cache["_pools"] = [p]
@@ -131,7 +133,7 @@ def _fold_one(s: Startup, name: str, kind: str, summary: KvPool | None, bufs: li
     for _, p in bufs:
         p.dtype, p.tokens = summary.dtype, summary.tokens
     aggregate = s.rank(AGGREGATE_RANK)
-    aggregate.extras["aggregate"] = True
+    LlamaRankFacts(aggregate).aggregate = True
     aggregate.kv_pools.append(summary)
     cache["_pools"] = [p for _, p in bufs] + [summary]
     return cache
@@ -202,10 +204,10 @@ def _capacity(s: Startup, caches: list[dict[str, Any]]) -> None:
     cap.context_len = per_seq or n_ctx
     if cap.kv_tokens is None and _int(s, "n_ctx_slot") and slots and unified is False:
         cap.kv_tokens = _int(s, "n_ctx_slot") * slots  # type: ignore[operator]
-        cap.extras.setdefault("derived", []).append("kv_tokens")
+        LlamaCapacityFacts(cap).mark_derived("kv_tokens")
     cap.max_running_requests = slots or cap.max_running_requests
     if _int(s, "n_ctx_train"):
-        cap.extras["n_ctx_train"] = _int(s, "n_ctx_train")
+        LlamaCapacityFacts(cap).n_ctx_train = _int(s, "n_ctx_train")
     for p in (target or {}).get("_pools", []):
         if p.tokens is None:
             p.tokens = cap.kv_tokens
@@ -401,10 +403,10 @@ def _derive_cells(s: Startup, rec: Reconciliation, shape: rules.CacheShape, tota
         tokens = candidates[0]
         if s.capacity.kv_tokens is None:
             s.capacity.kv_tokens = tokens
-            s.capacity.extras.setdefault("derived", []).append("kv_tokens")
+            LlamaCapacityFacts(s.capacity).mark_derived("kv_tokens")
         if s.capacity.context_len is None:
             s.capacity.context_len = tokens
-            s.capacity.extras.setdefault("derived", []).append("context_len")
+            LlamaCapacityFacts(s.capacity).mark_derived("context_len")
         for r in s.ranks:
             for p in r.kv_pools:
                 if p.name == "target" and p.tokens is None:
@@ -443,29 +445,30 @@ def ledger_rows(s: Startup, r: Rank) -> list[LedgerRow]:
     ledger = LedgerRows(r)
     add = ledger.add
 
-    if r.extras.get("aggregate"):
+    if LlamaRankFacts(r).aggregate:
         for p in r.kv_pools:
             add(f"KV cache {p.name}, whole cache across devices", p.size_gib(), note="summary line; per-device share above")
         return ledger.rows
     add("device total (memory breakdown at exit)", r.total_gib)
     add("free before weights (llama.cpp device probe)", r.pre_load_free_gib)
-    buffers = r.extras.get("model_buffers_mib") or {}
+    buffers = LlamaRankFacts(r).model_buffers_mib or {}
     add("model weights", r.weights_gib, "weights_gib", ", ".join(f"{k} {v:.2f} MiB" for k, v in buffers.items()))
     for p in sorted(r.kv_pools, key=lambda p: KIND_ORDER.index(p.name) if p.name in KIND_ORDER else 9):
         label = "recurrent state (R/S)" if p.name == "recurrent" else f"KV cache: {p.name}"
         if p.tokens:
             label += f" ({p.tokens:,} cells)"
         add(label, p.size_gib(), note=p.dtype or "")
-        if r.extras.get(f"{p.name}_kv_buffer_gib") is not None:
-            add(f"KV buffer as allocated ({p.name})", r.extras[f"{p.name}_kv_buffer_gib"], note="tensors + alignment")
-    if r.extras.get("kv_split_gib") is not None:
-        add("KV cache share (split mode graph)", r.extras["kv_split_gib"])
-    add("compute buffers", r.extras.get("compute_gib"),
-        note=", ".join(f"{k} {v:.2f} MiB" for k, v in (r.extras.get("compute_buffers_mib") or {}).items()))
-    add("output buffer", r.extras.get("output_gib"))
-    add("input buffer", r.extras.get("input_gib"))
-    parts = [r.weights_gib, *(p.size_gib() for p in r.kv_pools), r.extras.get("compute_gib"),
-             r.extras.get("output_gib"), r.extras.get("input_gib")]
+        allocated = LlamaRankFacts(r).get(f"{p.name}_kv_buffer_gib")
+        if allocated is not None:
+            add(f"KV buffer as allocated ({p.name})", allocated, note="tensors + alignment")
+    if LlamaRankFacts(r).kv_split_gib is not None:
+        add("KV cache share (split mode graph)", LlamaRankFacts(r).kv_split_gib)
+    add("compute buffers", LlamaRankFacts(r).compute_gib,
+        note=", ".join(f"{k} {v:.2f} MiB" for k, v in (LlamaRankFacts(r).compute_buffers_mib or {}).items()))
+    add("output buffer", LlamaRankFacts(r).output_gib)
+    add("input buffer", LlamaRankFacts(r).input_gib)
+    parts = [r.weights_gib, *(p.size_gib() for p in r.kv_pools), LlamaRankFacts(r).compute_gib,
+             LlamaRankFacts(r).output_gib, LlamaRankFacts(r).input_gib]
     if r.total_gib and any(x is not None for x in parts):
         add("everything llama.cpp logged on this device", sum(x for x in parts if x is not None), how="derived")
     return ledger.rows

@@ -4,6 +4,7 @@ the sizing rule (rules.py, dsv4.py), finish/reconcile, findings, whatif, plan an
 from __future__ import annotations
 
 from kvscope.engines.base import Deferred, Engine, FractionBasis, Knobs, MemoryKnob, deferred
+from kvscope.engines.sglang.facts import SGLangCapacityFacts, SGLangRankFacts
 from kvscope.engines.sglang.lines import SGLangLines
 from kvscope.engines.sglang.rules import SGLANG_WEIGHTS
 
@@ -58,5 +59,6 @@ ENGINE = Engine(
     ),
     runtime_advice=deferred("kvscope.engines.sglang.findings", "scheduler_advice"),
     weights=SGLANG_WEIGHTS,
+    rank_facts=SGLangRankFacts, capacity_facts=SGLangCapacityFacts,
     settings=SETTINGS,
 )

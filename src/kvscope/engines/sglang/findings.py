@@ -13,6 +13,7 @@ from kvscope.engines.common import OOM_TEXT, held_by_earlier
 from kvscope.engines.sglang import defaults as sgd
 from kvscope.engines.sglang import dsv4, rules
 from kvscope.engines.sglang.eras import NEWEST_BUILT, parse_version
+from kvscope.engines.sglang.facts import SGLangCapacityFacts, SGLangRankFacts
 from kvscope.engines.sglang.finish import (
     INPUT_LIMIT_SLACK,
     attn_tp_size,
@@ -61,7 +62,7 @@ def _capped(s: Startup, mfs: float | None) -> Finding:
     """--max-total-tokens, not the memory budget, set the pool size: what was left over, and the knob that counts."""
     cap = max_total_tokens(s) or 0
     ref = s.reference_rank
-    room = s.capacity.extras.get("kv_tokens_budget_uncapped")
+    room = SGLangCapacityFacts(s.capacity).kv_tokens_budget_uncapped
     budget = f"mem_fraction_static={mfs}" if mfs is not None else "the mem_fraction_static budget"
     detail = f"SGLang sizes the pool as min(what {budget} leaves room for, --max-total-tokens {cap:,})"
     detail += f"; the budget had room for {room[0]:,} … {room[1]:,} tokens, so the cap decided" if room else "; the cap decided"
@@ -181,7 +182,7 @@ def _reserve_fix(s: Startup, mfs: float | None, basis: float | None, short_gib: 
     steps = max(1, math.ceil(short_gib / (0.01 * basis)))
     to = round(start - steps / 100, 2)
     alts = []
-    max_bs = finite_number(s.setting("cuda_graph_max_bs")) or finite_number(r.extras.get("capture_max_bs"))
+    max_bs = finite_number(s.setting("cuda_graph_max_bs")) or finite_number(SGLangRankFacts(r).capture_max_bs)
     if max_bs and graph_gib > short_gib:
         smaller = max(8, int(max_bs * (1 - short_gib / graph_gib)) // 8 * 8)
         if smaller < max_bs:
@@ -342,7 +343,7 @@ def _capacity_meaning(s: Startup) -> Finding | None:
 
 def _second_runner(s: Startup) -> Finding | None:
     """A model runner began after the target's CUDA graphs: the draft worker of speculative decoding."""
-    began = [r.rank for r in s.ranks if r.extras.get("second_runner_began")]
+    began = [r.rank for r in s.ranks if SGLangRankFacts(r).second_runner_began]
     if not began:
         return None
     algo = s.setting("speculative_algorithm")
@@ -542,8 +543,8 @@ SMALL_CAPTURE_BS = 16  # graphs for batches up to this take a few hundred MiB at
 
 def _graphs_small(ref) -> bool:
     """Capture of only small batches for a model whose weights fit in what was free: graphs need far less."""
-    bs = ref.extras.get("capture_max_bs") if ref is not None else None
-    free = ref.extras.get("avail_before_graphs_gib") if ref is not None else None
+    bs = SGLangRankFacts(ref).capture_max_bs if ref is not None else None
+    free = SGLangRankFacts(ref).avail_before_graphs_gib if ref is not None else None
     weights = ref.weights_gib if ref is not None else None
     return bool(bs and bs <= SMALL_CAPTURE_BS and free and free >= RESERVE_MARGIN_GIB and weights and weights <= free)
 
@@ -575,9 +576,9 @@ def _stage(s: Startup, pre: float | None = None, capture: bool = False, memory_h
     ref = s.reference_rank
     if ref is None:
         return (_CAPTURING, _capture_hint(None, pre, "") if memory_hint else "") if capture else ("", "")
-    began = ref.extras.get("avail_before_graphs_gib") is not None or ref.extras.get("graph_capture_began")
-    if (began or capture) and not ref.extras.get("graphs"):
-        free, what = ref.extras.get("avail_before_graphs_gib"), "when capture began"
+    began = SGLangRankFacts(ref).avail_before_graphs_gib is not None or SGLangRankFacts(ref).graph_capture_began
+    if (began or capture) and not SGLangRankFacts(ref).graphs:
+        free, what = SGLangRankFacts(ref).avail_before_graphs_gib, "when capture began"
         if free is None and ref.avail_after_pool_gib is not None:
             free, what = ref.avail_after_pool_gib, "after the KV pool, just before capture"
         return _CAPTURING, _capture_hint(free, pre, what, _graphs_small(ref)) if memory_hint else ""
@@ -593,7 +594,7 @@ def _stage(s: Startup, pre: float | None = None, capture: bool = False, memory_h
 def _oom(s: Startup, f, mfs: float | None, pre: float | None) -> Finding:
     ref = s.reference_rank
     capturing = ref is not None and ref.cuda_graph_gib is None and (
-        ref.extras.get("avail_before_graphs_gib") is not None or bool(ref.extras.get("graph_capture_began")))
+        SGLangRankFacts(ref).avail_before_graphs_gib is not None or bool(SGLangRankFacts(ref).graph_capture_began))
     tried = f.data.get("tried_gib")
     if capturing and mfs is not None and pre:
         need = (tried or 1.0) + 0.5
@@ -639,13 +640,13 @@ def _past_static_budget(s: Startup, f, mfs: float | None) -> Finding | None:
 def _dsv4_pools(s: Startup) -> Finding | None:
     """DeepSeek-V4: tokens are what the budget buys at its bytes per full token once the fixed
     ratio-128 states for every request slot are paid; fewer slots buy tokens back."""
-    x = s.capacity.extras
-    bpft, fixed = x.get("dsv4_bytes_per_full_token"), x.get("dsv4_c128_state_fixed_gib")
-    tokens = s.capacity.kv_tokens or x.get("dsv4_full_tokens")
+    x = SGLangCapacityFacts(s.capacity)
+    bpft, fixed = x.dsv4_bytes_per_full_token, x.dsv4_c128_state_fixed_gib
+    tokens = s.capacity.kv_tokens or x.dsv4_full_tokens
     if not bpft or tokens is None:
         return None
     title = f"DeepSeek-V4 pools: {tokens:,} tokens × {bpft:,.2f} B" + (f" + {fixed:.2f} GiB of fixed states" if fixed else "")
-    swa, full = x.get("dsv4_swa_tokens"), x.get("dsv4_full_tokens")
+    swa, full = x.dsv4_swa_tokens, x.dsv4_full_tokens
     share = f"{swa / full:.0%} of the tokens" if swa and full else "a fraction of the tokens (0.1 by default)"
     detail = (f"V4 keeps no full-resolution latent: a token of context costs {bpft:,.2f} B across the sliding-window "
               f"pool ({share}, every layer), the ratio-4 and ratio-128 compressed rows, the indexer rows and "

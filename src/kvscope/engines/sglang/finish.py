@@ -10,6 +10,7 @@ from kvscope.engines.lazy import lazy_compile
 from kvscope.engines.sglang import rules
 from kvscope.engines.sglang.dsv4 import PAGE as DSV4_PAGE_TOKENS
 from kvscope.engines.sglang.eras import VersionRange, era_for, infer_version_range, parse_version
+from kvscope.engines.sglang.facts import SGLangCapacityFacts, SGLangRankFacts
 from kvscope.engines.sglang.lines import DSV4_POOL
 from kvscope.engines.sglang.rules import GIB, Interval
 from kvscope.engines.sglang.state import state
@@ -69,7 +70,7 @@ def state_pool_budget_gib(r: Rank) -> float:
     pool = r.pool("mamba")
     if pool is None or not pool.gib:
         return 0.0
-    slots = r.extras.get("mamba_mamba_slots")
+    slots = SGLangRankFacts(r).mamba_mamba_slots
     return pool.gib * slots / (slots + 1) if slots else pool.gib
 
 
@@ -175,7 +176,7 @@ def finish(s: Startup) -> None:
         s.model = s.setting("model")
     cell = _reconcile(s, era)
     if pool_capped(s):  # --max-total-tokens, not memory, sized the pool (findings and the runtime verdict read this)
-        s.capacity.extras["max_total_tokens_cap"] = max_total_tokens(s)
+        SGLangCapacityFacts(s.capacity).max_total_tokens_cap = max_total_tokens(s)
     _derive_from_reserve(s, cell)
     for r in s.ranks:
         r.ledger = ledger_rows(s, r)
@@ -200,7 +201,7 @@ INPUT_LIMIT_SLACK = 6
 
 def input_limit_bound(s: Startup) -> tuple[int | None, str]:
     """(limit + 6, what it is: 'pool' | 'context' | 'either') for a logged 'maximum allowed length', else (None, '')."""
-    limit = s.capacity.extras.get("max_req_input_len")
+    limit = SGLangCapacityFacts(s.capacity).max_req_input_len
     if not isinstance(limit, int) or limit <= 0:
         return None, ""
     bound = limit + INPUT_LIMIT_SLACK
@@ -219,7 +220,7 @@ def _pool_from_input_limit(s: Startup) -> None:
     bound, what = input_limit_bound(s)
     if bound is not None and what == "pool" and s.capacity.max_total_num_tokens is None:
         s.capacity.max_total_num_tokens = bound
-        s.capacity.extras["max_total_num_tokens_from"] = (
+        SGLangCapacityFacts(s.capacity).max_total_num_tokens_from = (
             f"the maximum allowed input length {bound - INPUT_LIMIT_SLACK:,} + {INPUT_LIMIT_SLACK} "
             "(SGLang: min(context_len − 1, pool − 1) − 5)")
 
@@ -233,29 +234,32 @@ def _dsv4_from_reference(s: Startup) -> None:
             r.kv_pools.remove(extra)
         _dsv4_pool_from_sizes(r, v4[-1] if v4 else None)
     ref = s.reference_rank
-    if ref is None or not ref.extras.get("dsv4_bytes_per_full_token"):
+    if ref is None or not SGLangRankFacts(ref).dsv4_bytes_per_full_token:
         return
-    s.capacity.extras.update({k: v for k, v in ref.extras.items() if k.startswith("dsv4_")})
+    into, of_ref = SGLangCapacityFacts(s.capacity), SGLangRankFacts(ref)
+    for key in of_ref.names():
+        if key.startswith("dsv4_"):
+            into.put(key, of_ref.get(key))
     if s.capacity.kv_tokens is None:
-        s.capacity.kv_tokens = s.capacity.max_total_num_tokens or ref.extras.get("dsv4_full_tokens")
+        s.capacity.kv_tokens = s.capacity.max_total_num_tokens or SGLangRankFacts(ref).dsv4_full_tokens
 
 
 def _dsv4_pool_from_sizes(r: Rank, pool: KvPool | None) -> None:
     """The "DSV4 pool sizes: full=N" line counts the pool SGLang built. When the sizing line's full_token
     disagrees by more than a page (a terminal clipped "full_token=852992" to "8529"), the pool is N tokens at
     the sizing line's bytes per token plus its fixed states: derived, not read."""
-    sized = r.extras.pop("dsv4_sizes_full_tokens", None)
+    sized = SGLangRankFacts(r).take("dsv4_sizes_full_tokens")
     if sized is None:
         return
-    calc = r.extras.get("dsv4_full_tokens")
+    calc = SGLangRankFacts(r).dsv4_full_tokens
     if calc is not None and abs(sized - calc) <= DSV4_PAGE_TOKENS:
         return
-    r.extras["dsv4_full_tokens"] = sized
-    bpft = r.extras.get("dsv4_bytes_per_full_token")
+    SGLangRankFacts(r).dsv4_full_tokens = sized
+    bpft = SGLangRankFacts(r).dsv4_bytes_per_full_token
     if pool is not None and bpft:
-        fixed = (r.extras.get("dsv4_c128_state_fixed_gib") or 0.0) + (r.extras.get("dsv4_swa_fixed_gib") or 0.0)
+        fixed = (SGLangRankFacts(r).dsv4_c128_state_fixed_gib or 0.0) + (SGLangRankFacts(r).dsv4_swa_fixed_gib or 0.0)
         pool.tokens, pool.gib = sized, sized * bpft / GIB + fixed
-        r.extras["dsv4_pool_derived"] = "tokens from 'DSV4 pool sizes', bytes per token from the sizing line"
+        SGLangRankFacts(r).dsv4_pool_derived = "tokens from 'DSV4 pool sizes', bytes per token from the sizing line"
 
 
 def model_name(s: Startup) -> str | None:
@@ -271,7 +275,7 @@ def _arch_context(s: Startup):
 def _candidate_cells(s: Startup, arch, era, ref: Rank) -> list[tuple[rules.CellSize, str]]:
     """Bytes-per-token candidates under the era's rules; several when the log leaves a choice open."""
     dtype = kv_dtype_name(s)
-    weights_dtype = ref.extras.get("weights_dtype") or "bfloat16"
+    weights_dtype = SGLangRankFacts(ref).weights_dtype or "bfloat16"
     if dtype:
         choices = [(dtype_bytes(dtype, weights_dtype), f"KV dtype {dtype}")]
     else:
@@ -356,7 +360,7 @@ def _derive_from_reserve(s: Startup, cell: rules.CellSize | None) -> None:
     if (ref is None or target is None or rec is None or mfs is None or not 0 < mfs < 1
             or ref.pre_load_free_gib is not None or ref.avail_after_pool_gib is None or not target.tokens):
         return
-    if s.capacity.extras.get("max_total_tokens_cap"):  # a capped pool leaves more than the reserve free
+    if SGLangCapacityFacts(s.capacity).max_total_tokens_cap:  # a capped pool leaves more than the reserve free
         return
     page = page_size(s)
     slack = rules.allocator_slack_gib(target.tokens, page, cell) if cell else 0.0
@@ -367,7 +371,7 @@ def _derive_from_reserve(s: Startup, cell: rules.CellSize | None) -> None:
     ref.set_derived("pre_load_free_gib", round(pre, 2))
     ref.set_derived("avail_after_weights_gib", round(at_profile, 2))
     ref.set_derived("weights_gib", round(pre - at_profile, 2))
-    ref.extras["derivation"] = (
+    SGLangRankFacts(ref).derivation = (
         f"F = (free after pool {ref.avail_after_pool_gib:.2f} + allocator rounding {slack:.3f} + request table "
         f"{request:.3f}) / (1 − {mfs}) = {pre:.2f} GiB"
     )
@@ -392,8 +396,8 @@ def _budget_check(s, ref, tokens, bpt, page, rec, checks, consistent, era) -> No
     mfs = s.setting_number("mem_fraction_static")
     pre = ref.pre_load_free_gib
     at_profile = ref.avail_after_weights_gib
-    if era.draft_in_static_budget and ref.extras.get("avail_after_draft_weights_gib") is not None:
-        at_profile = ref.extras["avail_after_draft_weights_gib"]  # E3+: draft weights load before the profile
+    if era.draft_in_static_budget and SGLangRankFacts(ref).avail_after_draft_weights_gib is not None:
+        at_profile = SGLangRankFacts(ref).avail_after_draft_weights_gib  # E3+: draft weights load before the profile
     if pre is None or at_profile is None:
         return
     state = state_pool_budget_gib(ref)  # hybrid models: the Mamba pool is paid out of rest before the KV pool
@@ -404,7 +408,7 @@ def _budget_check(s, ref, tokens, bpt, page, rec, checks, consistent, era) -> No
         return
     if mfs is None:
         implied = rules.implied_mfs(pre, at_profile, tokens, bpt, state)
-        s.capacity.extras["implied_mem_fraction_static"] = round(implied, 4)
+        SGLangCapacityFacts(s.capacity).implied_mem_fraction_static = round(implied, 4)
         checks.append(f"mem_fraction_static not in the log; the token count{with_state} implies ≈ {implied:.3f}")
         return
     rest = rules.rest_interval(Interval.printed(pre), Interval.printed(at_profile), mfs)
@@ -414,7 +418,7 @@ def _budget_check(s, ref, tokens, bpt, page, rec, checks, consistent, era) -> No
     cap = max_total_tokens(s)
     capped = ""
     if cap is not None and cap < high:  # SGLang: min(profiled, --max-total-tokens), then page-floored
-        s.capacity.extras["kv_tokens_budget_uncapped"] = [low, high]
+        SGLangCapacityFacts(s.capacity).kv_tokens_budget_uncapped = [low, high]
         low, high = (min(n, cap) // max(1, page) * max(1, page) for n in (low, high))
         capped = f", capped at --max-total-tokens {cap:,} → {low:,} … {high:,}" if low != high else (
             f", capped at --max-total-tokens {cap:,} → {high:,}")
@@ -422,7 +426,7 @@ def _budget_check(s, ref, tokens, bpt, page, rec, checks, consistent, era) -> No
     ok = low <= tokens <= high
     consistent.append(ok)
     minus_state = f" − Mamba {state:.2f}" if state else ""
-    uncapped = s.capacity.extras.get("kv_tokens_budget_uncapped") if capped else None
+    uncapped = SGLangCapacityFacts(s.capacity).kv_tokens_budget_uncapped if capped else None
     span = f"{uncapped[0]:,} … {uncapped[1]:,}" if uncapped else f"{low:,} … {high:,}"
     checks.append(
         f"budget: {at_profile:.2f} − {pre:.2f} × (1 − {mfs}){minus_state} = {rest.mid:.4f} GiB"
@@ -450,7 +454,7 @@ def _unprinted_pool_row(r: Rank, add) -> None:
     the request table and allocator rounding, derived from the two printed figures around it."""
     if any(p.name not in ("draft", "host") for p in r.kv_pools) or r.avail_after_pool_gib is None:
         return
-    before = r.extras.get("avail_after_draft_weights_gib") or r.avail_after_weights_gib  # E3+: draft loads first
+    before = SGLangRankFacts(r).avail_after_draft_weights_gib or r.avail_after_weights_gib  # E3+: draft loads first
     if before is None or before <= r.avail_after_pool_gib:
         return
     add("KV pool + request table (free after weights − free after pool)", round(before - r.avail_after_pool_gib, 2),
@@ -475,7 +479,7 @@ def ledger_rows(s: Startup, r: Rank) -> list[LedgerRow]:
         if pool.name in ("draft", "host"):
             continue
         if pool.name == "mamba":
-            slots = r.extras.get("mamba_mamba_slots")
+            slots = SGLangRankFacts(r).mamba_mamba_slots
             add("Mamba state pool (conv + ssm)" + (f" ({slots:,} request slots)" if slots else ""), pool.size_gib(),
                 note="paid from the same mem_fraction_static budget, before the KV pool")
             continue
@@ -485,14 +489,14 @@ def ledger_rows(s: Startup, r: Rank) -> list[LedgerRow]:
     if mfs is not None and r.pre_load_free_gib is not None:
         add(f"intended reserve F × (1 − {mfs})", r.pre_load_free_gib * (1 - mfs), how="derived",
             note="SGLang keeps this for activations, CUDA graphs and (before 0.5.14) the draft model")
-    for g in r.extras.get("graphs", []):
+    for g in (SGLangRankFacts(r).graphs or []):
         add(f"CUDA graphs: {g.get('graph')}", g.get("graph_gib"))
-    if r.extras.get("avail_during_capture_gib") is not None:
-        bs = r.extras.get("capture_max_bs")
-        add("least free while capturing (progress bar)", r.extras["avail_during_capture_gib"],
-            note=f"{r.extras.get('capture_batch_sizes') or '?'} batch sizes" + (f", largest {bs}" if bs else ""))
-    if r.extras.get("draft_weights_gib") is not None:
-        add("draft model weights", r.extras["draft_weights_gib"])
+    if SGLangRankFacts(r).avail_during_capture_gib is not None:
+        bs = SGLangRankFacts(r).capture_max_bs
+        add("least free while capturing (progress bar)", SGLangRankFacts(r).avail_during_capture_gib,
+            note=f"{SGLangRankFacts(r).capture_batch_sizes or '?'} batch sizes" + (f", largest {bs}" if bs else ""))
+    if SGLangRankFacts(r).draft_weights_gib is not None:
+        add("draft model weights", SGLangRankFacts(r).draft_weights_gib)
     draft = r.pool("draft")
     if draft:
         add("KV pool: draft" + (f" ({draft.tokens:,} tokens)" if draft.tokens else ""), draft.size_gib())

@@ -11,7 +11,9 @@ from typing import Any
 from kvscope.engines.watch_base import (
     Capacity,
     Reading,
+    ReadingFacts,
     ServerClient,
+    WatchCapacityFacts,
     _int,
     _max,
     _start_time,
@@ -53,7 +55,7 @@ class SGLangAdapter:
         dp: int = dp_size if isinstance(dp_size, int) and dp_size > 0 else 1
         cap.engines = dp
         if isinstance(tokens, (int, float)):
-            cap.extras["max_total_num_tokens"] = int(tokens)
+            WatchCapacityFacts(cap).max_total_num_tokens = int(tokens)
             cap.kv_tokens = int(tokens) * dp
         effective = state.get("effective_max_running_requests_per_dp")
         running = effective if isinstance(effective, int) else data.get("max_running_requests")
@@ -65,7 +67,7 @@ class SGLangAdapter:
         if isinstance(data.get("context_length"), int):
             cap.max_model_len = data["context_length"]
         if isinstance(data.get("max_req_input_len"), int):
-            cap.extras["max_req_input_len"] = data["max_req_input_len"]
+            WatchCapacityFacts(cap).max_req_input_len = data["max_req_input_len"]
         if isinstance(data.get("page_size"), int):
             cap.block_size = data["page_size"]
         cap.kv_cache_dtype = data.get("kv_cache_dtype") if isinstance(data.get("kv_cache_dtype"), str) else None
@@ -75,13 +77,13 @@ class SGLangAdapter:
         cap.version = data.get("version") if isinstance(data.get("version"), str) else None
         for key in ("tp_size", "pp_size", "dp_size", "chunked_prefill_size", "max_prefill_tokens"):
             if isinstance(data.get(key), int):
-                cap.extras[key] = data[key]
+                WatchCapacityFacts(cap).put(key, data[key])
         if isinstance(memory.get("kvcache"), (int, float)):
-            cap.extras["kv_pool_gib"] = float(memory["kvcache"])
+            WatchCapacityFacts(cap).kv_pool_gib = float(memory["kvcache"])
         if isinstance(memory.get("weight"), (int, float)):
-            cap.extras["weights_gib"] = float(memory["weight"])
+            WatchCapacityFacts(cap).weights_gib = float(memory["weight"])
         if data.get("enable_metrics") is False:
-            cap.extras["enable_metrics"] = False
+            WatchCapacityFacts(cap).enable_metrics = False
 
     @staticmethod
     def _from_metrics(cap: Capacity, metrics: prom.Metrics) -> None:
@@ -90,7 +92,7 @@ class SGLangAdapter:
         if cap.kv_tokens is None and groups:
             cap.kv_tokens = _int(sum(s.value for s in groups))
             cap.engines = max(cap.engines, len(groups))
-            cap.extras["max_total_num_tokens"] = _int(groups[0].value)
+            WatchCapacityFacts(cap).max_total_num_tokens = _int(groups[0].value)
         running = _schedulers(metrics.get("sglang:max_running_requests"))
         if cap.max_running_requests is None and running:
             cap.max_running_requests = _int(sum(s.value for s in running))
@@ -129,7 +131,7 @@ class SGLangAdapter:
             r.prefix_hit_rate = hit / 100 if hit is not None and hit > 1 else hit
         gen = _sum(_schedulers(metrics.get("sglang:gen_throughput")))
         if gen is not None:
-            r.extras["gen_throughput"] = gen
+            ReadingFacts(r).gen_throughput = gen
         return r
 
 
@@ -149,7 +151,7 @@ def _estimate_pool(cap: Capacity, metrics: prom.Metrics) -> None:
             n += 1
     if n:
         cap.kv_tokens = int(round(total))
-        cap.extras["kv_tokens_estimated_from"] = "num_used_tokens / token_usage"
+        WatchCapacityFacts(cap).kv_tokens_estimated_from = "num_used_tokens / token_usage"
 
 
 def _schedulers(series: list[prom.Series]) -> list[prom.Series]:

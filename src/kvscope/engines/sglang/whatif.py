@@ -14,6 +14,7 @@ from typing import Any
 from kvscope.core.startup import Startup
 from kvscope.engines.sglang import rules
 from kvscope.engines.sglang import whatif_dsv4 as p4
+from kvscope.engines.sglang.facts import SGLangCapacityFacts, SGLangRankFacts
 from kvscope.engines.sglang.finish import attn_tp_size, kv_dtype_name, model_name, page_size, tp_size
 from kvscope.engines.sglang.rules import GIB, Interval
 from kvscope.engines.whatif_base import (
@@ -90,7 +91,7 @@ def calibrate(s: Startup) -> Calibration:
         raise PredictionError("bytes per token unknown (no pool size and no architecture); pass --model")
     mfs = s.setting_number("mem_fraction_static")
     if mfs is None:
-        implied = s.capacity.extras.get("implied_mem_fraction_static")
+        implied = SGLangCapacityFacts(s.capacity).implied_mem_fraction_static
         if implied is None:
             raise PredictionError("mem_fraction_static is not in the log; pass --assume mem_fraction_static=…")
         mfs = float(implied)
@@ -107,13 +108,13 @@ def calibrate(s: Startup) -> Calibration:
     page = page_size(s)
     model = model_name(s)
     arch, _ = load_architecture(model)
-    graphs = sum(g.get("graph_gib") or 0 for g in ref.extras.get("graphs", []))
+    graphs = sum(g.get("graph_gib") or 0 for g in (SGLangRankFacts(ref).graphs or []))
     draft_pool = ref.pool("draft")
-    draft_gib = (draft_pool.size_gib() or 0 if draft_pool else 0) + (ref.extras.get("draft_weights_gib") or 0)
+    draft_gib = (draft_pool.size_gib() or 0 if draft_pool else 0) + (SGLangRankFacts(ref).draft_weights_gib or 0)
     cal = Calibration(
         tokens=target.tokens, page=page, cell=cell, mfs=mfs, pre_load_free=pre,
         rest_bytes=Interval(target.tokens * cell, (target.tokens + page) * cell - 1),
-        kv_bytes=dtype_bytes(kv_dtype_name(s), ref.extras.get("weights_dtype")), tp=tp_size(s), attn_tp=attn_tp_size(s),
+        kv_bytes=dtype_bytes(kv_dtype_name(s), SGLangRankFacts(ref).weights_dtype), tp=tp_size(s), attn_tp=attn_tp_size(s),
         arch=arch, era=s.era or "", weights_gib=ref.weights_gib, after_pool_gib=ref.avail_after_pool_gib,
         free_at_ready_gib=ref.avail_at_ready_gib, draft_gib=draft_gib,
         context_len=s.capacity.context_len or _int(s.setting("context_length")) or (arch.max_position_embeddings if arch else None),

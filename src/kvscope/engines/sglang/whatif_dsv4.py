@@ -15,6 +15,7 @@ from typing import Any
 
 from kvscope.core.startup import GIB, Startup, finite_number
 from kvscope.engines.sglang import dsv4
+from kvscope.engines.sglang.facts import SGLangCapacityFacts
 from kvscope.engines.whatif_base import PredictionError, Scenario, _risk
 
 SUPPORTED = {"mem_fraction_static", "max_running_requests", "max_total_tokens", "context_length",
@@ -51,16 +52,16 @@ class DsV4Calibration:
 
 
 def is_dsv4(s: Startup) -> bool:
-    return bool(s.capacity.extras.get("dsv4_bytes_per_full_token"))
+    return bool(SGLangCapacityFacts(s.capacity).dsv4_bytes_per_full_token)
 
 
 def calibrate(s: Startup) -> DsV4Calibration:
-    x, ref = s.capacity.extras, s.reference_rank
-    bpft, tokens = finite_number(x.get("dsv4_bytes_per_full_token")), s.capacity.kv_tokens
+    x, ref = SGLangCapacityFacts(s.capacity), s.reference_rank
+    bpft, tokens = finite_number(x.dsv4_bytes_per_full_token), s.capacity.kv_tokens
     if not bpft or bpft <= 0 or tokens is None:
         raise PredictionError("the DeepSeek-V4 sizing line lacks bytes_per_full_token or full_token")
-    fixed = finite_number(x.get("dsv4_c128_state_fixed_gib")) or 0.0
-    avail = finite_number(x.get("dsv4_available_gib"))
+    fixed = finite_number(x.dsv4_c128_state_fixed_gib) or 0.0
+    avail = finite_number(x.dsv4_available_gib)
     low, high = tokens * bpft, (tokens + dsv4.PAGE) * bpft
     if avail is not None:
         low = max(low, (avail - fixed - 2 * PRINTED_GIB) * GIB)
@@ -71,7 +72,7 @@ def calibrate(s: Startup) -> DsV4Calibration:
         notes.append("the printed budget and the token count disagree by more than their rounding; the count wins")
     pre = ref.pre_load_free_gib if ref else None
     ratio = None
-    swa, full = x.get("dsv4_swa_tokens"), x.get("dsv4_full_tokens")
+    swa, full = x.dsv4_swa_tokens, x.dsv4_full_tokens
     if isinstance(swa, int) and isinstance(full, int) and full:
         ratio = swa / full
     from kvscope.engines.sglang.finish import attn_tp_size, model_name, tp_size

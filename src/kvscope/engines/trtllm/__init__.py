@@ -4,6 +4,7 @@ backend and AutoDeploy): line shapes (lines.py), the KV sizing replay (finish.py
 from __future__ import annotations
 
 from kvscope.engines.base import Engine, Knobs, deferred
+from kvscope.engines.trtllm.facts import TrtCapacityFacts, TrtRankFacts
 from kvscope.engines.trtllm.lines import TRTLLMLines
 
 # the setting names this engine's rules read (see Engine.settings)
@@ -32,4 +33,5 @@ ENGINE = Engine(name="trtllm", label="TensorRT-LLM", lines=TRTLLMLines(),
                 findings=deferred("kvscope.engines.trtllm.findings", "findings"),
                 knobs=Knobs(kv_memory_flags=frozenset({"kv_cache_free_gpu_mem_fraction",
                                                        "--kv-cache-free-gpu-mem-fraction"})),
+                rank_facts=TrtRankFacts, capacity_facts=TrtCapacityFacts,
                 settings=SETTINGS)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from kvscope.core.startup import Finding, Startup, Suggestion
 from kvscope.engines.trtllm.eras import default_max_batch_size
+from kvscope.engines.trtllm.facts import TrtCapacityFacts, TrtRankFacts
 from kvscope.engines.trtllm.finish import DEFAULT_FRACTION, effective_fraction, runtime_buffer_oom
 
 RAISED_FRACTION = 0.95
@@ -22,9 +23,9 @@ def _budget(s: Startup) -> Finding | None:
     tokens = s.capacity.kv_tokens
     if ref is None or target is None or target.gib is None or not tokens:
         return None
-    avail = ref.extras.get("kv_sizing_free_gib")
+    avail = TrtRankFacts(ref).kv_sizing_free_gib
     frac, how = effective_fraction(s)
-    blocks, tpb = s.capacity.num_gpu_blocks, s.capacity.extras.get("tokens_per_block")
+    blocks, tpb = s.capacity.num_gpu_blocks, TrtCapacityFacts(s.capacity).tokens_per_block
     shape = f" ({blocks:,} blocks × {tpb} tokens)" if blocks and tpb else ""
     title = f"KV cache: {target.gib:.2f} GiB per GPU = {tokens:,} tokens{shape}"
     if s.settings.get("fake_cache_manager") and target.gib < 0.005:
@@ -53,7 +54,7 @@ def _budget(s: Startup) -> Finding | None:
     # a fraction implied from sub-GiB figures printed to two decimals, or from one of an encoder-decoder's two
     # caches (cross_kv_cache_fraction splits the budget), is no basis for advice
     implied = how == "implied by the log"
-    shaky = implied and (target.gib < 1.0 or len(ref.extras.get("estimation_kv_gib") or []) > 0)
+    shaky = implied and (target.gib < 1.0 or len(TrtRankFacts(ref).estimation_kv_gib or []) > 0)
     after = int(tokens * RAISED_FRACTION / frac) if 0 < frac < RAISED_FRACTION and not shaky else None
     sug = Suggestion("kv_cache_free_gpu_mem_fraction", frac, RAISED_FRACTION, kv_tokens_after=after,
                      note="more tokens, less headroom; lower it instead to leave memory to other processes") if after else None
@@ -72,7 +73,7 @@ def _greedy(s: Startup) -> Finding | None:
     if ref is None or target is None or target.gib is None:
         return None
     frac, _ = effective_fraction(s)
-    others = ref.weights_gib or (ref.extras.get("trt_managed_gpu_mib") or 0) / 1024 or None
+    others = ref.weights_gib or (TrtRankFacts(ref).trt_managed_gpu_mib or 0) / 1024 or None
     if frac is None:
         big = (ref.total_gib and target.gib >= 0.5 * ref.total_gib) or (others and target.gib >= 4 * others)
         if not big:
@@ -127,7 +128,7 @@ def _window(s: Startup) -> Finding | None:
 
 def _context(s: Startup) -> Finding | None:
     ref = s.reference_rank
-    ctx = ref.extras.get("execution_context_gib") if ref else None
+    ctx = TrtRankFacts(ref).execution_context_gib if ref else None
     if ctx is None or ctx < LARGE_CONTEXT_GIB:
         return None
     tokens = s.setting_number("max_num_tokens")
@@ -187,7 +188,7 @@ def _token_count(s: Startup) -> Finding | None:
     ref = s.reference_rank
     if ref is not None and ref.pool("target") is not None:
         return None  # the size line said more; the budget finding covers it
-    tokens, tpb = s.capacity.kv_tokens, s.capacity.extras.get("tokens_per_block")
+    tokens, tpb = s.capacity.kv_tokens, TrtCapacityFacts(s.capacity).tokens_per_block
     if not tokens or s.failure is not None:
         return None
     detail = (f"{tokens:,} is a number of tokens, not blocks: TensorRT-LLM computed it from the memory it may use "
@@ -240,7 +241,7 @@ def _smaller_build(s: Startup, buffers_gib: float | None = None, engine_gib: flo
 
 def _buffers_gib(ref) -> float:
     """What the runtime buffers and the decoder took on a rank (0 when the log does not say)."""
-    return (ref.extras.get("runtime_buffers_gib") or 0.0) + (ref.extras.get("decoder_gib") or 0.0)
+    return (TrtRankFacts(ref).runtime_buffers_gib or 0.0) + (TrtRankFacts(ref).decoder_gib or 0.0)
 
 
 def _build_buffers(s: Startup) -> Finding | None:
@@ -249,9 +250,9 @@ def _build_buffers(s: Startup) -> Finding | None:
     ref = s.reference_rank
     if ref is None:
         return None
-    runtime, decoder = ref.extras.get("runtime_buffers_gib"), ref.extras.get("decoder_gib")
+    runtime, decoder = TrtRankFacts(ref).runtime_buffers_gib, TrtRankFacts(ref).decoder_gib
     buffers = _buffers_gib(ref)
-    engine = ref.weights_gib or (ref.extras.get("trt_managed_gpu_mib") or 0) / 1024 or None
+    engine = ref.weights_gib or (TrtRankFacts(ref).trt_managed_gpu_mib or 0) / 1024 or None
     if buffers < LARGE_CONTEXT_GIB or (engine and buffers < engine):
         return None
     parts = [f"runtime buffers {runtime:.2f} GB" if runtime else "", f"decoder {decoder:.2f} GB" if decoder else ""]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 
 from kvscope.core.startup import GIB, LedgerRow, LedgerRows, Rank, Reconciliation, Startup
+from kvscope.engines.trtllm.facts import TrtCapacityFacts, TrtRankFacts
 from kvscope.engines.trtllm.lines import POOL_NAME
 
 DEFAULT_FRACTION = 0.9  # KvCacheConfig::kDefaultGpuMemFraction
@@ -29,8 +30,8 @@ def finish(s: Startup) -> None:
     for r in s.ranks:
         _settle_pools(r)
     assumed_block = s.setting_number("tokens_per_block")  # --assume tokens_per_block=…: the engine's build setting
-    if s.capacity.extras.get("tokens_per_block") is None and assumed_block and assumed_block >= 1:
-        s.capacity.extras["tokens_per_block"] = int(assumed_block)
+    if TrtCapacityFacts(s.capacity).tokens_per_block is None and assumed_block and assumed_block >= 1:
+        TrtCapacityFacts(s.capacity).tokens_per_block = int(assumed_block)
     _capacity(s)
     _settings(s)
     _settle_failure(s)
@@ -47,20 +48,20 @@ def _settle_pools(r: Rank) -> None:
     if not pools:
         return
     final = pools[-1]
-    earlier = [p.size_gib() for p in pools[:-1]]
+    earlier = [g for p in pools[:-1] if (g := p.size_gib()) is not None]
     r.kv_pools = [p for p in r.kv_pools if p.name != POOL_NAME] + [final]
     final.name = "target"
     if earlier:
-        r.extras["estimation_kv_gib"] = earlier
-    r.extras.pop(f"{POOL_NAME}_what", None)
+        TrtRankFacts(r).estimation_kv_gib = earlier
+    TrtRankFacts(r).take(f"{POOL_NAME}_what")
 
 
 def _capacity(s: Startup) -> None:
     cap = s.capacity
-    tpb = cap.extras.get("tokens_per_block")
+    tpb = TrtCapacityFacts(cap).tokens_per_block
     if cap.kv_tokens is None and cap.num_gpu_blocks and tpb:
         cap.kv_tokens = cap.num_gpu_blocks * tpb
-        cap.extras.setdefault("derived", []).append("kv_tokens")
+        TrtCapacityFacts(cap).mark_derived("kv_tokens")
     for r in s.ranks:
         target = r.pool("target")
         if target is not None and target.tokens is None:
@@ -75,8 +76,8 @@ def _capacity(s: Startup) -> None:
     if requests:
         cap.max_running_requests = int(requests)
     ref = s.reference_rank
-    if ref is not None and ref.extras.get("kv_sizing_free_gib") is not None and ref.avail_after_weights_gib is None:
-        ref.avail_after_weights_gib = ref.extras["kv_sizing_free_gib"]
+    if ref is not None and TrtRankFacts(ref).kv_sizing_free_gib is not None and ref.avail_after_weights_gib is None:
+        ref.avail_after_weights_gib = TrtRankFacts(ref).kv_sizing_free_gib
 
 
 def _settings(s: Startup) -> None:
@@ -141,7 +142,7 @@ def fraction(s: Startup) -> tuple[float | None, str]:
 def effective_fraction(s: Startup) -> tuple[float | None, str]:
     """The logged fraction, else the one the allocation implies (snapped to the default 0.9 when it is it)."""
     frac, how = fraction(s)
-    implied = s.capacity.extras.get("implied_kv_cache_free_gpu_mem_fraction")
+    implied = TrtCapacityFacts(s.capacity).implied_kv_cache_free_gpu_mem_fraction
     if frac is None and implied is not None:
         if abs(float(implied) - DEFAULT_FRACTION) <= 0.005:
             return DEFAULT_FRACTION, f"not in the log; the allocation implies {float(implied):.3f}, i.e. the default"
@@ -156,7 +157,7 @@ def bytes_per_token(s: Startup, r: Rank) -> tuple[float | None, float | None, st
     if logged:
         return logged, logged, "logged ('kv size is …')"
     tokens = target.tokens if target else None
-    exact = s.capacity.extras.get("kv_allocated_bytes")
+    exact = TrtCapacityFacts(s.capacity).kv_allocated_bytes
     if exact and tokens:
         return exact / tokens, exact / tokens, "'Allocate N bytes for k/v cache' / tokens"
     if target is None or target.gib is None or not tokens:
@@ -190,8 +191,8 @@ def _reconcile(s: Startup) -> None:
 
 def _check_blocks(s: Startup, checks: list[str], ok: list[bool]) -> None:
     cap = s.capacity
-    tpb = cap.extras.get("tokens_per_block")
-    if not (cap.num_gpu_blocks and tpb and cap.kv_tokens) or "kv_tokens" in cap.extras.get("derived", []):
+    tpb = TrtCapacityFacts(cap).tokens_per_block
+    if not (cap.num_gpu_blocks and tpb and cap.kv_tokens) or "kv_tokens" in (TrtCapacityFacts(cap).derived or []):
         return
     good = cap.num_gpu_blocks * tpb == cap.kv_tokens
     ok.append(good)
@@ -201,7 +202,7 @@ def _check_blocks(s: Startup, checks: list[str], ok: list[bool]) -> None:
 
 def _check_exact_bytes(s: Startup, tokens: int | None, lo: float | None, hi: float | None, checks: list[str],
                        ok: list[bool]) -> None:
-    exact = s.capacity.extras.get("kv_allocated_bytes")
+    exact = TrtCapacityFacts(s.capacity).kv_allocated_bytes
     if not exact or not tokens:
         return
     good = exact % tokens == 0
@@ -213,7 +214,7 @@ def _check_exact_bytes(s: Startup, tokens: int | None, lo: float | None, hi: flo
 def _check_budget(s: Startup, r: Rank, lo: float | None, hi: float | None, checks: list[str],
                   ok: list[bool]) -> tuple[int | None, int | None]:
     """fraction × available → token range (whole blocks); or, without the fraction, the fraction implied."""
-    avail = r.extras.get("kv_sizing_free_gib")
+    avail = TrtRankFacts(r).kv_sizing_free_gib
     target = r.pool("target")
     if avail is None or target is None or target.gib is None:
         return None, None
@@ -222,14 +223,14 @@ def _check_budget(s: Startup, r: Rank, lo: float | None, hi: float | None, check
     if frac is None:
         if implied is None or not target.gib:  # a 0 GiB pool (a mangled line) implies no fraction
             return None, None
-        s.capacity.extras["implied_kv_cache_free_gpu_mem_fraction"] = round(implied, 4)
+        TrtCapacityFacts(s.capacity).implied_kv_cache_free_gpu_mem_fraction = round(implied, 4)
         near_default = abs(implied - DEFAULT_FRACTION) <= (HALF_CENT / avail + HALF_CENT / target.gib) * implied + 0.002
         checks.append(f"kv_cache_free_gpu_mem_fraction not in the log: {target.gib:.2f} / {avail:.2f} GiB available "
                       f"= {implied:.3f}" + (f", consistent with the default {DEFAULT_FRACTION}" if near_default else ""))
         if not near_default:
             return None, None
         frac, how = DEFAULT_FRACTION, "assumed: the default, as implied"
-    tpb = s.capacity.extras.get("tokens_per_block") or 1
+    tpb = TrtCapacityFacts(s.capacity).tokens_per_block or 1
     limit = s.setting_number("max_tokens_in_paged_kv_cache")
     if lo is None or hi is None:
         budget = frac * avail
@@ -279,21 +280,21 @@ def ledger_rows(s: Startup, r: Rank) -> list[LedgerRow]:
 
     add("device total", r.total_gib)
     add("free before weights", r.pre_load_free_gib)
-    engine = r.extras.get("engine_size_mib")
+    engine = TrtRankFacts(r).engine_size_mib
     add("engine (weights)" if engine else "model weights", r.weights_gib, note="'Loaded engine size'" if engine else "")
-    add("free after weights", r.avail_after_weights_gib if r.extras.get("kv_sizing_free_gib") is None else None)
-    add("execution context (activations)", r.extras.get("execution_context_gib"))
-    add("runtime buffers", r.extras.get("runtime_buffers_gib"))
-    add("decoder", r.extras.get("decoder_gib"))
+    add("free after weights", r.avail_after_weights_gib if TrtRankFacts(r).kv_sizing_free_gib is None else None)
+    add("execution context (activations)", TrtRankFacts(r).execution_context_gib)
+    add("runtime buffers", TrtRankFacts(r).runtime_buffers_gib)
+    add("decoder", TrtRankFacts(r).decoder_gib)
     add("activation peak (PyTorch profile)", r.activation_peak_gib)
     add("outside torch (NCCL, CUDA graphs)", r.non_torch_gib)
-    avail = r.extras.get("kv_sizing_free_gib")
+    avail = TrtRankFacts(r).kv_sizing_free_gib
     add("free when the KV cache was sized", avail, note="TensorRT-LLM's 'available'")
     frac, basis = effective_fraction(s)
     if avail is not None and frac is not None:
         add(f"KV budget {frac:g} × free", frac * avail, note=basis, how="derived")
     pytorch = (era(s) or "").startswith("LLM API")
-    for est in r.extras.get("estimation_kv_gib") or []:
+    for est in TrtRankFacts(r).estimation_kv_gib or []:
         if pytorch:
             add("KV pool of the estimation pass (freed)", est, note="PyTorch backend sizes twice")
         else:  # the C++ runtime sizes once: an encoder-decoder's second (cross-attention) cache, or another rank's line

@@ -4,6 +4,7 @@ findings, whatif, plan and the watch adapter."""
 from __future__ import annotations
 
 from kvscope.engines.base import Deferred, Engine, FractionBasis, Knobs, MemoryKnob, deferred
+from kvscope.engines.vllm.facts import VllmCapacityFacts, VllmRankFacts
 from kvscope.engines.vllm.lines import VLLMLines
 from kvscope.engines.vllm.rules import VLLM_WEIGHTS
 
@@ -57,5 +58,6 @@ ENGINE = Engine(
     runtime_advice=deferred("kvscope.engines.vllm.findings", "scheduler_advice"),
     weights=VLLM_WEIGHTS,
     plan_estimates=("activation peak: first-principles estimate from the config",),
+    rank_facts=VllmRankFacts, capacity_facts=VllmCapacityFacts,
     settings=SETTINGS,
 )

@@ -15,6 +15,7 @@ from kvscope.core.text import excerpt
 from kvscope.engines.base import typical_fits
 from kvscope.engines.common import held_by_earlier
 from kvscope.engines.vllm import eras, rules
+from kvscope.engines.vllm.facts import VllmCapacityFacts, VllmRankFacts
 from kvscope.engines.vllm.finish import (
     block_size,
     era_of,
@@ -62,7 +63,7 @@ def _max_len(s: Startup) -> list[Finding]:
     need = f.data.get("kv_needed_gib") or (m * bpt / GIB if m and bpt else None)
     fit = f.data.get("estimated_max_model_len") or f.data.get("kv_tokens") or f.data.get("max_model_len_fits")
     if fit is None and k is not None and _block_bytes(s):
-        exact = s.capacity.extras.get("available_kv_exact")
+        exact = VllmCapacityFacts(s.capacity).available_kv_exact
         fit = rules.max_len_that_fits(k if exact else k - rules.HALF_CENT, _block_bytes(s) or 0, block_size(s))
     inferred = " (inferred from the log; the error line itself is not in it)" if f.data.get("inferred") else ""
     title = f"Startup failed: max_model_len {m:,} does not fit in the KV cache" if m else "Startup failed: KV cache too small"
@@ -196,8 +197,7 @@ def _no_memory(s: Startup) -> Finding:
 
 def _graph_estimate(s: Startup) -> tuple[float | None, str]:
     """The largest CUDA-graph estimate any rank logged (read or derived from the advisory), and that rank."""
-    found = [(r.extras["cuda_graph_estimate_gib"], r.rank) for r in s.ranks
-             if isinstance(r.extras.get("cuda_graph_estimate_gib"), (int, float))]
+    found = [(g, r.rank) for r in s.ranks if isinstance(g := VllmRankFacts(r).cuda_graph_estimate_gib, (int, float))]
     if not found:
         return None, ""
     gib, rank = max(found)
@@ -356,12 +356,12 @@ def _util_step(s: Startup) -> Finding | None:
     if total is None or block is None or s.failure is not None:
         return None
     ref = s.reference_rank
-    if ref is not None and ref.extras.get("free_after_profile_gib") is not None:
+    if ref is not None and VllmRankFacts(ref).free_after_profile_gib is not None:
         return _util_step_of_free(s, ref, block)
     per_step = rules.tokens_per_util_step(total, block, block_size(s))
     detail = (f"Every +0.01 of gpu_memory_utilization adds 0.01 × {total:.2f} = {0.01 * total:.2f} GiB to the KV cache "
               f"(nothing else in the budget depends on it): +{per_step:,} tokens per GPU.")
-    free0 = ref.extras.get("init_free_gib") if ref else None
+    free0 = VllmRankFacts(ref).init_free_gib if ref else None
     if free0 is None or k is None or tokens is None or u is None:
         return Finding("util-step", "info", f"+0.01 gpu_memory_utilization = +{per_step:,} KV tokens", detail)
     graphs = 0.0 if era_of(s).graphs_in_budget else (ref.cuda_graph_gib or 0.0) if ref else 0.0
@@ -381,27 +381,27 @@ def _util_step(s: Startup) -> Finding | None:
 def _util_step_of_free(s: Startup, ref: Rank, block: int) -> Finding:
     """Gaudi's port: usable = util × the memory free after profiling (not × total), and the HPU-graph reserve is a
     share of that, so +0.01 of util adds 0.01 × free × (1 − reserve share) to the KV cache."""
-    free = float(ref.extras["free_after_profile_gib"])
-    reserved, usable = ref.extras.get("graph_reserved_gib"), ref.usable_gib
+    free = VllmRankFacts(ref).free_after_profile_gib or 0.0  # the caller checked it was printed
+    reserved, usable = VllmRankFacts(ref).graph_reserved_gib, ref.usable_gib
     share = 1 - reserved / usable if isinstance(reserved, (int, float)) and usable else 1.0
     step = 0.01 * free * share
     per_step = rules.blocks_for(step, block) * block_size(s)
     detail = (f"This port budgets gpu_memory_utilization × the memory free after profiling ({free:.2f} GiB), and keeps "
-              f"{1 - share:.0%} of that for {ref.extras.get('graph_kind') or 'device'} graphs: every +0.01 adds "
+              f"{1 - share:.0%} of that for {VllmRankFacts(ref).graph_kind or 'device'} graphs: every +0.01 adds "
               f"{step:.2f} GiB to the KV cache, +{per_step:,} tokens per device.")
     return Finding("util-step", "info", f"+0.01 gpu_memory_utilization = +{per_step:,} KV tokens", detail)
 
 
 def _graph_profiling(s: Startup) -> Finding | None:
     ref = s.reference_rank
-    eq = ref.extras.get("util_equivalent_without_graph_profiling") if ref else None
+    eq = VllmRankFacts(ref).util_equivalent_without_graph_profiling if ref else None
     u = util(s)
     if ref is None or eq is None or u is None:
         return None
     share = u - eq
-    g = ref.extras.get("cuda_graph_estimate_gib")
+    g = VllmRankFacts(ref).cuda_graph_estimate_gib
     size = f" ({g:.2f} GiB)" if g is not None else f" ({share:.2%} of the device)"
-    same = ref.extras.get("util_suggested_with_graph_profiling") or round(u + share, 4)
+    same = VllmRankFacts(ref).util_suggested_with_graph_profiling or round(u + share, 4)
     return Finding("cuda-graphs-in-budget", "info", f"CUDA graphs are paid from the budget: {u} behaves like {eq} used to",
                    f"Since v0.20 vLLM subtracts its CUDA-graph estimate{size} from gpu_memory_utilization × total before "
                    f"sizing the KV cache; before, graphs came out of the memory left outside the budget. The KV cache an "
@@ -410,10 +410,10 @@ def _graph_profiling(s: Startup) -> Finding | None:
 
 def _vllm_suggestion(s: Startup) -> Finding | None:
     ref = s.reference_rank
-    fit = ref.extras.get("kv_cache_memory_fit_bytes") if ref else None
+    fit = VllmRankFacts(ref).kv_cache_memory_fit_bytes if ref else None
     if fit is None or ref is None:
         return None
-    full = ref.extras.get("kv_cache_memory_full_bytes")
+    full = VllmRankFacts(ref).kv_cache_memory_full_bytes
     detail = (f"vLLM measured this startup and suggests {rules.KV_CACHE_MEMORY_FLAG} {fit:,} ({fit / GIB:.2f} GiB) to stay "
               "inside the requested budget")
     detail += f", or {full:,} ({full / GIB:.2f} GiB) to use all free memory." if full else "."
@@ -476,7 +476,7 @@ def _warnings(s: Startup) -> list[Finding]:
 
 
 def _rank_spread(s: Startup) -> Finding | None:
-    values = {r.rank: r.extras["available_kv_gib"] for r in s.ranks if r.extras.get("available_kv_gib") is not None}
+    values = {r.rank: g for r in s.ranks if (g := VllmRankFacts(r).available_kv_gib) is not None}
     if len(values) < 2:
         return None
     lo, hi = min(values, key=values.__getitem__), max(values, key=values.__getitem__)
@@ -557,7 +557,7 @@ def _capacity_meaning(s: Startup) -> Finding | None:
     m = cap.max_model_len or setting_int(s, "max_model_len")
     if not tokens and cap.max_concurrency and m and s.failure is None:
         return _concurrency_meaning(s, cap.max_concurrency, m)
-    if not tokens or s.failure is not None or s.capacity.extras.get("hybrid_layout"):
+    if not tokens or s.failure is not None or VllmCapacityFacts(s.capacity).hybrid_layout:
         return None  # a hybrid model's tokens are not one per cell: its own findings say what they hold
     seqs = setting_int(s, "max_num_seqs")
     parts: list[str | None] = [f"The KV cache holds {tokens:,} tokens in all, shared by every running request (prefix caching lets "

@@ -20,6 +20,7 @@ from kvscope.core.startup import (
 from kvscope.engines.common import ServingLoop, serving_crash
 from kvscope.engines.vllm import eras, rules
 from kvscope.engines.vllm.eras import Era
+from kvscope.engines.vllm.facts import VllmCapacityFacts, VllmRankFacts
 from kvscope.engines.vllm.layout import KvLayout, StateDtypes, kv_layout
 from kvscope.engines.vllm.rules import GIB, HALF_CENT
 from kvscope.engines.vllm.state import state
@@ -43,7 +44,7 @@ def util(s: Startup) -> float | None:
 
 
 def block_size(s: Startup) -> int:
-    device = s.capacity.extras.get("blocks_device")
+    device = VllmCapacityFacts(s.capacity).blocks_device
     return setting_int(s, "block_size") or rules.PLATFORM_BLOCK_SIZE.get(str(device), rules.DEFAULT_BLOCK_SIZE)
 
 
@@ -92,10 +93,10 @@ def era_of(s: Startup) -> Era:
 def graphs_inside(s: Startup) -> bool | None:
     """Whether this startup's CUDA-graph estimate was subtracted from the budget (None: release not pinned)."""
     ref = s.reference_rank
-    said = ref.extras.get("cuda_graph_profiling") if ref is not None else None
+    said = VllmRankFacts(ref).cuda_graph_profiling if ref is not None else None
     if isinstance(said, bool):
         return said  # the log's own advisory says whether the estimate was applied in this run
-    if ref is not None and ref.extras.get("util_equivalent_without_graph_profiling") is not None:
+    if ref is not None and VllmRankFacts(ref).util_equivalent_without_graph_profiling is not None:
         return True  # the advisory is printed only when the estimate is applied
     return state(s).graphs_inside
 
@@ -132,10 +133,10 @@ BLOCK_SIZE_GUESSES = (16, 32, 64, 128, 256, 512)  # block sizes tried when the l
 def log_hybrid(s: Startup) -> str | None:
     """What in the log says the model is a hybrid (attention + Mamba / linear attention), in words, or None."""
     cap = s.capacity
-    if cap.extras.get("padding_layers"):
-        return f"'Add {cap.extras['padding_layers']} padding layers'"
-    if cap.extras.get("hybrid_signal"):
-        return f"'{cap.extras['hybrid_signal']}'"
+    if VllmCapacityFacts(cap).padding_layers:
+        return f"'Add {VllmCapacityFacts(cap).padding_layers} padding layers'"
+    if VllmCapacityFacts(cap).hybrid_signal:
+        return f"'{VllmCapacityFacts(cap).hybrid_signal}'"
     return None
 
 
@@ -146,7 +147,7 @@ def _drop_empty_ranks(s: Startup) -> None:
     """Ranks the log gave no figure (a worker that only announced graph capture, or the engine process of a
     Ray run whose workers print everything) are not shown. A pid-labelled one is still a worker: the count
     of workers and the TP/PP labels are kept for tp_size/pp_size, and the capture flag for the failure rules."""
-    empty = [r for r in s.ranks if not r.has_figures() and set(r.extras) <= _FLAG_EXTRAS]
+    empty = [r for r in s.ranks if not r.has_figures() and set(VllmRankFacts(r).names()) <= _FLAG_EXTRAS]
     if not empty or len(empty) == len(s.ranks):
         return
     # The TP/PP labels of every rank seen, dropped ones included: a TP4 log whose TP1-3 only announced graph
@@ -157,7 +158,7 @@ def _drop_empty_ranks(s: Startup) -> None:
     if any(r.rank.startswith("pid=") for r in s.ranks):
         kept = len(s.ranks) - len(empty)
         st.workers = kept + sum(r.rank.startswith("pid=") for r in empty)
-    if any(r.extras.get("graph_capture_started") for r in empty):
+    if any(VllmRankFacts(r).graph_capture_started for r in empty):
         st.graph_capture_started = True
     s.ranks = [r for r in s.ranks if r not in empty]
 
@@ -185,7 +186,7 @@ def _total_from_oom(s: Startup) -> None:
         return
     ref = s.reference_rank or s.rank("TP0")
     ref.set_derived("total_gib", device_total)
-    ref.extras["total_from_oom"] = True
+    VllmRankFacts(ref).total_from_oom = True
 
 
 # functions only a serving step runs (the engine core's busy loop, the worker's execute_model); the startup's
@@ -257,25 +258,25 @@ def _derive_rank(s: Startup, r: Rank) -> None:
     u = util(s)
     if r.total_gib is not None and u is not None:
         r.set_derived("usable_gib", round(r.total_gib * u, 2))
-    peak = r.extras.get("peak_torch_gib")
-    if peak is not None and r.weights_gib is not None and "initial_memory_usage_gib" in r.extras:
+    peak = VllmRankFacts(r).peak_torch_gib
+    if peak is not None and r.weights_gib is not None and VllmRankFacts(r).has(VllmRankFacts.initial_memory_usage_gib):
         # v0.6.4's torch peak is absolute: it includes the weights.
         r.set_derived("activation_peak_gib", round(peak - r.weights_gib, 2))
-    model, kv = r.extras.get("hbm_used_after_model_gib"), r.extras.get("hbm_used_after_kv_gib")
-    if model is not None and kv is not None and r.extras.get("available_kv_gib") is None and kv > model:
-        r.extras["available_kv_gib"] = round(kv - model, 2)  # TPU: what the KV-cache init added to used HBM
-        r.extras["available_kv_from"] = f"HBM used after KV-cache init {kv} − after model init {model} GiB"
-    eq = r.extras.get("util_equivalent_without_graph_profiling")
-    up = r.extras.get("util_suggested_with_graph_profiling")
+    model, kv = VllmRankFacts(r).hbm_used_after_model_gib, VllmRankFacts(r).hbm_used_after_kv_gib
+    if model is not None and kv is not None and VllmRankFacts(r).available_kv_gib is None and kv > model:
+        VllmRankFacts(r).available_kv_gib = round(kv - model, 2)  # TPU: what the KV-cache init added to used HBM
+        VllmRankFacts(r).available_kv_from = f"HBM used after KV-cache init {kv} − after model init {model} GiB"
+    eq = VllmRankFacts(r).util_equivalent_without_graph_profiling
+    up = VllmRankFacts(r).util_suggested_with_graph_profiling
     total = total_gib(s, r)
-    if u is None or total is None or "cuda_graph_estimate_gib" in r.extras:
+    if u is None or total is None or VllmRankFacts(r).has(VllmRankFacts.cuda_graph_estimate_gib):
         return
     if eq is not None:
-        r.extras["cuda_graph_estimate_gib"] = round(rules.graph_gib_from_advisory(u, eq, total), 2)
-        r.extras["cuda_graph_estimate_from"] = f"({u} − {eq}) × {total:.2f} GiB (the CUDA-graph advisory)"
+        VllmRankFacts(r).cuda_graph_estimate_gib = round(rules.graph_gib_from_advisory(u, eq, total), 2)
+        VllmRankFacts(r).cuda_graph_estimate_from = f"({u} − {eq}) × {total:.2f} GiB (the CUDA-graph advisory)"
     elif up is not None and up < 1.0:  # the "from u to u + G/T" advisory (capped at 1.0: then G is unknown)
-        r.extras["cuda_graph_estimate_gib"] = round(rules.graph_gib_from_advisory(up, u, total), 2)
-        r.extras["cuda_graph_estimate_from"] = f"({up} − {u}) × {total:.2f} GiB (the CUDA-graph advisory)"
+        VllmRankFacts(r).cuda_graph_estimate_gib = round(rules.graph_gib_from_advisory(up, u, total), 2)
+        VllmRankFacts(r).cuda_graph_estimate_from = f"({up} − {u}) × {total:.2f} GiB (the CUDA-graph advisory)"
 
 
 def _per_worker_capacity(s: Startup) -> None:
@@ -304,31 +305,31 @@ def _per_worker_capacity(s: Startup) -> None:
     cap.kv_tokens = smallest
     if concurrency is not None:
         cap.max_concurrency = concurrency
-    cap.extras["kv_tokens_per_worker"] = sizes
-    cap.extras["max_concurrency_per_worker"] = [v for k, v in printed if k == "max_concurrency"]
+    VllmCapacityFacts(cap).kv_tokens_per_worker = sizes
+    VllmCapacityFacts(cap).max_concurrency_per_worker = [v for k, v in printed if k == "max_concurrency"]
 
 
 def _capacity(s: Startup) -> None:
     cap = s.capacity
     _per_worker_capacity(s)
-    per_rank = [r.extras["available_kv_gib"] for r in s.ranks if r.extras.get("available_kv_gib") is not None]
+    per_rank = [g for r in s.ranks if (g := VllmRankFacts(r).available_kv_gib) is not None]
     if per_rank:
         cap.available_kv_gib = min(per_rank)  # the engine sizes every worker by the smallest
     fixed = finite_number(s.setting("kv_cache_memory_bytes"))
     if fixed is not None:
-        cap.extras["kv_cache_memory_bytes"] = int(fixed)
+        VllmCapacityFacts(cap).kv_cache_memory_bytes = int(fixed)
         if cap.available_kv_gib is None or abs(cap.available_kv_gib - fixed / GIB) <= HALF_CENT:
             cap.available_kv_gib = fixed / GIB
-            cap.extras["available_kv_exact"] = True
+            VllmCapacityFacts(cap).available_kv_exact = True
             for r in s.ranks:  # the log rounds 4 MiB to "0.0 GiB"; the setting is exact
-                if r.extras.get("available_kv_gib") is not None:
-                    r.extras["available_kv_gib"] = fixed / GIB
+                if VllmRankFacts(r).available_kv_gib is not None:
+                    VllmRankFacts(r).available_kv_gib = fixed / GIB
     if cap.max_model_len is None and setting_int(s, "max_model_len"):
         cap.max_model_len = setting_int(s, "max_model_len")
     if cap.kv_tokens is None and cap.num_gpu_blocks is not None and not _blocks_overflow_failed(s):
         cap.kv_tokens = cap.num_gpu_blocks * block_size(s)
-        cap.extras["kv_tokens_derived"] = f"num_gpu_blocks {cap.num_gpu_blocks:,} × block_size {block_size(s)}"
-    est = cap.extras.get("estimated_max_model_len")
+        VllmCapacityFacts(cap).kv_tokens_derived = f"num_gpu_blocks {cap.num_gpu_blocks:,} × block_size {block_size(s)}"
+    est = VllmCapacityFacts(cap).estimated_max_model_len
     if s.failure is not None and est is not None:
         s.failure.data.setdefault("estimated_max_model_len", est)
 
@@ -337,9 +338,9 @@ def _capacity(s: Startup) -> None:
 
 
 def _capture_unfinished(s: Startup) -> bool:
-    started = any(r.extras.get("graph_capture_started") for r in s.ranks) or bool(
+    started = any(VllmRankFacts(r).graph_capture_started for r in s.ranks) or bool(
         state(s).graph_capture_started)
-    done = any(r.extras.get("graph_capture_done") for r in s.ranks) or s.capacity.extras.get("ready")
+    done = any(VllmRankFacts(r).graph_capture_done for r in s.ranks) or VllmCapacityFacts(s.capacity).ready
     return started and not done
 
 
@@ -354,7 +355,7 @@ def _refine_failure(s: Startup, era: Era, arch: Architecture | None) -> None:
         if f.kind == "cuda-oom" and _capture_unfinished(s):
             f.data["phase"] = "CUDA graph capture"
             f.kind = "oom-cuda-graph"
-        elif f.kind == "exception" and any(r.extras.get("died_in_capture") for r in s.ranks):
+        elif f.kind == "exception" and any(VllmRankFacts(r).died_in_capture for r in s.ranks):
             f.data.pop("engine_init", None)
             f.data.update(phase="CUDA graph capture", inferred=True)
             f.kind = "oom-cuda-graph"
@@ -560,7 +561,7 @@ def _printed_consistency(s: Startup, era: Era, arch: Architecture | None, checks
             size, low, high = next(((b, lo_, hi_) for b, lo_, hi_ in fits if lo_ <= est <= hi_), fits[0])
             ok = low <= est <= high
             how = f" with block_size {size} (not in the log)" if ok and size != bs else ""
-            if not ok and cap.extras.get("hybrid_signal"):
+            if not ok and VllmCapacityFacts(cap).hybrid_signal:
                 # a hybrid (Mamba) model's state is per request, not per token: the estimate is not linear
                 checks.append(f"estimated max length: {avail} GiB / that ≈ {low:,}–{high:,} tokens, log prints {est:,} "
                               "(hybrid model: per-request state, not checked)")
@@ -580,7 +581,7 @@ def _budget_checks(s: Startup, era: Era, checks: list[str], verdicts: list[bool]
     r = s.reference_rank
     if r is None:
         return
-    k = r.extras.get("available_kv_gib")
+    k = VllmRankFacts(r).available_kv_gib
     budget = r.usable_gib
     if k is None or budget is None:
         return
@@ -594,7 +595,7 @@ def _budget_checks(s: Startup, era: Era, checks: list[str], verdicts: list[bool]
     shown = " − ".join(f"{t:.2f}" for t in terms)
     checks.append(f"budget: {budget:.2f} − {shown} ({' + '.join(names)}) = {rest:.2f} GiB, log prints K = {k:.2f} → "
                   f"{'matches' if ok else 'DOES NOT match'}")
-    fit = r.extras.get("kv_cache_memory_fit_bytes")
+    fit = VllmRankFacts(r).kv_cache_memory_fit_bytes
     non_kv = sum(t for t, n in zip(terms, names, strict=True) if n != "CUDA graphs")
     graphs = r.cuda_graph_gib
     if fit and graphs is not None:
@@ -607,16 +608,16 @@ def _budget_checks(s: Startup, era: Era, checks: list[str], verdicts: list[bool]
 
 def budget_terms(r: Rank) -> tuple[list[float], list[str]]:
     """Non-KV terms the log printed for this rank, in the order vLLM subtracts them."""
-    x = r.extras
-    if x.get("peak_torch_gib") is not None and r.non_torch_gib is not None:  # v0.6.4: absolute peak
-        return [x["peak_torch_gib"], r.non_torch_gib], ["torch peak (incl. weights)", "non-torch"]
-    if x.get("consumed_gib") is not None and r.activation_peak_gib is not None:  # v0.28+
-        return [x["consumed_gib"], r.activation_peak_gib], ["consumed", "peak activation (incl. graph estimate)"]
+    x = VllmRankFacts(r)
+    if x.peak_torch_gib is not None and r.non_torch_gib is not None:  # v0.6.4: absolute peak
+        return [x.peak_torch_gib, r.non_torch_gib], ["torch peak (incl. weights)", "non-torch"]
+    if x.consumed_gib is not None and r.activation_peak_gib is not None:  # v0.28+
+        return [x.consumed_gib, r.activation_peak_gib], ["consumed", "peak activation (incl. graph estimate)"]
     if None in (r.weights_gib, r.activation_peak_gib, r.non_torch_gib) or "activation_peak_gib" in r.derived:
         return [], []
     terms = [r.weights_gib, r.activation_peak_gib, r.non_torch_gib]
     names = ["weights", "activation", "non-torch"]
-    if x.get("kv_cache_memory_fit_bytes") is not None and r.cuda_graph_gib is not None:
+    if x.kv_cache_memory_fit_bytes is not None and r.cuda_graph_gib is not None:
         terms.append(r.cuda_graph_gib)
         names.append("CUDA graphs")
     return [t for t in terms if t is not None], names
@@ -650,12 +651,12 @@ def _architecture_check(s: Startup, era: Era, arch: Architecture, where: str, ch
     if k is None:
         _derive_kv_from_blocks(s, plan, checks)
         return rec
-    logged = cap.kv_tokens if cap.kv_tokens is not None and "kv_tokens_derived" not in cap.extras else None
+    logged = cap.kv_tokens if cap.kv_tokens is not None and not VllmCapacityFacts(cap).has(VllmCapacityFacts.kv_tokens_derived) else None
     blocks_logged = cap.num_gpu_blocks
     if logged is None and blocks_logged is None:
         if (plan.hybrid or plan.mamba is not None) and not cap.max_model_len:
             return rec
-        lo, hi = _predict(s, era, plan, k, bool(cap.extras.get("available_kv_exact")))
+        lo, hi = _predict(s, era, plan, k, bool(VllmCapacityFacts(cap).available_kv_exact))
         rec.kv_tokens_low, rec.kv_tokens_high = lo.tokens, hi.tokens
         checks.append(f"K = {gib(k)} → {lo.tokens:,}–{hi.tokens:,} tokens (not printed in the log)")
         return rec
@@ -666,7 +667,7 @@ def _architecture_check(s: Startup, era: Era, arch: Architecture, where: str, ch
         option = kv_plan(s, arch, extra, n_spec, prefix)
         if option is None:
             continue
-        lo, hi = _predict(s, era, option, k, bool(cap.extras.get("available_kv_exact")))
+        lo, hi = _predict(s, era, option, k, bool(VllmCapacityFacts(cap).available_kv_exact))
         inside = (logged is None or lo.tokens <= logged <= hi.tokens) and (
             blocks_logged is None or lo.blocks <= blocks_logged <= hi.blocks)
         if matched is None or inside:
@@ -689,7 +690,7 @@ def _architecture_check(s: Startup, era: Era, arch: Architecture, where: str, ch
         if inside:
             _keep_mamba_layout(s, era, option.mamba, n_spec, prefix, lo.blocks, hi.blocks)
     if extra and inside:
-        cap.extras["draft_kv_layers"] = extra
+        VllmCapacityFacts(cap).draft_kv_layers = extra
         rec.method = rec.method.replace(f"× {plan.layers} layers", f"× {option.layers} layers ({label})")
         rec.method += "; the printed count matches only with the draft layer included"
     return rec
@@ -733,7 +734,7 @@ def _keep_mamba_layout(s: Startup, era: Era, layout: rules.MambaLayout, n_spec: 
     m = cap.max_model_len or 0
     blocks = next((b for b in range(low, high + 1) if cap.kv_tokens is not None and m
                    and rules.mamba_capacity_of_blocks(b, layout, m, era.capacity_rule).tokens == cap.kv_tokens), None)
-    cap.extras["hybrid_layout"] = {"mamba_cache_mode": layout.mode, "block_size": layout.block_size,
+    VllmCapacityFacts(cap).hybrid_layout = {"mamba_cache_mode": layout.mode, "block_size": layout.block_size,
                                    "page_bytes": layout.page_bytes, "group_size": layout.group_size,
                                    "draft_tokens": n_spec, "prefix_caching": bool(prefix) if prefix is not None
                                    else layout.mode != "none", "num_gpu_blocks": cap.num_gpu_blocks or blocks}
@@ -771,7 +772,7 @@ def _derive_kv_from_blocks(s: Startup, plan: KvLayout, checks: list[str]) -> Non
         # enlarged to hold a state, and ≥0.22 logs concurrency × max_model_len), so no K follows from them
         return
     gib = blocks * plan.block_bytes(bs) / GIB
-    cap.extras["available_kv_gib_derived"] = round(gib, 2)
+    VllmCapacityFacts(cap).available_kv_gib_derived = round(gib, 2)
     checks.append(f"K not printed; {blocks:,} blocks × {plan.block_bytes(bs):,} B = {gib:.2f} GiB (derived)")
 
 
@@ -781,9 +782,9 @@ def _implied(s: Startup, checks: list[str]) -> Reconciliation | None:
     k = cap.available_kv_gib
     tokens = cap.kv_tokens
     f = s.failure
-    if k and tokens and "kv_tokens_derived" not in cap.extras:
+    if k and tokens and not VllmCapacityFacts(cap).has(VllmCapacityFacts.kv_tokens_derived):
         blocks = tokens // bs
-        lo, hi = rules.implied_block_bytes(k, blocks, 0.0 if cap.extras.get("available_kv_exact") else HALF_CENT)
+        lo, hi = rules.implied_block_bytes(k, blocks, 0.0 if VllmCapacityFacts(cap).available_kv_exact else HALF_CENT)
         mid = round((lo + hi) / 2 / bs)
         checks.insert(0, f"{gib(k)} for {tokens:,} tokens → {lo / bs:,.0f}–{hi / bs:,.0f} B per token per worker "
                          "(architecture unknown: give --model to check it)")
@@ -812,12 +813,12 @@ def _pools(s: Startup, arch: Architecture | None) -> None:
     if dtype in (None, "auto"):
         dtype = s.setting("dtype") or (arch.torch_dtype if arch else None)
     for r in s.ranks:
-        gib = r.extras.get("available_kv_gib")
+        gib = VllmRankFacts(r).available_kv_gib
         if gib is None or r.pool("target") is not None:
             continue
         r.kv_pools.append(KvPool(name="target", tokens=cap.kv_tokens, gib=gib, dtype=str(dtype) if dtype else None))
     ref = s.reference_rank
-    derived = cap.extras.get("available_kv_gib_derived")
+    derived = VllmCapacityFacts(cap).available_kv_gib_derived
     if ref is not None and derived is not None and ref.pool("target") is None:
         ref.kv_pools.append(KvPool(name="target", tokens=cap.kv_tokens, gib=derived, dtype=str(dtype) if dtype else None))
 
@@ -842,30 +843,30 @@ def ledger_rows(s: Startup, r: Rank, era: Era) -> list[LedgerRow]:  # noqa: C901
     else:
         add(f"budget = total × gpu_memory_utilization {u if u is not None else '?'}", budget, "usable_gib",
             "a fraction of the device total, never of free memory")
-    x = r.extras
+    x = VllmRankFacts(r)
     inside = graphs_inside(s)
-    estimate = x.get("cuda_graph_estimate_gib")
-    if x.get("peak_torch_gib") is not None:
-        add("torch peak during profiling (absolute, includes weights)", x["peak_torch_gib"])
+    estimate = x.cuda_graph_estimate_gib
+    if x.peak_torch_gib is not None:
+        add("torch peak during profiling (absolute, includes weights)", x.peak_torch_gib)
         add("  of which model weights", r.weights_gib, "weights_gib")
         add("  of which activation peak", r.activation_peak_gib, "activation_peak_gib")
         add("non-torch memory", r.non_torch_gib, "non_torch_gib",
             "counts every process on the GPU in this release" if era.others_charged else "")
-    elif x.get("consumed_gib") is not None:
-        add("consumed during load + profile (weights + non-torch)", x["consumed_gib"])
+    elif x.consumed_gib is not None:
+        add("consumed during load + profile (weights + non-torch)", x.consumed_gib)
         add("  of which model weights", r.weights_gib, "weights_gib")
         add("peak activation + CUDA-graph estimate", r.activation_peak_gib, "activation_peak_gib")
-        add("  of which CUDA-graph estimate", estimate, how="derived" if "cuda_graph_estimate_from" in x else "read")
+        add("  of which CUDA-graph estimate", estimate, how="derived" if x.has(VllmRankFacts.cuda_graph_estimate_from) else "read")
     else:
         add("model weights", r.weights_gib, "weights_gib")
         add("activation peak (profile run)", r.activation_peak_gib, "activation_peak_gib")
         add("non-torch memory (context growth, NCCL, cuBLAS)", r.non_torch_gib, "non_torch_gib")
         where = {True: "inside the budget", False: "not subtracted", None: "subtracted from v0.20 on"}[inside]
-        add(f"CUDA graphs (estimate) — {where}", estimate, how="derived" if "cuda_graph_estimate_from" in x else "read")
-    kv = x.get("available_kv_gib")
+        add(f"CUDA graphs (estimate) — {where}", estimate, how="derived" if x.has(VllmRankFacts.cuda_graph_estimate_from) else "read")
+    kv = x.available_kv_gib
     add("KV cache", kv, note="as logged")
     terms, names = budget_terms(r)
-    if budget is not None and kv is None and terms and "kv_cache_memory_fit_bytes" in x:
+    if budget is not None and kv is None and terms and x.has(VllmRankFacts.kv_cache_memory_fit_bytes):
         non_kv = sum(t for t, n in zip(terms, names, strict=True) if n != "CUDA graphs")
         add("left for KV" + (" and the CUDA-graph estimate" if inside is not False else ""), budget - non_kv,
             how="derived", note="budget − the terms above (this log line does not print K)")

@@ -11,7 +11,9 @@ from kvscope.core.errors import WatchError
 from kvscope.engines.watch_base import (
     Capacity,
     Reading,
+    ReadingFacts,
     ServerClient,
+    WatchCapacityFacts,
     _finite,
     _group,
     _int,
@@ -59,7 +61,7 @@ class VLLMAdapter:
             if "enable_prefix_caching" in labels:
                 cap.prefix_caching = labels["enable_prefix_caching"] == "True"
             if cap.engines > 1 and cap.num_gpu_blocks is not None:
-                cap.extras["num_gpu_blocks_per_engine"] = cap.num_gpu_blocks
+                WatchCapacityFacts(cap).num_gpu_blocks_per_engine = cap.num_gpu_blocks
         cap.kv_tokens = sum(tokens) if tokens else None
         self._models(client, cap)
         self._version(client, cap)
@@ -69,7 +71,7 @@ class VLLMAdapter:
         try:
             data = client.get_json("/v1/models")
         except WatchError as exc:  # auxiliary: vLLM guards /v1 with --api-key but not /metrics
-            cap.extras.setdefault("unread", []).append(exc.message)
+            WatchCapacityFacts(cap).note_unread(exc.message)
             return
         models = data.get("data") if isinstance(data, dict) else None
         if isinstance(models, list) and models and isinstance(models[0], dict):
@@ -81,7 +83,7 @@ class VLLMAdapter:
         try:
             data = client.get_json("/version")
         except WatchError as exc:
-            cap.extras.setdefault("unread", []).append(exc.message)
+            WatchCapacityFacts(cap).note_unread(exc.message)
             return
         if isinstance(data, dict) and isinstance(data.get("version"), str):
             cap.version = data["version"]
@@ -106,7 +108,7 @@ class VLLMAdapter:
             r.prefix_hit_rate = _max(metrics.get("vllm:gpu_prefix_cache_hit_rate"))
         swapped = _sum(metrics.get("vllm:num_requests_swapped"))
         if swapped is not None:
-            r.extras["swapped"] = _int(swapped)
+            ReadingFacts(r).swapped = _int(swapped)
         return r
 
 

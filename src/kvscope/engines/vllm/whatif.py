@@ -14,6 +14,7 @@ from typing import Any
 from kvscope.core.startup import Startup, finite_number
 from kvscope.engines.vllm import finish as vfinish
 from kvscope.engines.vllm import rules as vrules
+from kvscope.engines.vllm.facts import VllmCapacityFacts
 from kvscope.engines.whatif_base import (
     PredictionError,
     Scenario,
@@ -101,7 +102,7 @@ def calibrate(s: Startup) -> VllmCalibration:
                      f"{mamba.attn_groups + mamba.mamba_groups} groups of {mamba.group_size} layers, "
                      f"mamba_cache_mode '{mamba.mode}'")
     elif plan is not None and not plan.hybrid and not plan.linear:
-        extra = cap.extras.get("draft_kv_layers")
+        extra = VllmCapacityFacts(cap).draft_kv_layers
         if isinstance(extra, int) and extra and arch is not None:
             plan = vfinish.kv_plan(s, arch, extra) or plan  # the draft layer the log's block count matched
         block_bytes = float(plan.block_bytes(bs))
@@ -170,10 +171,10 @@ def finite(*values: Any) -> float | None:
 
 def _mamba_layout(s: Startup, arch: Any) -> vrules.MambaLayout | None:
     """The hybrid layout explain matched to the log (its draft tokens and prefix caching), if any."""
-    kept = s.capacity.extras.get("hybrid_layout")
+    kept = VllmCapacityFacts(s.capacity).hybrid_layout
     if arch is None or not isinstance(kept, dict):
         return None
-    extra = s.capacity.extras.get("draft_kv_layers")
+    extra = VllmCapacityFacts(s.capacity).draft_kv_layers
     plan = vfinish.kv_plan(s, arch, extra if isinstance(extra, int) else 0, int(kept.get("draft_tokens") or 0),
                            bool(kept.get("prefix_caching")))
     return plan.mamba if plan is not None else None
@@ -182,7 +183,7 @@ def _mamba_layout(s: Startup, arch: Any) -> vrules.MambaLayout | None:
 def _logged_blocks(cap: Any, mamba: vrules.MambaLayout | None, bs: int) -> int | None:
     """Blocks behind a logged token count: tokens // block_size, or for a hybrid the count explain found."""
     if mamba is not None:
-        kept = cap.extras.get("hybrid_layout") or {}
+        kept = VllmCapacityFacts(cap).hybrid_layout or {}
         return kept.get("num_gpu_blocks")
     return cap.kv_tokens // bs if cap.kv_tokens else None
 
