@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvscope.core.facts import CapacityFacts, RankFacts
+from kvscope.core.provenance import Figure, How, SourceRef
 
 GIB = 1 << 30
 
@@ -54,15 +55,6 @@ def finite_number(value: Any) -> float | None:
 
 
 @dataclass
-class SourceRef:
-    """Where a figure came from, so reports can quote the line."""
-
-    file: str
-    line_no: int
-    text: str
-
-
-@dataclass
 class KvPool:
     """One KV (or state) pool on one rank, as logged."""
 
@@ -89,7 +81,7 @@ class LedgerRow:
 
     item: str
     gib: float | None
-    how: str  # "read" | "derived" | "estimated"
+    how: How
     note: str = ""
 
 
@@ -126,13 +118,21 @@ class Rank:
                       "cuda_graph_gib", "avail_at_ready_gib")
         )
 
-    def how(self, key: str) -> str:
-        """Where a rank field's value came from, in one place: "assumed" (the user's --assume), "derived"
-        (kvscope computed it) or "read" (the log printed it). The JSON's ``derived`` list names every field not
+    def how(self, key: str) -> How:
+        """Where a rank field's value came from, in one place: assumed (the user's --assume), derived
+        (kvscope computed it) or read (the log printed it). The JSON's ``derived`` list names every field not
         read, assumed ones included, as the contract says; the ledger and the reports say which of the two."""
         if key in (RankFacts(self).assumed or ()):
-            return "assumed"
-        return "derived" if key in self.derived else "read"
+            return How.ASSUMED
+        return How.DERIVED if key in self.derived else How.READ
+
+    def figure(self, key: str) -> Figure | None:
+        """A rank field with its provenance: the value, how it was known and the log line that printed it."""
+        value = getattr(self, key)
+        if value is None:
+            return None
+        how = self.how(key)
+        return Figure(value, how, self.sources.get(key) if how is How.READ else None)
 
     def set_derived(self, key: str, value: float | None) -> None:
         """Fill a contract field kvscope computed (never overwrites a read figure)."""
@@ -146,16 +146,16 @@ class Rank:
 class LedgerRows:
     """A rank's ledger as an engine's finish step writes it, top to bottom. A figure that is None
     makes no row; a row says where the rank field ``key`` came from (``Rank.how``: read, derived or
-    assumed), unless ``how`` names it ("assumed", "derived", "estimated")."""
+    assumed), unless ``how`` names it (assumed, derived, estimated)."""
 
     def __init__(self, rank: Rank) -> None:
         self.rank = rank
         self.rows: list[LedgerRow] = []
 
-    def add(self, item: str, gib: float | None, key: str | None = None, note: str = "", how: str | None = None) -> None:
+    def add(self, item: str, gib: float | None, key: str | None = None, note: str = "", how: How | None = None) -> None:
         if gib is None:
             return
-        kind = how or (self.rank.how(key) if key else "read")
+        kind = how or (self.rank.how(key) if key else How.READ)
         self.rows.append(LedgerRow(item, gib, kind, note))
 
 

@@ -11,9 +11,10 @@ and no sample is taken by an earlier row of the same engine.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from kvscope.core.versions import Version
 from kvscope.engines.base import Parsed
 
 CORPUS = "corpus"  # the sample is a line of a real log under tests/fixtures
@@ -32,6 +33,46 @@ class Shape:
     releases: str
     sample: str
     sample_from: str = CORPUS  # else where the wording is quoted from (a source file of the engine)
+
+    @property
+    def release_range(self) -> tuple[Version, Version | None] | None:
+        """The releases column as (first, last) versions (last None: up to the newest); None for "all" and
+        "undated", which date nothing. A two-part bound covers its whole minor series ("0.10" → 0.10.0–0.10.99)."""
+        return release_range(self.releases)
+
+
+_RELEASE_BOUND = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?$")
+
+
+def release_range(releases: str) -> tuple[Version, Version | None] | None:
+    first, sep, last = releases.partition("–")
+    low = _RELEASE_BOUND.match(first)
+    if not sep or not low:
+        return None
+    high = _RELEASE_BOUND.match(last) if last else None
+    start: Version = (int(low.group(1)), int(low.group(2)), int(low.group(3) or 0))
+    end: Version | None = (int(high.group(1)), int(high.group(2)), int(high.group(3) or 99)) if high else None
+    return start, end
+
+
+def dated_rows_seen(tables: Iterable[Shapes], texts: Iterable[str]) -> list[Shape]:
+    """The rows with a dated releases column that took one of ``texts`` (a startup's evidence lines), once each,
+    in table order: the era clues the shape tables themselves give. A line counts for the row that would read it
+    (the first matching row that does not decline it; every matching row of an ``every`` table)."""
+    lines = list(texts)
+    seen: dict[str, Shape] = {}
+    for table in tables:
+        for text in lines:
+            for shape in table.rows:
+                m = shape.pattern.search(text)
+                if not m or shape.build(m, text) is None:
+                    continue
+                if shape.release_range is not None:
+                    seen.setdefault(shape.name, shape)
+                if not table.every:
+                    break
+    order = [s.name for table in tables for s in table.rows]
+    return sorted(seen.values(), key=lambda s: order.index(s.name))
 
 
 @dataclass(frozen=True)

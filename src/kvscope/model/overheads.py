@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvscope.core.errors import InputError
+from kvscope.core.provenance import Figure, How
 from kvscope.core.text import did_you_mean
 from kvscope.model.catalog import gpu_short_names, gpus, match_gpus, pick_gpu
 
@@ -68,15 +69,6 @@ NVSWITCH_COMMS_GIB = {2: NCCL_TP2_GIB, 4: NCCL_NVSWITCH_TP4_GIB, 8: 2.01}  # H20
 
 
 @dataclass
-class Figure:
-    """One number of the basis and where it comes from."""
-
-    gib: float
-    how: str  # measured | reported | estimated | assumed | given
-    source: str = ""  # where a borrowed figure comes from, in words
-
-
-@dataclass
 class BudgetBasis:
     """A GPU's memory as an engine sees it, step by step, all in GiB."""
 
@@ -102,11 +94,11 @@ class BudgetBasis:
     @property
     def free_before_weights_gib(self) -> float:
         """SGLang's F (and vLLM ≥ 0.11's snapshot): torch total − CUDA context − NCCL."""
-        return self.torch_total.gib - self.cuda_context.gib - self.nccl.gib
+        return self.torch_total.value - self.cuda_context.value - self.nccl.value
 
     def as_dict(self) -> dict[str, Any]:
         def fig(f: Figure) -> dict[str, Any]:
-            return {"gib": f.gib, "how": f.how, **({"source": f.source} if f.source else {})}
+            return {"gib": f.value, "how": f.how, **({"source": f.source} if f.source else {})}
 
         return {"gpu": self.gpu, "nvidia_smi_total_mib": self.nvidia_smi_total_mib,
                 "nvidia_smi_total_gib": self.smi_total_gib, "torch_total": fig(self.torch_total),
@@ -118,12 +110,12 @@ class BudgetBasis:
 def _torch_total(g: dict[str, Any], smi_mib: int) -> Figure:
     """torch total_memory: exact bytes if known, else a reported figure, else nvidia-smi − scaled H200 slice."""
     if g.get("torch_total_bytes"):
-        how = "measured" if g.get("nvidia_smi_reserved_mib") else "reported"
+        how = How.MEASURED if g.get("nvidia_smi_reserved_mib") else How.REPORTED
         return Figure(g["torch_total_bytes"] / GIB, how)
     if g.get("torch_total_gib_reported"):
-        return Figure(float(g["torch_total_gib_reported"]), "reported")
+        return Figure(float(g["torch_total_gib_reported"]), How.REPORTED)
     reserved = smi_mib * H200_RESERVED_MIB / H200_SMI_MIB
-    return Figure((smi_mib - reserved) * MIB / GIB, "assumed")
+    return Figure((smi_mib - reserved) * MIB / GIB, How.ASSUMED)
 
 
 def _at_or_below(table: dict[int, float], tp_world: int) -> tuple[int, float] | None:
@@ -140,29 +132,29 @@ def nccl_gib(tp_world: int, nvswitch: bool = False, entry: dict[str, Any] | None
     kind's own winning a tie; a figure reported only at a larger TP is never carried down.
     """
     if tp_world <= 1:
-        return Figure(0.0, "measured")
+        return Figure(0.0, How.MEASURED)
     own_table = {int(k): float(v) for k, v in ((entry or {}).get("comms_gib_reported") or {}).items()}
     own = _at_or_below(own_table, tp_world)
     table = NVSWITCH_COMMS_GIB if nvswitch else PCIE_COMMS_GIB
     key, gib = _at_or_below(table, tp_world) or (2, table[2])
     if own and own[0] >= key:
-        return Figure(own[1], "reported" if own[0] == tp_world else "assumed", f"this GPU kind's report at TP{own[0]}")
+        return Figure(own[1], How.REPORTED if own[0] == tp_world else How.ASSUMED, f"this GPU kind's report at TP{own[0]}")
     source = f"{'NVSwitch (H200)' if nvswitch else 'no-NVSwitch (PCIe)'} figure at TP{key}"
     h200 = nvswitch and (entry or {}).get("nvidia_smi_reserved_mib") is not None  # the class figures' own kind
     if not h200 or key != tp_world:
-        return Figure(gib, "assumed", source)
-    return Figure(gib, "measured" if key == 2 else "reported", source)
+        return Figure(gib, How.ASSUMED, source)
+    return Figure(gib, How.MEASURED if key == 2 else How.REPORTED, source)
 
 
 def cuda_context_gib(entry: dict[str, Any], measured_kind: bool) -> Figure:
     """The CUDA context: measured on the H200; else the fixed part plus this kind's local memory."""
     if measured_kind:
-        return Figure(CUDA_CONTEXT_GIB, "measured")
+        return Figure(CUDA_CONTEXT_GIB, How.MEASURED)
     threads = MAX_THREADS_PER_SM.get(str(entry.get("compute_capability") or ""))
     sms = entry.get("sm_count")
     if not threads or not sms:
-        return Figure(CUDA_CONTEXT_GIB, "assumed")
-    return Figure(CONTEXT_BASE_GIB + int(sms) * threads * STACK_BYTES_PER_THREAD / GIB, "estimated")
+        return Figure(CUDA_CONTEXT_GIB, How.ASSUMED)
+    return Figure(CONTEXT_BASE_GIB + int(sms) * threads * STACK_BYTES_PER_THREAD / GIB, How.ESTIMATED)
 
 
 def nvswitch_kind(entry: dict[str, Any]) -> bool:
@@ -205,13 +197,13 @@ def budget_basis(gpu: str, tp_world: int, overrides: dict[str, Any] | None = Non
     start = nccl_gib(tp_world, nvswitch, entry)
     basis = BudgetBasis(
         label, smi_mib, _torch_total(entry, smi_mib), cuda_context_gib(entry, measured_kind), start,
-        Figure(CUBLAS_GIB, "measured" if measured_kind else "assumed"),
+        Figure(CUBLAS_GIB, How.MEASURED if measured_kind else How.ASSUMED),
         nccl_after_profile=_profile_nccl(tp_world, nvswitch, start),
     )
     for key, attr in (("torch_total_gib", "torch_total"), ("cuda_context_gib", "cuda_context"),
                       ("nccl_gib", "nccl"), ("cublas_gib", "cublas")):
         if overrides.get(key) is not None:
-            setattr(basis, attr, Figure(float(overrides[key]), "given"))
+            setattr(basis, attr, Figure(float(overrides[key]), How.GIVEN))
             if key == "nccl_gib":
                 basis.nccl_after_profile = None
     basis.notes += _basis_notes(basis, tp_world, measured_kind)
@@ -223,9 +215,9 @@ def _profile_nccl(tp_world: int, nvswitch: bool, start: Figure) -> Figure | None
     NVSwitch machines at TP ≥ 4, where it exceeds the start-up figure ``start``; None elsewhere."""
     if not nvswitch or tp_world < 4:
         return None
-    if start.gib >= NCCL_NVSWITCH_TP4_GIB:
+    if start.value >= NCCL_NVSWITCH_TP4_GIB:
         return None
-    return Figure(NCCL_NVSWITCH_TP4_GIB, "reported" if tp_world == 4 else "assumed",
+    return Figure(NCCL_NVSWITCH_TP4_GIB, How.REPORTED if tp_world == 4 else How.ASSUMED,
                   "vLLM's own TP4 report on an H200 (NCCL start to the end of its profile run)")
 
 
@@ -236,15 +228,15 @@ def _basis_notes(basis: BudgetBasis, tp_world: int, measured_kind: bool) -> list
         notes.append("torch total assumed: nvidia-smi total less a slice scaled from the H200's 616 MiB "
                      "(consumer cards lose 0.4–0.5 GiB); expect ±0.3 GiB, or give --set torch_total_gib=…")
     if basis.cuda_context.how == "estimated":
-        notes.append(f"CUDA context {basis.cuda_context.gib:.2f} GiB estimated from this GPU's SM count "
+        notes.append(f"CUDA context {basis.cuda_context.value:.2f} GiB estimated from this GPU's SM count "
                      "(fixed part + per-thread local memory; within 0.07 GiB of seven public SGLang logs on six "
                      "GPU kinds)")
     elif not measured_kind and basis.cuda_context.how == "assumed":
         notes.append("CUDA context carried over from the H200 measurement (SM count unknown for this GPU kind)")
     if tp_world > 1 and basis.nccl.how != "given":
-        notes.append(f"communicators at {tp_world} ranks: {basis.nccl.gib:.2f} GiB ({basis.nccl.how}: "
+        notes.append(f"communicators at {tp_world} ranks: {basis.nccl.value:.2f} GiB ({basis.nccl.how}: "
                      f"{basis.nccl.source or 'start-up figure'})")
     if basis.nccl_after_profile:
-        notes.append(f"vLLM ≤ 0.10 charges {basis.nccl_after_profile.gib:.2f} GiB of communicator memory instead "
+        notes.append(f"vLLM ≤ 0.10 charges {basis.nccl_after_profile.value:.2f} GiB of communicator memory instead "
                      f"({basis.nccl_after_profile.source})")
     return notes

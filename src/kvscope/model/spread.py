@@ -1,6 +1,6 @@
 """How far a plan's KV figure can be off: each unlogged input's spread, from the evidence behind it.
 
-A plan adds up figures of different standing (``overheads.Figure.how``: measured, reported,
+A plan adds up figures of different standing (``core.provenance.Figure.how``: measured, reported,
 estimated, assumed, given). Each gets a half-width in GiB from what public logs showed about that
 kind of figure; independent errors add in quadrature (root sum of squares), and the KV memory's
 half-width becomes a token range. Settings are not in it: a plan answers for the settings it shows,
@@ -36,7 +36,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvscope.model.overheads import BudgetBasis, Figure
+from kvscope.core.provenance import Figure
+from kvscope.model.overheads import BudgetBasis
 from kvscope.model.weights import KEPT_SCALES_COMPONENT
 
 TORCH_TOTAL = {"measured": 0.0, "given": 0.0, "reported": 0.03, "estimated": 0.10, "assumed": 0.15}
@@ -71,7 +72,7 @@ class Spread:
 
 
 def _fig(table: dict[str, float], figure: Figure) -> float:
-    return table.get(figure.how, max(table.values())) if figure.gib else 0.0
+    return table.get(figure.how, max(table.values())) if figure.value else 0.0
 
 
 def weights_spread(weights: dict[str, Any]) -> float:

@@ -48,6 +48,7 @@ from kvscope.analysis.curve import (
     whatif_rows,
 )
 from kvscope.core.facts import CapacityFacts, RankFacts
+from kvscope.core.provenance import How
 from kvscope.core.startup import CAPACITY_FIELDS, Rank, SourceRef, Startup
 from kvscope.render.json_out import _clean  # no NaN/inf: JSON.parse in the page would reject them
 
@@ -95,6 +96,22 @@ FIELD_LABELS = {
 
 RANK_COLUMNS = ("pre_load_free_gib", "weights_gib", "avail_after_weights_gib", "avail_after_pool_gib",
                 "cuda_graph_gib", "avail_at_ready_gib")
+# A figure the log did not print is marked in every rank table by how it was known (Rank.figure: the one
+# provenance the ledger's "how" column also shows), and each report's legend names only the marks it uses.
+MARKS = {How.DERIVED: "*", How.ASSUMED: "†"}
+MARK_MEANING = {How.DERIVED: "derived by kvscope, not printed in the log",
+                How.ASSUMED: "assumed: given with --assume, not printed in the log"}
+
+
+def mark(r: Rank, key: str) -> str:
+    fig = r.figure(key)
+    return MARKS.get(fig.how, "") if fig is not None else ""
+
+
+def mark_legend(s: Startup, columns: tuple[str, ...] = RANK_COLUMNS) -> list[tuple[str, str]]:
+    """(mark, meaning) for each mark some rank's figure in ``columns`` carries, in MARKS order."""
+    used = {mark(r, k) for r in s.ranks for k in columns}
+    return [(sym, MARK_MEANING[how]) for how, sym in MARKS.items() if sym in used]
 
 
 def fmt_gib(x: float | None) -> str:
@@ -369,7 +386,7 @@ def evidence_lines(s: Startup) -> list[dict[str, Any]]:
 
 
 def _rank_row(r: Rank) -> dict[str, Any]:
-    cells = [{"value": fmt_gib(getattr(r, key)), "derived": key in r.derived} for key in RANK_COLUMNS]
+    cells = [{"value": fmt_gib(getattr(r, key)), "mark": mark(r, key)} for key in RANK_COLUMNS]
     pools = [{"name": p.name, "gib": fmt_gib(p.size_gib()), "tokens": fmt_int(p.tokens) if p.tokens else "",
               "dtype": p.dtype or ""} for p in r.kv_pools]
     return {"rank": r.rank, "cells": cells, "pools": pools}
@@ -452,7 +469,7 @@ def startup_view(s: Startup, index: int) -> tuple[dict[str, Any], dict[str, Any]
         "file": s.file, "first_line": s.first_line, "last_line": s.last_line, "model": s.model or "",
         "capacity": capacity_rows(s), "settings": settings_rows(s), "ranks": [_rank_row(r) for r in s.ranks] if any(r.has_figures() for r in s.ranks) else [],
         "serving_only": s.runtime is not None and not any(r.has_figures() for r in s.ranks),
-        "derived_any": any(r.derived for r in s.ranks),
+        "marks": [{"mark": sym, "meaning": meaning} for sym, meaning in mark_legend(s)],
         "ledger": ([{"item": row.item, "gib": fmt_gib(row.gib), "how": row.how, "note": row.note} for row in ref.ledger]
                    if ref is not None else []),
         "ledger_rank": ref.rank if ref is not None else "",

@@ -31,6 +31,8 @@ from kvscope.render.html import (
     fmt_gib,
     generic_table,
     kv_view,
+    mark,
+    mark_legend,
     pinned_kv,
     prediction_view,
     runtime_facts,
@@ -110,15 +112,15 @@ def _ranks(s: Startup) -> list[str]:
             if s.runtime is not None else []
     rows = []
     for r in s.ranks:
-        cells = [fmt_gib(getattr(r, k)) + ("\\*" if k in r.derived else "") for k in RANK_COLUMNS]
+        cells = [fmt_gib(getattr(r, k)) + md_escape(mark(r, k)) for k in RANK_COLUMNS]
         pools = ", ".join(f"{md_escape(p.name)} {fmt_gib(p.size_gib())}" + (f" ({p.tokens:,} tok)" if p.tokens else "")
                           for p in r.kv_pools) or "—"
         rows.append([md_code(r.rank)] + cells[:3] + [pools] + cells[3:])
     header = ["rank", "free before weights", "weights", "free after weights", "KV pools", "free after pool",
               "CUDA graphs", "free at ready"]
     out = ["### Memory per GPU (GiB)", ""] + _table(header, rows, right={1, 2, 3, 5, 6, 7})
-    if any(r.derived for r in s.ranks):
-        out += ["\\* derived by kvscope, not printed in the log", ""]
+    for sym, meaning in mark_legend(s):
+        out += [f"{md_escape(sym)} {meaning}", ""]
     return out
 
 

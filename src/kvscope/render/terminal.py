@@ -13,6 +13,7 @@ from rich.text import Text
 from kvscope.analysis.answer import answer_lines
 from kvscope.core.facts import RankFacts
 from kvscope.core.startup import Rank, Startup
+from kvscope.render.html import mark, mark_legend
 from kvscope.render.runtime_terminal import render_runtime
 
 SEGMENTS = (  # (label, colour)
@@ -69,7 +70,7 @@ def _legend() -> Text:
 
 
 def _mark(r: Rank, key: str) -> str:
-    return _g(getattr(r, key)) + ("*" if key in r.derived else "")
+    return _g(getattr(r, key)) + mark(r, key)
 
 
 def _rank_table(s: Startup) -> Table:
@@ -80,12 +81,12 @@ def _rank_table(s: Startup) -> Table:
     for r in s.ranks[:64]:
         pools = ", ".join(f"{p.name} {_g(p.size_gib())}" + (f" ({p.tokens:,} tok)" if p.tokens else "") for p in r.kv_pools)
         t.add_row(r.rank, _mark(r, "pre_load_free_gib"), _mark(r, "weights_gib"),
-                  _mark(r, "avail_after_weights_gib"), pools or "—", _g(r.avail_after_pool_gib),
-                  _g(r.cuda_graph_gib), _g(r.avail_at_ready_gib), _bar(r))
+                  _mark(r, "avail_after_weights_gib"), pools or "—", _mark(r, "avail_after_pool_gib"),
+                  _mark(r, "cuda_graph_gib"), _mark(r, "avail_at_ready_gib"), _bar(r))
     if len(s.ranks) > 64:
         t.caption = f"… {len(s.ranks) - 64} more ranks in --format json"
-    elif any(r.derived for r in s.ranks):
-        t.caption = "* derived by kvscope, not printed in the log"
+    elif legend := mark_legend(s):
+        t.caption = "; ".join(f"{sym} {meaning}" for sym, meaning in legend)
     return t
 
 

@@ -133,7 +133,7 @@ def test_communicators_by_gpu_kind_and_interconnect():
 
     def nccl(gpu, tp):
         f = budget_basis(gpu, tp).nccl
-        return round(f.gib, 3), f.how
+        return round(f.value, 3), f.how
 
     assert nccl("H200", 2) == (0.910, "measured")
     assert nccl("H200", 4) == (1.944, "reported") and nccl("H200", 8) == (2.01, "reported")
@@ -147,11 +147,11 @@ def test_communicators_by_gpu_kind_and_interconnect():
     assert nccl("H200", 1) == (0.0, "measured")
     # vLLM ≤ 0.10 charges what its profile run saw: its own TP4 report, where start-up is lower.
     h100_8 = budget_basis("H100", 8)
-    assert h100_8.profile_nccl.gib == pytest.approx(1.944) and "vLLM" in h100_8.profile_nccl.source
+    assert h100_8.profile_nccl.value == pytest.approx(1.944) and "vLLM" in h100_8.profile_nccl.source
     assert any("vLLM ≤ 0.10 charges 1.94 GiB" in n for n in h100_8.notes)
     assert h100_8.as_dict()["nccl_after_profile"]["gib"] == pytest.approx(1.944)
-    assert budget_basis("B200", 8).profile_nccl.gib == pytest.approx(2.5)
-    assert budget_basis("H100", 8, {"nccl_gib": 0.5}).profile_nccl.gib == 0.5  # a given figure wins everywhere
+    assert budget_basis("B200", 8).profile_nccl.value == pytest.approx(2.5)
+    assert budget_basis("H100", 8, {"nccl_gib": 0.5}).profile_nccl.value == 0.5  # a given figure wins everywhere
 
 
 # (GPU, its torch total − SGLang's free memory before weights − its communicators' mem usage), GiB.
@@ -173,7 +173,7 @@ def test_cuda_context_estimate_matches_public_logs(gpu, from_log):
     from kvscope.model.catalog import find_gpu
     from kvscope.model.overheads import budget_basis, cuda_context_gib
 
-    assert cuda_context_gib(find_gpu(gpu), measured_kind=False).gib == pytest.approx(from_log, abs=0.07)
+    assert cuda_context_gib(find_gpu(gpu), measured_kind=False).value == pytest.approx(from_log, abs=0.07)
     ctx = budget_basis(gpu, 1).cuda_context
     assert ctx.how == ("measured" if gpu == "H200" else "estimated")
 

@@ -14,6 +14,7 @@ import re
 from collections import defaultdict
 from typing import Any
 
+from kvscope.core.provenance import How
 from kvscope.core.startup import KvPool, LedgerRow, LedgerRows, Rank, Reconciliation, Startup
 from kvscope.engines.base import MAX_PLAUSIBLE
 from kvscope.engines.llamacpp import rules
@@ -470,5 +471,5 @@ def ledger_rows(s: Startup, r: Rank) -> list[LedgerRow]:
     parts = [r.weights_gib, *(p.size_gib() for p in r.kv_pools), LlamaRankFacts(r).compute_gib,
              LlamaRankFacts(r).output_gib, LlamaRankFacts(r).input_gib]
     if r.total_gib and any(x is not None for x in parts):
-        add("everything llama.cpp logged on this device", sum(x for x in parts if x is not None), how="derived")
+        add("everything llama.cpp logged on this device", sum(x for x in parts if x is not None), how=How.DERIVED)
     return ledger.rows

@@ -6,12 +6,14 @@ lines a log holds (each wording has a known first/last release) and the log's da
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 # One parser for every engine's release numbers: '0.5.6rc1' is 0.5.6 and 'v0.5.2' is 0.5.2 (the version tuple
 # type is core's too). SGLang's modules name them through this one.
 from kvscope.core.versions import Version, parse_version  # noqa: F401
+from kvscope.engines.shapes import Shape
 
 
 def fmt(v: Version) -> str:
@@ -104,8 +106,9 @@ class VersionRange:
         return f"{names} ({fmt(self.low)} – {high})"
 
 
-def infer_version_range(features: dict[str, Any], log_date: str | None) -> VersionRange:
-    """Bound the SGLang version from which wordings the log used (doc §7) and its date."""
+def infer_version_range(features: dict[str, Any], log_date: str | None, rows: Sequence[Shape] = ()) -> VersionRange:
+    """Bound the SGLang version from which wordings the log used (doc §7), the dated shape rows that read its
+    lines (their releases column, where it says more than the wordings did) and its date."""
     vr = VersionRange(clues=[])
     rules: list[tuple[str, Version | None, Version | None, str]] = [
         ("pool_dtype_field", (0, 5, 13), None, "'KV Cache is allocated. dtype:' (≥0.5.13)"),
@@ -130,6 +133,11 @@ def infer_version_range(features: dict[str, Any], log_date: str | None) -> Versi
     for key, low, high, clue in rules:
         if features.get(key):
             vr.narrow(low, high, clue)
+    for row in rows:
+        first, last = row.release_range or (OLDEST, None)
+        tightens = first > vr.low or (last is not None and last < vr.high)
+        if tightens and first <= vr.high and (last is None or last >= vr.low):  # a pasted mix contradicts: ignored
+            vr.narrow(first, last, f"'{row.name}' line ({row.releases})")
     if log_date:  # a dated stamp only: finish._log_date skips 0.3.x's time-only prefixes
         newest_built = None
         for date, version in BUILD_DATES:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvscope.core.provenance import How
 from kvscope.core.startup import KvPool, LedgerRow, LedgerRows, Rank, Reconciliation, Startup
 from kvscope.engines.common import ServingLoop, serving_crash
 from kvscope.engines.lazy import lazy_compile
@@ -11,9 +12,10 @@ from kvscope.engines.sglang import rules
 from kvscope.engines.sglang.dsv4 import PAGE as DSV4_PAGE_TOKENS
 from kvscope.engines.sglang.eras import VersionRange, era_for, infer_version_range, parse_version
 from kvscope.engines.sglang.facts import SGLangCapacityFacts, SGLangRankFacts
-from kvscope.engines.sglang.lines import DSV4_POOL
+from kvscope.engines.sglang.lines import DSV4_POOL, SHAPES
 from kvscope.engines.sglang.rules import GIB, Interval
 from kvscope.engines.sglang.state import state
+from kvscope.engines.shapes import Shape, dated_rows_seen
 from kvscope.model.arch import dtype_bytes
 from kvscope.model.catalog import load_architecture
 
@@ -139,7 +141,11 @@ def kv_dtype_name(s: Startup) -> str | None:
 
 def log_version_range(s: Startup) -> VersionRange:
     """The SGLang releases this startup's wordings and date allow."""
-    return infer_version_range(_features(s), _log_date(s))
+    return infer_version_range(_features(s), _log_date(s), _rows(s))
+
+
+def _rows(s: Startup) -> list[Shape]:
+    return dated_rows_seen([SHAPES], (e.text for e in s.evidence))
 
 
 # functions of SGLang's serving loop: a traceback through them is a crash while serving, not a failed startup
@@ -158,7 +164,7 @@ def finish(s: Startup) -> None:
     """Fill era, derived figures, capacity, reconciliation and ledger rows of an SGLang startup."""
     serving_crash(s, SERVING_LOOP)
     _held_past_budget(s)
-    vr = infer_version_range(_features(s), _log_date(s))
+    vr = infer_version_range(_features(s), _log_date(s), _rows(s))
     logged = parse_version(s.engine_version)
     era = era_for(logged) if logged else vr.eras[-1] if vr.eras else era_for((0, 5, 9))
     s.era = f"{era.name}" if logged else vr.label()
@@ -458,7 +464,7 @@ def _unprinted_pool_row(r: Rank, add) -> None:
     if before is None or before <= r.avail_after_pool_gib:
         return
     add("KV pool + request table (free after weights − free after pool)", round(before - r.avail_after_pool_gib, 2),
-        how="derived", note="the log prints no pool line; this drop also holds the req_to_token table and allocator rounding")
+        how=How.DERIVED, note="the log prints no pool line; this drop also holds the req_to_token table and allocator rounding")
 
 
 def ledger_rows(s: Startup, r: Rank) -> list[LedgerRow]:
@@ -468,9 +474,9 @@ def ledger_rows(s: Startup, r: Rank) -> list[LedgerRow]:
 
     total = s.assumptions.get("gpu_total_gib")
     if total:
-        add("device total (driver)", total, how="assumed")
+        add("device total (driver)", total, how=How.ASSUMED)
         if r.pre_load_free_gib is not None:
-            add("CUDA context, NCCL, other processes", total - r.pre_load_free_gib, how="derived")
+            add("CUDA context, NCCL, other processes", total - r.pre_load_free_gib, how=How.DERIVED)
     add("free before weights (budget basis F)", r.pre_load_free_gib, "pre_load_free_gib")
     add("model weights", r.weights_gib, "weights_gib")
     add("free after weights (A)", r.avail_after_weights_gib, "avail_after_weights_gib")
@@ -487,7 +493,7 @@ def ledger_rows(s: Startup, r: Rank) -> list[LedgerRow]:
     _unprinted_pool_row(r, add)
     add("free after KV pool", r.avail_after_pool_gib, "avail_after_pool_gib")
     if mfs is not None and r.pre_load_free_gib is not None:
-        add(f"intended reserve F × (1 − {mfs})", r.pre_load_free_gib * (1 - mfs), how="derived",
+        add(f"intended reserve F × (1 − {mfs})", r.pre_load_free_gib * (1 - mfs), how=How.DERIVED,
             note="SGLang keeps this for activations, CUDA graphs and (before 0.5.14) the draft model")
     for g in (SGLangRankFacts(r).graphs or []):
         add(f"CUDA graphs: {g.get('graph')}", g.get("graph_gib"))

@@ -458,7 +458,7 @@ SHAPES = Shapes((
           "KV Cache is allocated. #tokens: 300288, K size"),
     Shape("pool-end", _POOL_END,
           lambda m, msg: [Parsed(ev.PHASE, {"phase": "pool_end", "avail_after_pool_gib": _gib(m, 1)})],
-          (ev.PHASE,), "0.3–", "Memory pool end. avail mem=11.18 GB"),
+          (ev.PHASE,), "0.2–", "Memory pool end. avail mem=11.18 GB"),
     Shape("graph-end", _GRAPH_END,
           lambda m, msg: [Parsed(ev.PHASE, {"phase": "graph_end", **_graph_end(m.group(1), m.group(2))})],
           (ev.PHASE,), "all", "Capture cuda graph end. Time elapsed: 5.92 s. mem usage=1.44 GB. avail mem=37.06 GB."),
@@ -473,7 +473,7 @@ SHAPES = Shapes((
           "0.3.6–", "max_total_num_tokens=2261377, chunked_prefill_size=16384, max_prefill_tokens=16384, "
           "max_running_requests=4096, context_len=128000, available_gpu_mem=37.06 GB"),
     Shape("init-end", _INIT_END, lambda m, msg: [Parsed(ev.RANK, {"init_mem_usage_gib": _gib(m, m.lastindex or 1)})],
-          (ev.RANK,), "0.4.6–", "Init torch distributed ends. mem usage=0.00 GB"),
+          (ev.RANK,), "0.4.3–", "Init torch distributed ends. mem usage=0.00 GB"),
     Shape("memory-baseline", _BASELINE, lambda m, msg: [Parsed(ev.RANK, {"init_mem_usage_gib": _gib(m, 1)})],
           (ev.RANK,), "0.5.23–", "Memory baseline taken. mem usage=0.52 GB", _SOURCE),
     Shape("init-begin", _INIT_BEGIN, lambda m, msg: [Parsed(ev.PHASE, {"phase": "runner_init"})], (ev.PHASE,), "all",

@@ -398,9 +398,9 @@ def _sg_ledger(ctx: Context, k: SglangKnobs, w: WeightEstimate, extras: tuple[fl
     F = b.free_before_weights_gib
     rows = [
         ("nvidia-smi total", b.smi_total_gib, "catalog"),
-        ("driver-reserved slice", b.torch_total.gib - b.smi_total_gib, b.torch_total.how),
-        ("CUDA context", -b.cuda_context.gib, b.cuda_context.how),
-        ("NCCL communicators", -b.nccl.gib, b.nccl.how),
+        ("driver-reserved slice", b.torch_total.value - b.smi_total_gib, b.torch_total.how),
+        ("CUDA context", -b.cuda_context.value, b.cuda_context.how),
+        ("NCCL communicators", -b.nccl.value, b.nccl.how),
         ("= free before weights (F)", F, "derived"),
         ("weights per rank", -w.gib, w.method),
         ("rope cos/sin tables (fp32)", -rope, "computed"),

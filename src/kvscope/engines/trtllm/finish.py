@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 
+from kvscope.core.provenance import How
 from kvscope.core.startup import GIB, LedgerRow, LedgerRows, Rank, Reconciliation, Startup
 from kvscope.engines.trtllm.facts import TrtCapacityFacts, TrtRankFacts
 from kvscope.engines.trtllm.lines import POOL_NAME
@@ -292,7 +293,7 @@ def ledger_rows(s: Startup, r: Rank) -> list[LedgerRow]:
     add("free when the KV cache was sized", avail, note="TensorRT-LLM's 'available'")
     frac, basis = effective_fraction(s)
     if avail is not None and frac is not None:
-        add(f"KV budget {frac:g} × free", frac * avail, note=basis, how="derived")
+        add(f"KV budget {frac:g} × free", frac * avail, note=basis, how=How.DERIVED)
     pytorch = (era(s) or "").startswith("LLM API")
     for est in TrtRankFacts(r).estimation_kv_gib or []:
         if pytorch:
@@ -304,5 +305,5 @@ def ledger_rows(s: Startup, r: Rank) -> list[LedgerRow]:
         label = "KV pool" + (f" ({target.tokens:,} tokens)" if target.tokens else "")
         add(label, target.size_gib())
     if avail is not None and target is not None and target.gib is not None:
-        add("left free after the KV pool", avail - target.gib, how="derived")
+        add("left free after the KV pool", avail - target.gib, how=How.DERIVED)
     return ledger.rows

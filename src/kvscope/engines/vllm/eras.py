@@ -8,9 +8,11 @@ release (and sometimes an engine, V0 or V1), and the intersection is the era.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvscope.core.versions import Version, parse_version  # noqa: F401 - vLLM's rules name them through this module
+from kvscope.engines.shapes import Shape
 
 OLDEST: Version = (0, 0, 0)
 NEWEST: Version = (0, 99, 99)
@@ -158,8 +160,9 @@ def era_for(version: Version, engine: str | None = None) -> Era:
     return ERAS[-1] if engine == "V1" else ERAS[2]
 
 
-def infer(texts: list[str], version: Version | None = None) -> Inferred:
-    """Intersect the ranges of every clue found in the startup's lines (a logged version wins)."""
+def infer(texts: list[str], version: Version | None = None, rows: Sequence[Shape] = ()) -> Inferred:
+    """Intersect the ranges of every clue found in the startup's lines, then of the dated shape rows that read
+    them where their releases column says more (a logged version wins)."""
     first, last, engine, used = OLDEST, NEWEST, None, []
     for clue in CLUES:
         if not any(clue.pattern.search(t) for t in texts):
@@ -169,6 +172,12 @@ def infer(texts: list[str], version: Version | None = None) -> Inferred:
         first, last = max(first, clue.first), min(last, clue.last)
         engine = engine or clue.engine
         used.append(f"{clue.why}: {fmt(clue.first)}–{fmt(clue.last)}")
+    for row in rows:
+        low, high = row.release_range or (OLDEST, None)
+        high = high or NEWEST
+        if (low > first or high < last) and low <= last and high >= first:
+            first, last = max(first, low), min(last, high)
+            used.append(f"'{row.name}' line: {fmt(low)}–{fmt(high)}")
     if version is not None:
         first = last = version
         engine = engine or ("V1" if version >= (0, 11, 0) else None)

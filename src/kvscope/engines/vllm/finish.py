@@ -7,6 +7,7 @@ bytes per token the findings price changes with.
 
 from __future__ import annotations
 
+from kvscope.core.provenance import How
 from kvscope.core.startup import (
     Failure,
     KvPool,
@@ -18,7 +19,8 @@ from kvscope.core.startup import (
     finite_number,
 )
 from kvscope.engines.common import ServingLoop, serving_crash
-from kvscope.engines.vllm import eras, rules
+from kvscope.engines.shapes import dated_rows_seen
+from kvscope.engines.vllm import eras, lines, rules
 from kvscope.engines.vllm.eras import Era
 from kvscope.engines.vllm.facts import VllmCapacityFacts, VllmRankFacts
 from kvscope.engines.vllm.layout import KvLayout, StateDtypes, kv_layout
@@ -209,7 +211,8 @@ def finish(s: Startup) -> None:
     """Fill era, derived figures, capacity, failure kind, reconciliation and ledger rows."""
     _drop_empty_ranks(s)
     _total_from_oom(s)
-    inferred = eras.infer([e.text for e in s.evidence], eras.parse_version(s.engine_version))
+    texts = [e.text for e in s.evidence]
+    inferred = eras.infer(texts, eras.parse_version(s.engine_version), dated_rows_seen(lines.TABLES, texts))
     era = inferred.eras[-1] if inferred.eras else eras.ERAS[-1]
     s.era = inferred.label()
     st = state(s)
@@ -831,14 +834,14 @@ def ledger_rows(s: Startup, r: Rank, era: Era) -> list[LedgerRow]:  # noqa: C901
     total = r.total_gib
     if total is None and finite_number(s.assumptions.get("gpu_total_gib")):
         total = finite_number(s.assumptions["gpu_total_gib"])
-        add("device total", total, how="assumed")
+        add("device total", total, how=How.ASSUMED)
     else:
         add("device total", total, "total_gib")
     u = util(s)
     budget = r.usable_gib
     if budget is None and total is not None and u is not None:
         budget = total * u
-        add(f"budget = total × gpu_memory_utilization {u}", budget, how="derived",
+        add(f"budget = total × gpu_memory_utilization {u}", budget, how=How.DERIVED,
             note="from the assumed device total" if r.total_gib is None else "")
     else:
         add(f"budget = total × gpu_memory_utilization {u if u is not None else '?'}", budget, "usable_gib",
@@ -856,29 +859,29 @@ def ledger_rows(s: Startup, r: Rank, era: Era) -> list[LedgerRow]:  # noqa: C901
         add("consumed during load + profile (weights + non-torch)", x.consumed_gib)
         add("  of which model weights", r.weights_gib, "weights_gib")
         add("peak activation + CUDA-graph estimate", r.activation_peak_gib, "activation_peak_gib")
-        add("  of which CUDA-graph estimate", estimate, how="derived" if x.has(VllmRankFacts.cuda_graph_estimate_from) else "read")
+        add("  of which CUDA-graph estimate", estimate, how=How.DERIVED if x.has(VllmRankFacts.cuda_graph_estimate_from) else How.READ)
     else:
         add("model weights", r.weights_gib, "weights_gib")
         add("activation peak (profile run)", r.activation_peak_gib, "activation_peak_gib")
         add("non-torch memory (context growth, NCCL, cuBLAS)", r.non_torch_gib, "non_torch_gib")
         where = {True: "inside the budget", False: "not subtracted", None: "subtracted from v0.20 on"}[inside]
-        add(f"CUDA graphs (estimate) — {where}", estimate, how="derived" if x.has(VllmRankFacts.cuda_graph_estimate_from) else "read")
+        add(f"CUDA graphs (estimate) — {where}", estimate, how=How.DERIVED if x.has(VllmRankFacts.cuda_graph_estimate_from) else How.READ)
     kv = x.available_kv_gib
     add("KV cache", kv, note="as logged")
     terms, names = budget_terms(r)
     if budget is not None and kv is None and terms and x.has(VllmRankFacts.kv_cache_memory_fit_bytes):
         non_kv = sum(t for t, n in zip(terms, names, strict=True) if n != "CUDA graphs")
         add("left for KV" + (" and the CUDA-graph estimate" if inside is not False else ""), budget - non_kv,
-            how="derived", note="budget − the terms above (this log line does not print K)")
+            how=How.DERIVED, note="budget − the terms above (this log line does not print K)")
     if budget is not None and kv is not None and not terms and r.weights_gib is None:
-        add("everything else in the budget (weights, activation, non-torch)", budget - kv, how="derived",
+        add("everything else in the budget (weights, activation, non-torch)", budget - kv, how=How.DERIVED,
             note="budget − KV; this log does not print the parts")
     if budget is not None and kv is not None and not terms and r.weights_gib is not None:
         graphs_in = estimate if (estimate is not None and inside) else 0.0
         add("activation peak + non-torch (not printed separately)", budget - r.weights_gib - kv - graphs_in,
-            how="derived", note="budget − weights − KV" + (" − graph estimate" if graphs_in else ""))
+            how=How.DERIVED, note="budget − weights − KV" + (" − graph estimate" if graphs_in else ""))
     if total is not None and u is not None:
-        add(f"outside the budget: (1 − {u}) × total", (1 - u) * total, how="derived",
+        add(f"outside the budget: (1 − {u}) × total", (1 - u) * total, how=How.DERIVED,
             note="CUDA context, " + ("" if inside else "CUDA graphs, ") + "sampler warm-up, other processes")
     if r.cuda_graph_gib is not None:
         where = {True: "inside the budget (as estimated)", False: "taken from the memory outside the budget",

@@ -544,7 +544,7 @@ _SOURCE = "vLLM's source wording; no posted log in the corpus prints it yet"
 CAPACITY_SHAPES = Shapes((
     Shape("kv-cache-size", _KV_SIZE, _kv_size, (ev.CAPACITY,), "0.6.5–", "GPU KV cache size: 7,584 tokens"),
     Shape("max-concurrency", _CONCURRENCY,
-          _cap(max_model_len=lambda m: to_int(m.group(1)), max_concurrency=lambda m: _f(m, 2)), (ev.CAPACITY,), "0.6.5–",
+          _cap(max_model_len=lambda m: to_int(m.group(1)), max_concurrency=lambda m: _f(m, 2)), (ev.CAPACITY,), "0.6.3–",
           "Maximum concurrency for 128 tokens per request: 59.25x"),
     Shape("block-counts", _BLOCKS, _blocks, (ev.CAPACITY,), "0.2–0.10", "# GPU blocks: 1381"),
     Shape("block-count-info", _BLOCKS_INFO, _cap(num_gpu_blocks=lambda m: to_int(m.group(1))), (ev.CAPACITY,),
@@ -704,6 +704,9 @@ FAILURE_SHAPES = Shapes((
     Shape("engine-init-failed", _INIT_FAILED, _failed("exception", weak=True, engine_init=True), (ev.FAILURE,), "0.8–",
           "EngineCore failed to start."),
 ))
+
+# the tables whose dated rows date a startup (eras.infer reads their releases column)
+TABLES = (DEBUG_PROFILE_SHAPES, GRAPH_SHAPES, CPU_SHAPES, CAPACITY_SHAPES, FAILURE_SHAPES)
 
 
 def _failures(msg: str) -> list[Parsed]:

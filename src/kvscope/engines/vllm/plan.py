@@ -61,7 +61,7 @@ def vllm_non_torch_parts(version: tuple[int, int, int], engine: str) -> tuple[tu
 def vllm_non_torch_gib(version: tuple[int, int, int], engine: str, basis: BudgetBasis) -> tuple[float, str]:
     """Non-torch memory vLLM charges to its budget (GiB) and why."""
     parts, how = vllm_non_torch_parts(version, engine)
-    figures = {"context": basis.cuda_context.gib, "communicators": basis.profile_nccl.gib, "cublas": basis.cublas.gib}
+    figures = {"context": basis.cuda_context.value, "communicators": basis.profile_nccl.value, "cublas": basis.cublas.value}
     return sum(figures[p] for p in parts), how
 
 
@@ -182,7 +182,7 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
     prefix = _truthy(s.get("enable_prefix_caching"))  # off by default for hybrid models (v0.18–v0.24)
 
     def scenario(u: float, kv_bytes: int, k_shift: float = 0.0) -> dict[str, Any]:
-        T = b.torch_total.gib
+        T = b.torch_total.value
         budget = u * T
         K = kv_override / GIB if kv_override else budget - w.gib - draft_gib - rope - act - non_torch - graphs
         K += k_shift
@@ -191,7 +191,7 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
             raise InputError("the model's attention layers hold no KV bytes (config without head dims)")
         cap = layout.capacity(K, block, max_len, tokens_b, era.capacity_rule)
         page = layout.page
-        outside = T - budget - (b.cuda_context.gib + b.nccl.gib if version >= (0, 11, 0) else 0.0)
+        outside = T - budget - (b.cuda_context.value + b.nccl.value if version >= (0, 11, 0) else 0.0)
         if not era.graphs_in_budget:
             outside -= 0.5  # graphs are captured outside the budget
         return {"K": K, "blocks": cap.blocks, "tokens": cap.tokens, "concurrency": cap.concurrency,
@@ -229,7 +229,7 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
         sc = scenario(util, 1)
         rows.append({"flag": "--kv-cache-dtype fp8", "gpu_memory_utilization": util, "kv_tokens": sc["tokens"],
                      "concurrency_at_context": sc["concurrency"], "reserve_left_gib": sc["reserve_left_gib"]})
-    T = b.torch_total.gib
+    T = b.torch_total.value
     ledger = [
         ("nvidia-smi total", b.smi_total_gib, "catalog"),
         ("torch total (T)", T, b.torch_total.how),
