@@ -35,7 +35,9 @@ def _startups(doc):
 
 
 def _golden_docs():
-    for name, text in json.loads(gzip.open(GOLDEN).read()).items():
+    with gzip.open(GOLDEN) as f:
+        golden = json.loads(f.read())
+    for name, text in golden.items():
         body = text.split("\n", 1)[1] if text.startswith("exit=") else text
         for chunk in [body, *body.splitlines()]:
             try:

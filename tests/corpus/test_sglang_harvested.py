@@ -12,6 +12,7 @@ from kvscope.api import analyze
 from kvscope.core import events as ev
 from kvscope.engines.base import LineContext
 from kvscope.engines.sglang import rules
+from kvscope.engines.sglang.facts import SGLangRankFacts
 from kvscope.engines.sglang.lines import SGLangLines, split_prefix
 from tests.conftest import FIXTURES, case_files
 
@@ -139,7 +140,7 @@ def test_mamba_pool_in_ledger_and_budget(prefix, gib, slots):
     ref = s.reference_rank
     mamba = ref.pool("mamba")
     assert mamba is not None and mamba.gib == pytest.approx(gib)
-    assert ref.extras["mamba_mamba_slots"] == slots
+    assert SGLangRankFacts(ref).mamba_mamba_slots == slots
     assert any(row.item.startswith("Mamba state pool") and row.gib == pytest.approx(gib) for row in ref.ledger)
     # the implied mem_fraction_static pays for the state pool too (size of size + 1 slots printed)
     target = ref.pool("target")

@@ -94,6 +94,36 @@ def window_tokens_held(window: int, max_model_len: int, max_batched_tokens: int)
 
 
 @dataclass(frozen=True)
+class CompressedSpec:
+    """A compressed-attention layer (DeepSeek-V4's CSA): one stored row per ``ratio`` tokens, with an optional
+    indexer row beside it. Stored in pages of ``rows_per_page`` rows padded to ``align`` bytes where the engine
+    pads (0: unpadded), so a token costs the padded page's share."""
+
+    ratio: int
+    row_bytes: int
+    indexer_row_bytes: int = 0
+    rows_per_page: int = 0
+    align: int = 0
+
+    @property
+    def stored_row_bytes(self) -> float:
+        """One row once its page is padded (the row itself where nothing pads)."""
+        if not (self.rows_per_page and self.align):
+            return float(self.row_bytes)
+        return padded_row_bytes(self.rows_per_page, self.row_bytes, self.align)
+
+    @property
+    def bytes_per_token(self) -> float:
+        """What one token of context costs this layer (ratios are powers of two: exact in floating point)."""
+        return self.stored_row_bytes / self.ratio + self.indexer_row_bytes / self.ratio
+
+
+def padded_row_bytes(rows_per_page: int, row_bytes: int, align: int) -> float:
+    """Bytes per row once a page of ``rows_per_page`` rows is padded up to a multiple of ``align``."""
+    return -(-rows_per_page * row_bytes // align) * align / rows_per_page
+
+
+@dataclass(frozen=True)
 class MambaSpec:
     """One linear-attention / Mamba layer's recurrent state for one request on one rank (no per-token KV).
 

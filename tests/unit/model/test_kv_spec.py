@@ -70,3 +70,17 @@ def test_layer_split_reads_gemmas_window_pattern_and_the_catalogs_count_summarie
                "layer_types": {"counts": {"sliding_attention": 12, "full_attention": 12}}}
     arch = architecture_from_config(summary, "gpt-oss-like")
     assert (arch.full_attention_layers, arch.sliding_layers) == (12, 12)
+
+
+def test_a_compressed_layer_pays_one_row_per_ratio_tokens():
+    """DeepSeek-V4's ratio-4 layer: a 584-B row (448 fp8 nope + 64 × 2 B rope + scales) and a 132-B indexer row per
+    4 tokens; its ratio-128 layer a row per 128 tokens (dsv4.py reproduces the logged bytes per token with these)."""
+    from kvscope.model.kv_spec import CompressedSpec, padded_row_bytes
+
+    assert CompressedSpec(4, 584, 132).bytes_per_token == (584 + 132) / 4
+    assert CompressedSpec(128, 584).bytes_per_token == 584 / 128
+    # from 0.5.21 a page of 256 tokens holds 64 ratio-4 rows padded to 576 B: 64 × 584 = 37,376 → 65 × 576
+    padded = CompressedSpec(4, 584, 132, rows_per_page=64, align=576)
+    assert padded.stored_row_bytes == 65 * 576 / 64 == padded_row_bytes(64, 584, 576)
+    assert padded.bytes_per_token == 65 * 576 / 64 / 4 + 132 / 4
+    assert CompressedSpec(4, 584, rows_per_page=64).stored_row_bytes == 584  # no alignment given: unpadded

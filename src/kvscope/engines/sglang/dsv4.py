@@ -20,10 +20,10 @@ printed decimals; they cover the first two eras, and no log checks the third yet
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
+from kvscope.model.kv_spec import CompressedSpec, padded_row_bytes
 from kvscope.model.weights import compress_ratios, stage_layers
 
 Version = tuple[int, int, int]
@@ -70,11 +70,6 @@ def layers(cfg: dict[str, Any], version: Version, pp: int = 1) -> Layers:
     return Layers(counted, main.count(4), main.count(128))
 
 
-def _page_bytes(tokens_per_page: int, row: int, align: int) -> float:
-    """Bytes per token once a page of rows is padded to the alignment."""
-    return math.ceil(tokens_per_page * row / align) * align / tokens_per_page
-
-
 def state_rows(requests: int, spec: bool) -> int:
     """Rows of ratio-128 compress state kept for ``requests`` slots (≥0.5.15): (R + 1) rings plus one
     more ring and a spare row, rounded up to 128."""
@@ -107,19 +102,21 @@ def sizing(cfg: dict[str, Any], version: Version, spec: bool, max_running_reques
     r = swa_ratio
     requests = max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS
     fixed = state_rows(requests, spec) * C128_STATE * n.ratio128
-    if version < (0, 5, 15):
-        bpft = (r * KV_ROW * n.all + KV_ROW * n.ratio4 / 4 + KV_ROW * n.ratio128 / 128 + ib * n.ratio4 / 4
-                + r * ring4 / 128 * (C4_STATE + C4_INDEXER_STATE) * n.ratio4 + r * ring128 / 128 * C128_STATE * n.ratio128)
-        era, fixed = "0.5.12–0.5.14 (every state per token)", 0
-    elif version < (0, 5, 21):
-        bpft = (r * KV_ROW * n.all + KV_ROW * n.ratio4 / 4 + KV_ROW * n.ratio128 / 128 + ib * n.ratio4 / 4
+    if version < (0, 5, 21):  # rows priced unpadded
+        c4, c128 = CompressedSpec(4, KV_ROW, ib), CompressedSpec(128, KV_ROW)
+        bpft = (r * KV_ROW * n.all + n.ratio4 * c4.bytes_per_token + n.ratio128 * c128.bytes_per_token
                 + r * ring4 / 128 * (C4_STATE + C4_INDEXER_STATE) * n.ratio4)
-        era = "0.5.15–0.5.20 (ratio-128 states fixed by max_running_requests)"
-    else:
+        if version < (0, 5, 15):
+            bpft += r * ring128 / 128 * C128_STATE * n.ratio128
+            era, fixed = "0.5.12–0.5.14 (every state per token)", 0
+        else:
+            era = "0.5.15–0.5.20 (ratio-128 states fixed by max_running_requests)"
+    else:  # a page of 256 tokens holds 64 ratio-4 rows and 2 ratio-128 rows, each page padded
         row, align = (V41_ROW, V41_ALIGN) if sm_major == 10 and version >= (0, 5, 23) else (KV_ROW, KV_ALIGN)
-        per_swa_token = _page_bytes(PAGE, row, align) * n.all + ring4 / PAGE * (C4_STATE + C4_INDEXER_STATE) * n.ratio4
-        bpft = (r * per_swa_token + n.ratio4 * (_page_bytes(64, row, align) / 4 + ib / 4)
-                + n.ratio128 * _page_bytes(2, row, align) / 128)
+        c4 = CompressedSpec(4, row, ib, rows_per_page=PAGE // 4, align=align)
+        c128 = CompressedSpec(128, row, rows_per_page=PAGE // 128, align=align)
+        per_swa_token = padded_row_bytes(PAGE, row, align) * n.all + ring4 / PAGE * (C4_STATE + C4_INDEXER_STATE) * n.ratio4
+        bpft = r * per_swa_token + n.ratio4 * c4.bytes_per_token + n.ratio128 * c128.bytes_per_token
         era = "≥0.5.21 (page padding counted" + (", V4.1 row layout on SM 10.x)" if row == V41_ROW else ")")
     if spec:
         bpft *= (n.all + 1) / n.all
