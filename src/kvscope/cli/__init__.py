@@ -14,6 +14,7 @@ import click
 
 from kvscope import __version__
 from kvscope.core.errors import InputError
+from kvscope.core.text import visible
 
 VERBS = ("explain", "examples", "whatif", "plan", "watch")  # one module each: kvscope.cli.<verb>
 
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app.main(args=argv, prog_name="kvscope", standalone_mode=False)
     except InputError as exc:
-        click.echo(f"kvscope: {exc}", err=True)
+        click.echo(f"kvscope: {visible(str(exc))}", err=True)  # it may quote a server's answer or a log line
         sys.exit(2)
     except click.exceptions.Abort:
         click.echo("kvscope: aborted", err=True)
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
         if debug:
             traceback.print_exc()
         click.echo(
-            f"kvscope: internal error ({type(exc).__name__}: {exc}). This is a bug in kvscope {__version__}; "
+            f"kvscope: internal error ({type(exc).__name__}: {visible(str(exc))}). This is a bug in kvscope {__version__}; "
             "please report it with the input that caused it (rerun with --debug for the traceback).",
             err=True,
         )

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import ast
+import contextlib
+import errno
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import click
 
 from kvscope.core.errors import InputError
+from kvscope.core.text import json_visible, visible
 
 
 def parse_assignments(items: tuple[str, ...], what: str = "--assume") -> dict[str, Any]:
@@ -34,14 +39,63 @@ def parse_assignments(items: tuple[str, ...], what: str = "--assume") -> dict[st
     return out
 
 
-def write_output(text: str, output: str | None) -> None:
+def write_output(text: str, output: str | None, fmt: str = "terminal") -> None:
+    """Print the report, or write it to ``output``. Text formats show every control, escape and bidi character a
+    log or a server supplied as an escape (``core/text.visible``), JSON writes them as ``\\u`` escapes: a report
+    shown in a terminal (printed, or a file cat-ed later) never moves the cursor, sets a title or writes the
+    clipboard. HTML is for a browser, which acts on none of them."""
+    text = json_visible(text) if fmt == "json" else text if fmt == "html" else visible(text)
     if output:
-        try:
-            Path(output).write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise InputError(f"cannot write {output}: {exc.strerror}") from None
+        _write_file(output, text + "\n")
     else:
         click.echo(text)
+
+
+def check_output(output: str | None, inputs: list[str]) -> None:
+    """Refuse, before any work, an ``-o`` that names one of the logs being read (the report would replace the
+    log it came from), whether by the same path, a symlink or a hard link."""
+    if not output:
+        return
+    target = Path(output)
+    for given in inputs:
+        try:
+            if target.exists() and Path(given).exists() and target.samefile(given):
+                raise InputError(f"-o {output} is one of the logs being read; write the report somewhere else")
+        except OSError:
+            continue
+
+
+def _write_file(output: str, text: str) -> None:
+    """The whole report or nothing: written to a temporary file beside ``output`` and renamed over it, so a
+    failed write (a full disk) leaves the old file as it was and no partial report. A symlink is replaced, not
+    followed. A device or a FIFO (``-o /dev/stdout``, a pipe) is written directly; a FIFO nobody reads is an
+    error, not a hang."""
+    path = Path(output)
+    try:
+        special = path.exists() and not path.is_file()
+    except OSError:
+        special = False
+    try:
+        if special:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            os.set_blocking(fd, True)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            return
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError as exc:
+        why = "no process reads that FIFO" if exc.errno == errno.ENXIO else exc.strerror or str(exc)
+        raise InputError(f"cannot write {output}: {why}") from None
 
 
 FORMATS = click.Choice(["terminal", "json", "markdown", "html"])

@@ -7,7 +7,7 @@ import sys
 import click
 
 from kvscope.api import analyze, no_cycle_collection
-from kvscope.cli.common import FORMATS, gather_inputs, write_output
+from kvscope.cli.common import FORMATS, check_output, gather_inputs, write_output
 from kvscope.core.errors import InputError
 
 
@@ -35,10 +35,11 @@ def command(logs, example, fmt, output, assume, model, no_redact, debug) -> None
 
 def _explain(logs, example, fmt, output, assume, model, no_redact) -> None:
     paths, assumptions = gather_inputs(logs, example, assume, model)
+    check_output(output, paths)
     if not paths:
         raise InputError("give one or more log files (or - for stdin), or --example NAME")
     analysis = analyze(paths, assumptions, model)
-    write_output(render(analysis, fmt, not no_redact), output)
+    write_output(render(analysis, fmt, not no_redact), output, fmt)
     if not analysis.startups:
         why = "it looks like binary data" if analysis.stats.looks_binary() else "no engine startup lines found"
         if analysis.stats.overlong_lines:

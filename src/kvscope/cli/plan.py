@@ -137,4 +137,4 @@ def command(model, gpu, tp, dp, pp, ep, engine, engine_version, sets, context, f
         text = render_terminal(pred)
     else:
         text = render_report(pred, fmt)
-    write_output(text, output)
+    write_output(text, output, fmt)

@@ -60,14 +60,16 @@ def _non_negative(ctx: click.Context, param: click.Parameter, value: float) -> f
 @click.option("--insecure", is_flag=True, help="Do not verify the server's TLS certificate.")
 @click.option("--gpus/--no-gpus", default=None,
               help="Per-GPU memory from NVML (default: when the server is on this machine and nvidia-ml-py is installed).")
+@click.option("--no-redact", is_flag=True, help="Show and record what the server tells as it is (model paths, ids).")
 @click.option("--debug", is_flag=True, help="Show tracebacks of internal errors.")
-def command(url, interval, duration, api_key, fmt, record, wait, give_up, timeout, insecure, gpus, debug) -> None:
+def command(url, interval, duration, api_key, fmt, record, wait, give_up, timeout, insecure, gpus, no_redact,
+            debug) -> None:
     """Watch a running vLLM or SGLang server: KV capacity once, then usage, queueing and preemptions."""
     opts = Options(url=url, interval=interval, duration=duration, api_key=api_key or None, timeout=timeout,
-                   wait=wait, give_up=give_up, insecure=insecure, gpus=gpus)
+                   wait=wait, give_up=give_up, insecure=insecure, gpus=gpus, redact=not no_redact)
     out = Console(highlight=False)
     err = Console(stderr=True, highlight=False)
-    recorder = Recorder()
+    recorder = Recorder(redact=not no_redact)
     if record:
         recorder.open_file(record)
     if fmt == "jsonl":

@@ -9,7 +9,7 @@ import click
 
 from kvscope import engines
 from kvscope.api import analyze
-from kvscope.cli.common import FORMATS, gather_inputs, parse_assignments, write_output
+from kvscope.cli.common import FORMATS, check_output, gather_inputs, parse_assignments, write_output
 from kvscope.core.errors import InputError
 from kvscope.engines.whatif_base import PredictionError, Scenario
 
@@ -87,6 +87,7 @@ def render_terminal(pred: dict[str, Any]) -> str:
 def command(logs, example, sets, assume, model, host_ram, context, fmt, output, no_redact, debug) -> None:
     """Predict KV tokens, concurrency and OOM risk for changed settings, calibrated on a logged startup."""
     paths, assumptions = gather_inputs(logs, example, assume, model)
+    check_output(output, paths)
     if host_ram is None and isinstance(assumptions.get("host_ram_gb"), (int, float)) and any(
             k.startswith("hicache") for k in parse_assignments(sets, "--set")):
         host_ram = float(assumptions["host_ram_gb"])
@@ -109,16 +110,16 @@ def command(logs, example, sets, assume, model, host_ram, context, fmt, output, 
 
         text = dumps(to_dict(analysis, {"prediction": pred}))
         if not no_redact:
-            from kvscope.render.redact import redact_text
+            from kvscope.core.redact import redact_text
 
-            text = redact_text(text, "json")
+            text = redact_text(text, "json", dumps)
     elif fmt == "terminal":
         text = render_terminal(pred)
     else:
         from kvscope.render import render_analysis
 
         text = render_analysis(analysis, fmt, redact=not no_redact, extra={"prediction": pred})
-    write_output(text, output)
+    write_output(text, output, fmt)
     if not analysis.startups:
         sys.exit(2)
 

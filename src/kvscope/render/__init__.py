@@ -2,7 +2,7 @@
 
 Redaction happens here, once, for every format: on the *document* before rendering (so JSON
 stays valid and HTML escaping is never undone), then on the finished text of the plain-text
-formats as a second net. See render/redact.py for what is hidden and why.
+formats as a second net. See core/redact.py for what is hidden and why.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def render_analysis(analysis: Any, fmt: str, redact: bool = True, extra: dict[st
         raise InputError(f"output format {fmt!r} is not available in this build") from None
     redact_text = None
     if redact:
-        from kvscope.render.redact import redact_text, redact_value
+        from kvscope.core.redact import redact_text, redact_value
 
         analysis = redact_value(analysis)
         extra = redact_value(extra) if extra is not None else None

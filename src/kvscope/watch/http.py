@@ -8,11 +8,13 @@ kind with backoff and stops at once on the second, so nothing hangs and no trace
 
 from __future__ import annotations
 
+import base64
 import http.client
 import ipaddress
 import json
 import socket
 import ssl
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -93,6 +95,44 @@ def is_loopback(url: str) -> bool:
         return False
 
 
+def origin(url: str) -> tuple[str, str, int]:
+    """(scheme, host, port): what must stay the same for credentials to follow a redirect."""
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port or (443 if scheme == "https" else 80)
+    except ValueError:
+        port = -1
+    return scheme, (parts.hostname or "").lower(), port
+
+
+class _Elsewhere(Exception):
+    """A redirect to another origin while credentials are set: not followed (they would go with it)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.url = url
+
+
+class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect within the server's origin; to another origin only when no credentials are set, and then
+    with no Authorization header either (urllib copies every header to the new request, the API key included)."""
+
+    def __init__(self, credentials: bool) -> None:
+        self.credentials = credentials
+
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
+                         newurl: str) -> urllib.request.Request | None:
+        if origin(newurl) != origin(req.full_url):
+            if self.credentials:
+                raise _Elsewhere(newurl)
+            new = super().redirect_request(req, fp, code, msg, headers, newurl)
+            if new is not None:
+                new.remove_header("Authorization")
+            return new
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
 def _reason_text(reason: object) -> str:
     text = str(getattr(reason, "strerror", None) or reason)
     return text[:200]
@@ -109,12 +149,18 @@ class Client:
         insecure: bool = False,
         max_bytes: int = MAX_BODY_BYTES,
     ) -> None:
-        self.base = normalise_url(base_url)
-        self.shown = display_url(self.base)
+        given = normalise_url(base_url)
+        parts = urllib.parse.urlsplit(given)
+        # user:password@ in the URL: sent as HTTP Basic (urllib cannot connect to such a netloc), never shown
+        userinfo = (urllib.parse.unquote(parts.username or ""), urllib.parse.unquote(parts.password or ""))
+        self.base = display_url(given)
+        self.shown = self.base
         self.api_key = api_key
+        self._basic = (base64.b64encode(f"{userinfo[0]}:{userinfo[1]}".encode()).decode()
+                       if parts.username is not None else None)
         self.timeout = timeout
         self.max_bytes = max_bytes
-        handlers: list[urllib.request.BaseHandler] = []
+        handlers: list[urllib.request.BaseHandler] = [_SameOriginRedirects(bool(api_key or self._basic))]
         if is_loopback(self.base):
             handlers.append(urllib.request.ProxyHandler({}))  # a proxy never reaches our loopback
         if self.base.startswith("https://"):
@@ -128,17 +174,47 @@ class Client:
         self._host = f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
 
     def get(self, path: str) -> Response:
-        """GET base+path; a :class:`WatchError` for anything but a complete 2xx answer."""
+        """GET base+path; a :class:`WatchError` for anything but a complete 2xx answer within ``timeout`` seconds.
+
+        The whole request (connect, headers, body) is bounded, not each read: a server that trickles a byte
+        every few seconds never trips a per-read timeout. It runs in a daemon thread; when the deadline passes
+        the thread is abandoned (its socket times out on its own) and the watch goes on."""
+        box: list[Response | BaseException] = []
+
+        def run() -> None:
+            try:
+                box.append(self._get(path))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread as it is
+                box.append(exc)
+
+        worker = threading.Thread(target=run, name="kvscope-watch-get", daemon=True)
+        worker.start()
+        worker.join(self.timeout + 0.5)  # the socket's own timeout fires first where the server is merely slow
+        if not box:
+            raise TimedOut(f"{self.shown}{path}: no complete answer within {self.timeout:g} s (server stuck, or "
+                           "trickling its answer)")
+        result = box[0]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def _get(self, path: str) -> Response:
         url = self.base + path
         headers = {"User-Agent": "kvscope-watch", "Accept": "*/*"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
+        elif self._basic:
+            headers["Authorization"] = f"Basic {self._basic}"
         request = urllib.request.Request(url, headers=headers, method="GET")
         start = time.monotonic()
         try:
             with self._opener.open(request, timeout=self.timeout) as resp:
                 body = self._read(resp, start, path)
                 return Response(resp.status, body, resp.headers.get("Content-Type", ""), time.monotonic() - start)
+        except _Elsewhere as exc:
+            raise ClientError(f"{self.shown}{path}: the server redirects to {display_url(exc.url)}, another host or "
+                              "port; not followed, so your credentials are not sent there (watch that URL "
+                              "directly if you trust it)") from None
         except urllib.error.HTTPError as exc:
             raise self._status_error(exc.code, path, exc) from None
         except urllib.error.URLError as exc:
@@ -168,14 +244,14 @@ class Client:
         chunks: list[bytes] = []
         size = 0
         while True:
-            chunk = resp.read(_CHUNK)
+            chunk = resp.read1(_CHUNK)  # what has arrived, not a full chunk: the deadline is checked as it trickles
             if not chunk:
                 return b"".join(chunks)
             size += len(chunk)
             if size > self.max_bytes:
                 raise Malformed(f"{self.shown}{path}: answer larger than {self.max_bytes >> 20} MiB, not read")
-            if time.monotonic() - start > 3 * self.timeout:
-                raise TimedOut(f"{self.shown}{path}: answer still trickling in after {3 * self.timeout:g} s")
+            if time.monotonic() - start > self.timeout:
+                raise TimedOut(f"{self.shown}{path}: answer still trickling in after {self.timeout:g} s")
             chunks.append(chunk)
 
     def _status_error(self, code: int, path: str, exc: urllib.error.HTTPError) -> WatchError:
@@ -187,6 +263,8 @@ class Client:
         if code in (401, 403):
             if self.api_key:
                 return AuthFailed(f"{where}: HTTP {code}: the server refused the API key given with --api-key")
+            if self._basic:
+                return AuthFailed(f"{where}: HTTP {code}: the server refused the user name and password in the URL")
             return AuthFailed(f"{where}: HTTP {code}: the server wants an API key; pass --api-key KEY "
                               "(or set KVSCOPE_API_KEY)")
         if code == 404:

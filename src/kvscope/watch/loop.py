@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from kvscope.core.redact import redact_text, redact_value
+from kvscope.core.text import visible
 from kvscope.engines.watch_base import ReadingFacts
 from kvscope.reading import prom
 from kvscope.watch.adapters import Adapter, Capacity, detect
@@ -57,6 +59,7 @@ class Options:
     give_up: float = 30.0
     insecure: bool = False
     gpus: bool | None = None  # None: when the server is on this machine
+    redact: bool = True  # what the server tells (model paths, ids) redacted like explain's reports
 
 
 @dataclass
@@ -73,6 +76,45 @@ class _Stop(BaseException):
     KeyboardInterrupt is, so that no `except Exception` it passes through (NVML's error handling) can swallow it."""
 
 
+class _Told:
+    """The view, behind which every message reaches the user redacted and with its controls and escapes shown, not
+    acted on: a message often quotes the server's own answer (an error page, a model id)."""
+
+    def __init__(self, view: View, redact: bool) -> None:
+        self.view, self.redact = view, redact
+
+    def start(self) -> None:
+        self.view.start()
+
+    def capacity(self, cap: Capacity) -> None:
+        self.view.capacity(cap)
+
+    def sample(self, s: Sample) -> None:
+        self.view.sample(s)
+
+    def message(self, text: str) -> None:
+        self.view.message(said(text, self.redact))
+
+    def stop(self) -> None:
+        self.view.stop()
+
+
+def said(text: str, redact: bool = True) -> str:
+    """A server-supplied text as it may be shown: redacted (unless told not to), controls shown as escapes."""
+    return visible(redact_text(text) if redact else text)
+
+
+def told(cap: Capacity, redact: bool = True) -> Capacity:
+    """The capacity a server reported as it may be shown and recorded: its strings redacted (a model at
+    /home/alice/… becomes ~/…, a token-shaped id a mark) and stripped of what a terminal acts on."""
+    safe = redact_value(cap) if redact else cap
+    for name in ("model", "version", "kv_cache_dtype", "engine"):
+        value = getattr(safe, name)
+        if isinstance(value, str):
+            setattr(safe, name, visible(value))
+    return safe
+
+
 class Watch:
     """One watch of one server; ``run`` never raises for network reasons."""
 
@@ -80,7 +122,7 @@ class Watch:
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
                  gpu_factory: Callable[[], GPUMemory] = GPUMemory) -> None:
         self.opts = opts
-        self.view = view
+        self.view: View = _Told(view, opts.redact)
         self.recorder = recorder
         self.clock = clock
         self.sleep = sleep
@@ -99,7 +141,7 @@ class Watch:
         while True:
             try:
                 adapter, metrics = detect(self.client)
-                return adapter, adapter.capacity(self.client, metrics), metrics
+                return adapter, told(adapter.capacity(self.client, metrics), self.opts.redact), metrics
             except WatchError as exc:
                 left = deadline - self.clock()
                 if not exc.retry:
@@ -206,7 +248,7 @@ class Watch:
             self.view.message("the server restarted (its counters went back to zero); re-reading its capacity")
             self.recorder.write("event", event="restart", message="server restarted; counters reset")
             try:
-                self.cap = self.adapter.capacity(self.client, metrics)
+                self.cap = told(self.adapter.capacity(self.client, metrics), self.opts.redact)
             except WatchError as exc:
                 self.view.message(f"capacity after the restart not read ({exc.message}); keeping the old one")
             else:
@@ -248,7 +290,7 @@ class Watch:
             self.recorder.write("event", event="end", message=error)
         if self.cap is not None and self.summary.samples:
             self.recorder.write("summary", ended=ended, **self.summary.as_dict())
-        return Result(code, ended, self.cap, self.summary, error)
+        return Result(code, ended, self.cap, self.summary, said(error, self.opts.redact) if error else None)
 
     def _trap_sigterm(self) -> Callable[[], None]:
         if threading.current_thread() is not threading.main_thread():

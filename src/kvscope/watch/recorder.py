@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from typing import IO, Any
 
 from kvscope.core.errors import InputError
+from kvscope.core.redact import redact_value
 from kvscope.watch import FORMAT_VERSION, MARKER
 
 
@@ -25,10 +26,12 @@ def iso(t: float) -> str:
     return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def line(kind: str, t: float | None = None, **data: Any) -> str:
+def line(kind: str, t: float | None = None, redact: bool = True, **data: Any) -> str:
+    """One JSON line; its values redacted like explain's reports unless ``redact`` is False (the capacity comes
+    redacted already; messages quote the server). ASCII only, so nothing in it is a terminal control."""
     obj: dict[str, Any] = {MARKER: FORMAT_VERSION, "type": kind, "time": iso(time.time() if t is None else t)}
-    obj.update({k: v for k, v in data.items() if v is not None})
-    return json.dumps(_finite(obj), separators=(",", ":"), allow_nan=False, default=str)
+    obj.update({k: (redact_value(v, k) if redact else v) for k, v in data.items() if v is not None})
+    return json.dumps(_finite(obj), separators=(",", ":"), allow_nan=False, default=str).replace("\x7f", "\\u007f")
 
 
 def _finite(value: Any) -> Any:
@@ -45,10 +48,12 @@ def _finite(value: Any) -> Any:
 class Recorder:
     """Writes lines to any number of streams (stdout for jsonl, a file for --record)."""
 
-    def __init__(self) -> None:
+    def __init__(self, redact: bool = True) -> None:
+        self.redact = redact
         self.streams: list[IO[str]] = []
         self._owned: list[IO[str]] = []
         self._essential: list[IO[str]] = []
+        self._paths: dict[int, str] = {}  # a --record file by stream: its write errors end the watch, loudly
 
     def open_file(self, path: str) -> None:
         try:
@@ -57,6 +62,7 @@ class Recorder:
             raise InputError(f"cannot write {path}: {exc.strerror}") from None
         self.streams.append(fh)
         self._owned.append(fh)
+        self._paths[id(fh)] = path
 
     def add_stream(self, stream: IO[str], essential: bool = False) -> None:
         """``essential``: the watch's only output (jsonl on stdout); losing it ends the watch."""
@@ -65,15 +71,19 @@ class Recorder:
             self._essential.append(stream)
 
     def write(self, kind: str, t: float | None = None, **data: Any) -> None:
-        text = line(kind, t, **data) + "\n"
+        text = line(kind, t, self.redact, **data) + "\n"
         for stream in list(self.streams):
             try:
                 stream.write(text)
                 stream.flush()
-            except (OSError, ValueError):
+            except (OSError, ValueError) as exc:
                 self.streams.remove(stream)  # a closed pipe stops that stream, not the watch…
                 if stream in self._essential:
                     raise BrokenPipeError("the reader of the JSON lines went away") from None  # …unless it is all
+                if id(stream) in self._paths:  # the recording the user asked for cannot be kept: say so, stop
+                    why = getattr(exc, "strerror", None) or str(exc)
+                    raise InputError(f"cannot write the recording {self._paths[id(stream)]}: {why}; "
+                                     "the lines before this one are in it") from None
 
     def close(self) -> None:
         for fh in self._owned:

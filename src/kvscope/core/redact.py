@@ -21,6 +21,7 @@ import dataclasses
 import functools
 import json
 import re
+import unicodedata
 from typing import Any
 
 MARK = "[REDACTED]"
@@ -42,7 +43,10 @@ _KV_QUOTED = re.compile(
     rf"(?<![#/\w.-])(?P<k>{_KEY})(?P<q1>['\"]?)(?P<sep>\s*[:=]\s*)(?P<q>['\"])(?P<v>[^'\"\n]*)(?P=q)", re.IGNORECASE)
 # key=value (also in URLs: ?token=…&)  /  key: value (named keys only)
 _KV_BARE = re.compile(
-    rf"(?<![#/\w.-])(?P<k>{_KEY}(?=['\"]?\s*=)|{_KEY_NAMED})(?P<q1>['\"]?)(?P<sep>\s*=\s*|:[ \t]*){_NOT_MARK}(?P<v>(?:\[REDACTED\]|[^\s'\",;)}}\]&<>]|\](?=[^\s'\",;)}}\]&<>]))+)", re.IGNORECASE)
+    rf"(?<![#/\w.-])(?P<k>{_KEY}(?=['\"]?\s*=)|{_KEY_NAMED})(?P<q1>['\"]?)(?P<sep>\s*=\s*|:[ \t]*){_NOT_MARK}(?!\[)(?P<v>(?:\[REDACTED\]|[^\s'\",;)}}\]&<>]|\](?=[^\s'\",;)}}\]&<>]))+)", re.IGNORECASE)
+# 'api_key': ['x', 'y']  /  api_key=["x"]  (vLLM's "non-default args" prints list-valued flags this way)
+_KV_LIST = re.compile(
+    rf"(?<![#/\w.-])(?P<k>{_KEY})(?P<q1>['\"]?)(?P<sep>\s*[:=]\s*){_NOT_MARK}\[(?P<v>[^\[\]\n]*)\]", re.IGNORECASE)
 # --api-key "x y"  /  ['--api-key', 'x']
 _FLAG_QUOTED = re.compile(
     rf"(?<![\w-])(?P<k>--?{_KEY})(?P<sep>\s+|['\"]\s*,\s*)(?P<q>['\"])(?P<v>[^'\"\n]*)(?P=q)", re.IGNORECASE)
@@ -64,9 +68,18 @@ _SHAPES = [
     (re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"), "xox-"),
     (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), "AKIA"),
     (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), ""),
+    (re.compile(r"\bAIza[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])"), "AIza"),
+    (re.compile(r"\bnpm_[A-Za-z0-9]{36}\b"), "npm_"),
 ]
+# A PEM private key, to its END line or, cut, to the end of the text (one line with "\n" escapes, or a block)
+_PEM = re.compile(r"(?P<k>-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----)(?P<v>.*?)(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|$)",
+                  re.DOTALL)
+# Cookie: a=b; c=d  /  Set-Cookie: …  (a session is a credential)
+_COOKIE = re.compile(r"(?P<k>\b(?:set-)?cookie['\"]?\s*[:=]\s*['\"]?)" + _NOT_MARK + r"(?P<v>[^\n'\"]+)", re.IGNORECASE)
 # scheme://user:password@host and scheme://token@host
-_URL_CREDS = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)(?!\[REDACTED\])(?P<creds>[^\s/@'\"<>]+)@", re.IGNORECASE)
+# (to the authority's last '@': a password may hold one)
+_URL_CREDS = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)(?!\[REDACTED\])(?P<creds>[^\s/'\"<>]+)@(?=[^\s/@'\"<>]*(?:[/\s'\"<>?#]|$))",
+                        re.IGNORECASE)
 # /home/alice/… and /Users/bob/… → ~/… ; C:\Users\bob\… → ~\… . /root names no person and stays.
 _HOME = re.compile(r"(?<![\w.~-])/(?:home|Users)/(?!\.\.?/)[^/\s'\"<>:;,|()\[\]{}*?]+")
 _WIN_HOME = re.compile(r"\b[A-Za-z]:(?P<sep>\\{1,2})Users(?P=sep)[^\\\s'\"<>:;,|*?]+", re.IGNORECASE)
@@ -112,13 +125,26 @@ def _url(m: re.Match[str]) -> str:
     return m.group("scheme") + MARK + "@"
 
 
+def _pem(m: re.Match[str]) -> str:
+    return m.group("k") + MARK
+
+
+def _list(m: re.Match[str]) -> str:
+    inner = m.group("v").strip()
+    if not inner or all(_keep(v.strip(" '\"")) for v in inner.split(",")):
+        return m.group(0)
+    return m.group(0)[: m.start("v") - m.start(0)] + MARK + "]"
+
+
 def _steps() -> list[tuple[tuple[str, ...], re.Pattern[str], Any]]:
     """The substitutions in order, each with the clues without which its pattern cannot match."""
     shape_clues = {"hf_": ("hf_",), "sk-": ("sk-",), "gh_": ("gh",), "github_pat_": ("github_pat_",),
-                   "glpat-": ("glpat-",), "xox-": ("xox",), "AKIA": ("akia",), "": ("eyj",)}
-    return [(("://",), _URL_CREDS, _url),
+                   "glpat-": ("glpat-",), "xox-": ("xox",), "AKIA": ("akia",), "": ("eyj",), "AIza": ("aiza",),
+                   "npm_": ("npm_",)}
+    return [(("private key-----",), _PEM, _pem), (("://",), _URL_CREDS, _url),
             *[(shape_clues[prefix], shape, prefix + MARK) for shape, prefix in _SHAPES],
-            (("authorization",), _AUTH_HEADER, _kv), (("bearer",), _BEARER, _kv),
+            (("authorization",), _AUTH_HEADER, _kv), (("bearer",), _BEARER, _kv), (("cookie",), _COOKIE, _kv),
+            (_KEY_CLUES, _KV_LIST, _list),
             (_KEY_CLUES, _FLAG_QUOTED, _kv), (_KEY_CLUES, _FLAG_BARE, _kv),
             (_KEY_CLUES, _KV_QUOTED, _kv), (_KEY_CLUES, _KV_BARE, _kv_bare),
             (("/home/", "/users/"), _HOME, "~"), (("\\users",), _WIN_HOME, "~")]
@@ -171,7 +197,15 @@ def _key_sub(pattern: re.Pattern[str], repl: Any, text: str) -> str:
 def _plain(text: str) -> str:
     """Apply every text pattern; idempotent (a redacted text comes back unchanged). Cached: a report
     repeats the same strings (rank labels, settings, stamps) many times over. A pattern whose clue
-    the text (as it stands at that step) lacks is skipped: it could not match."""
+    the text (as it stands at that step) lacks is skipped: it could not match. Text in compatibility
+    forms (fullwidth ``ａｐｉ_ｋｅｙ``, ligatures) is read as its NFKC form, and where that form holds a
+    secret the redacted NFKC form is what comes back."""
+    if not text.isascii():
+        folded = unicodedata.normalize("NFKC", text)
+        if folded != text:
+            redacted = _plain(folded)
+            if redacted != folded:
+                return redacted
     if not _may_hold(text, _CLUES):
         return text
     for clues, pattern, repl in _STEPS:
@@ -243,15 +277,16 @@ def _redact_html(text: str) -> str:
     return "".join(out)
 
 
-def redact_text(text: str, fmt: str = "terminal") -> str:
-    """Redact finished output. JSON is parsed, redacted as data and dumped again, so it stays valid."""
+def redact_text(text: str, fmt: str = "terminal", dumps: Any = None) -> str:
+    """Redact finished output. JSON is parsed, redacted as data and dumped again with ``dumps`` (the report's own
+    layout; json.dumps with an indent of 2 by default), so it stays valid."""
     if fmt == "json":
         try:
             doc = json.loads(text)
         except ValueError:
             return _plain(text)
-        from kvscope.render.json_out import dumps
-
+        if dumps is None:
+            return json.dumps(redact_value(doc), indent=2, ensure_ascii=False)
         return dumps(redact_value(doc))
     if fmt == "html":
         return _redact_html(text)

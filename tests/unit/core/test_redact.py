@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvscope.render import redact, render_analysis
-from kvscope.render.redact import MARK, is_secret_key, redact_text, redact_value
+from kvscope.core import redact
+from kvscope.core.redact import MARK, is_secret_key, redact_text, redact_value
+from kvscope.render import render_analysis
 from tests.unit.render.test_render_logs import SECRETS, example_analysis, hostile_analysis, hostile_log
 
 FORMATS = ("terminal", "json", "markdown", "html")
