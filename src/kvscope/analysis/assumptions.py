@@ -14,6 +14,7 @@ from kvscope import engines
 from kvscope.core.errors import InputError
 from kvscope.core.startup import RANK_FIELDS
 from kvscope.core.text import did_you_mean
+from kvscope.model.arch import KV_DTYPE_BYTES
 from kvscope.model.catalog import catalog_entry, gpu_short_names, model_ids, pick_gpu, read_local_config
 
 # Facts about the box and the run, read by the neutral layers (analysis/explain.py, runtime, model, render).
@@ -32,6 +33,9 @@ COUNTS = frozenset({"tp_size", "pp_size", "dp_size", "tensor_parallel_size", "pi
                     "max_tokens_in_paged_kv_cache", "n_ctx", "n_ubatch", "ctx_size", "n_slots", "n_seq_max",
                     "num_gpu_blocks_override"})
 NEGATIVE_MEANS_OFF = frozenset({"chunked_prefill_size"})
+# KV dtypes by name: the engines' options and torch's, and llama.cpp's cache types (-ctk / -ctv)
+KV_DTYPE_NAMES = frozenset(KV_DTYPE_BYTES) | {"f16", "f32", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "fp4",
+                                               "nvfp4", "mxfp4", "fp8_e4m3fn", "float8_e4m3fnuz", "fp8_inc"}
 
 
 def known_keys() -> frozenset[str]:
@@ -56,26 +60,48 @@ def implied_engine(assumptions: dict[str, Any]) -> str | None:
     return named.pop() if len(named) == 1 else None
 
 
-def _number(key: str, value: Any) -> float:
+MAX_COUNT = 1 << 40  # more requests, tokens or ranks than any server holds: a typo (or a hostile value)
+MAX_SIZE_GIB = 1 << 20  # a memory figure beyond a petabyte per GPU is no figure
+
+
+def _number(key: str, value: Any, flag: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InputError(f"--assume {key}={value!r}: not a number")
+        raise InputError(f"{flag} {key}={value!r}: not a number")
     return float(value)
 
 
-def _check_value(key: str, value: Any) -> None:
+def check_value(key: str, value: Any, flag: str = "--assume") -> None:
+    """InputError when a setting's value cannot be what its key names: a fraction outside (0, 1], a negative or
+    absurd size, a count that is not a positive whole number; any other key takes what the engine takes."""
     if value is None:
         return
     if key in FRACTIONS:
-        number = _number(key, value)
+        number = _number(key, value, flag)
         if not 0 < number <= 1:
-            raise InputError(f"--assume {key}={value!r}: a fraction of memory must be in (0, 1]")
+            raise InputError(f"{flag} {key}={value!r}: a fraction of memory must be in (0, 1]")
     elif key.endswith(("_gib", "_gb", "_bytes")):
-        if _number(key, value) < 0:
-            raise InputError(f"--assume {key}={value!r}: a size cannot be negative")
+        number = _number(key, value, flag)
+        if number < 0:
+            raise InputError(f"{flag} {key}={value!r}: a size cannot be negative")
+        if number > (MAX_SIZE_GIB << 30 if key.endswith("_bytes") else MAX_SIZE_GIB):
+            raise InputError(f"{flag} {key}={value!r}: larger than any GPU or host holds")
     elif key in COUNTS:
-        number = _number(key, value)
+        number = _number(key, value, flag)
         if number != int(number) or number == 0 or (number < 0 and not (key in NEGATIVE_MEANS_OFF and number == -1)):
-            raise InputError(f"--assume {key}={value!r}: a count must be a positive whole number")
+            raise InputError(f"{flag} {key}={value!r}: a count must be a positive whole number")
+        if number > MAX_COUNT:
+            raise InputError(f"{flag} {key}={value!r}: more than any server holds")
+    elif key == "kv_cache_dtype":  # the one dtype whatif and plan size by: an unknown name would size as 16-bit
+        name = str(value).replace("torch.", "").lower()
+        if name not in KV_DTYPE_NAMES:
+            raise InputError(f"{flag} {key}={value!r}: not a KV cache dtype kvscope knows"
+                             f"{did_you_mean(name, sorted(KV_DTYPE_NAMES))}")
+
+
+def check_settings(settings: dict[str, Any], flag: str = "--set") -> None:
+    """Every value of a --set, by its key (unknown keys are the verb's to refuse: each engine knows its own)."""
+    for key, value in settings.items():
+        check_value(key, value, flag)
 
 
 def check_gpu(name: str) -> None:
@@ -101,7 +127,7 @@ def validate(assumptions: dict[str, Any], model: str | None = None) -> None:
     for key, value in assumptions.items():
         if key not in known:
             raise InputError(f"--assume {key}: kvscope reads no such fact or setting{did_you_mean(key, known)}")
-        _check_value(key, value)
+        check_value(key, value)
     if assumptions.get("gpu") is not None:
         check_gpu(str(assumptions["gpu"]))
     for name in {m for m in (model, assumptions.get("model")) if isinstance(m, str) and m}:

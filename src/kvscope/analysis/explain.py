@@ -45,7 +45,7 @@ def _rank_key(label: str) -> list[tuple[str, int]]:
     """'DP1 TP10 EP1' sorts after 'DP1 TP2 EP1': compare the numbers, not the text."""
     key = []
     for part in re.split(r"[\s=]+", label):
-        m = re.match(r"([A-Za-z_]*)(\d+)$", part)
+        m = re.match(r"([A-Za-z_]*)(\d{1,18})$", part)  # a longer number sorts as text (int() refuses 4,301 digits)
         key.append((m.group(1), int(m.group(2))) if m else (part, -1))
     return key
 

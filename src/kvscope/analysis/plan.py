@@ -35,6 +35,8 @@ from kvscope.model.planning import (
     normalise_settings,
 )
 
+MAX_PARALLEL = 1 << 16
+
 
 def resolve(req: PlanRequest) -> Context:
     """Model config, architecture and GPU basis; InputError when any is unknown."""
@@ -45,6 +47,8 @@ def resolve(req: PlanRequest) -> Context:
     for name, value in (("--tp", req.tp), ("--dp", req.dp), ("--pp", req.pp), ("--ep", req.ep)):
         if value < 1:
             raise InputError(f"{name} must be at least 1")
+        if value > MAX_PARALLEL:  # a loop runs per stage and rank: 2^31 of them is no deployment, and no answer
+            raise InputError(f"{name} {value:,}: at most {MAX_PARALLEL:,} (no engine runs one model over more GPUs)")
     mc = load_model_config(req.model)
     if mc is None:
         raise InputError(f"model {req.model!r}: no config.json there and not in the built-in catalog "

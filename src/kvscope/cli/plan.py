@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from kvscope import __version__, engines
+from kvscope.analysis.assumptions import MAX_COUNT, check_settings
 from kvscope.analysis.plan import PlanRequest, plan, summary_line
 from kvscope.cli.common import FORMATS, parse_assignments, write_output
 from kvscope.core.errors import InputError
@@ -126,10 +127,12 @@ def render_terminal(pred: dict[str, Any]) -> str:
 @click.option("--debug", is_flag=True, help="Show tracebacks of internal errors.")
 def command(model, gpu, tp, dp, pp, ep, engine, engine_version, sets, context, fmt, output, debug) -> None:
     """Predict KV-cache tokens and concurrency for a model on a GPU, before running it (no log needed)."""
-    if context is not None and context < 1:
+    if context is not None and not 0 < context <= MAX_COUNT:
         raise InputError("--context must be a positive number of tokens")
+    settings = parse_assignments(sets, "--set")
+    check_settings(settings)
     req = PlanRequest(model=model, gpu=gpu, engine=engine, engine_version=engine_version, tp=tp, dp=dp, pp=pp, ep=ep,
-                      settings=parse_assignments(sets, "--set"), context=context)
+                      settings=settings, context=context)
     pred = plan(req)
     if fmt == "json":
         text = render_json(pred)

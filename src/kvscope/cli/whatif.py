@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any
 
 import click
 
 from kvscope import engines
+from kvscope.analysis.assumptions import MAX_COUNT, MAX_SIZE_GIB, check_settings
 from kvscope.api import analyze
 from kvscope.cli.common import FORMATS, check_output, gather_inputs, parse_assignments, write_output
 from kvscope.core.errors import InputError
@@ -94,6 +96,11 @@ def command(logs, example, sets, assume, model, host_ram, context, fmt, output, 
     if not paths:
         raise InputError("give a log file (or --example NAME) to calibrate on")
     changes = parse_assignments(sets, "--set")
+    check_settings(changes)
+    if context is not None and not 0 < context <= MAX_COUNT:
+        raise InputError("--context must be a positive number of tokens")
+    if host_ram is not None and not (math.isfinite(host_ram) and 0 <= host_ram <= MAX_SIZE_GIB):
+        raise InputError("--host-ram must be a size in GB, from 0")
     analysis = analyze(paths, assumptions, model)
     candidates = [s for s in analysis.startups if s.reconciliation is not None
                   or (engines.get(s.engine).whatif is not None and engines.get(s.engine).whatif.can_calibrate(s))]

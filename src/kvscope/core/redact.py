@@ -258,6 +258,9 @@ def _redact_dataclass(obj: Any) -> Any:
     out = copy.copy(obj)
     for f in dataclasses.fields(obj):
         try:
+            if f.name.startswith("_"):  # a private cache (an index over other fields): empty, rebuilt from the copy
+                object.__setattr__(out, f.name, type(getattr(obj, f.name))())
+                continue
             object.__setattr__(out, f.name, redact_value(getattr(obj, f.name), f.name))
         except (AttributeError, TypeError):  # a read-only field: keep the copy's value
             continue

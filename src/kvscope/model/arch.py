@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from kvscope.core.errors import InputError
+
 KV_DTYPE_BYTES = {
     "auto": None,
     "bfloat16": 2,
@@ -196,8 +198,42 @@ def linear_state_elements(state: LinearState, tp_size: int, num_spec: int = 0) -
     return state.conv_channels // tp * width, state.heads // tp * state.head_dim * state.state_dim
 
 
+# What a real config's size fields can hold: a larger (or negative, or non-integer) one is a broken or hostile
+# file, and sizing with it would run away in time and memory (a loop per layer) or give negative bytes.
+CONFIG_BOUNDS = {"num_hidden_layers": 100_000, "n_layer": 100_000, "num_layers": 100_000,
+                 "num_attention_heads": 1 << 16, "n_head": 1 << 16, "num_key_value_heads": 1 << 16,
+                 "num_kv_heads": 1 << 16, "n_head_kv": 1 << 16, "head_dim": 1 << 16, "v_head_dim": 1 << 16,
+                 "hidden_size": 1 << 22, "intermediate_size": 1 << 24, "moe_intermediate_size": 1 << 24,
+                 "vocab_size": 1 << 30, "kv_lora_rank": 1 << 16, "qk_rope_head_dim": 1 << 16,
+                 "index_head_dim": 1 << 16, "num_experts": 1 << 20, "n_routed_experts": 1 << 20,
+                 "num_local_experts": 1 << 20, "sliding_window": 1 << 40, "max_position_embeddings": 1 << 40,
+                 "num_nextn_predict_layers": 1_000}
+# fields a model may set to 0 (no MTP layers, no experts, no window, no latent)
+ZERO_OK = frozenset({"num_nextn_predict_layers", "num_experts", "n_routed_experts", "num_local_experts", "kv_lora_rank",
+                     "index_head_dim", "moe_intermediate_size", "sliding_window", "qk_rope_head_dim", "v_head_dim",
+                     "intermediate_size"})
+
+
+def check_config_sizes(cfg: dict[str, Any], where: str = "the config") -> None:
+    """InputError for a size field that is not a whole number in (0, its bound] (null and absent are fine; the
+    ZERO_OK fields may be 0, and sliding_window false, where a model has none)."""
+    for part in (cfg, cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else None):
+        if part is None:
+            continue
+        for key, bound in CONFIG_BOUNDS.items():
+            value = part.get(key)
+            if value is None or (key == "sliding_window" and value is False):
+                continue
+            low = 0 if key in ZERO_OK else 1
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= bound:
+                shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "…"
+                raise InputError(f"{where}: {key}={shown} is not a size a model can have (a whole number from {low} "
+                                 f"to {bound:,})")
+
+
 def architecture_from_config(cfg: dict[str, Any], name: str = "") -> Architecture | None:
-    """Normalise an HF config; None when it lacks what KV sizing needs."""
+    """Normalise an HF config; None when it lacks what KV sizing needs; InputError for an impossible size."""
+    check_config_sizes(cfg, f"config of {name}" if name else "the config")
     cfg = _text_config(cfg)
     layers = _first(cfg, "num_hidden_layers", "n_layer", "num_layers")
     if not isinstance(layers, int) or layers <= 0:

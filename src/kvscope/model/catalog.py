@@ -14,7 +14,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from kvscope.core.errors import InputError
 from kvscope.model.arch import Architecture, architecture_from_config
+
+MAX_CONFIG_BYTES = 16 << 20  # the largest real config.json is tens of KB (a VLM with its processor inlined)
 
 
 @lru_cache(maxsize=1)
@@ -117,12 +120,20 @@ def name_quantization(name: str, entry: dict[str, Any]) -> dict[str, Any] | None
 
 def read_local_config(model: str) -> tuple[dict[str, Any], Path] | None:
     """A local config.json (the file, or the one in a model directory), parsed; None if absent or unreadable."""
-    path = Path(model).expanduser()
-    cfg_path = path / "config.json" if path.is_dir() else path
-    if not (cfg_path.is_file() and cfg_path.suffix == ".json"):
+    try:
+        path = Path(model).expanduser()
+        cfg_path = path / "config.json" if path.is_dir() else path
+        if not (cfg_path.is_file() and cfg_path.suffix == ".json"):
+            return None
+    except (OSError, ValueError):  # a name too long to be a path, a NUL byte: not a local file
         return None
     try:
+        if cfg_path.stat().st_size > MAX_CONFIG_BYTES:
+            raise InputError(f"{cfg_path}: {cfg_path.stat().st_size:,} bytes is no config.json (at most "
+                             f"{MAX_CONFIG_BYTES >> 20} MiB)")
         cfg = json.loads(cfg_path.read_text())
+    except RecursionError:
+        raise InputError(f"{cfg_path}: nests deeper than a config.json can (not read)") from None
     except (OSError, ValueError):
         return None
     return (cfg, cfg_path) if isinstance(cfg, dict) else None

@@ -404,7 +404,7 @@ def _budget_check(s, ref, tokens, bpt, page, rec, checks, consistent, era) -> No
     at_profile = ref.avail_after_weights_gib
     if era.draft_in_static_budget and SGLangRankFacts(ref).avail_after_draft_weights_gib is not None:
         at_profile = SGLangRankFacts(ref).avail_after_draft_weights_gib  # E3+: draft weights load before the profile
-    if pre is None or at_profile is None:
+    if pre is None or at_profile is None or pre <= 0:  # nothing free before weights: no fraction of it to check
         return
     state = state_pool_budget_gib(ref)  # hybrid models: the Mamba pool is paid out of rest before the KV pool
     with_state = f" plus the {state:.2f} GiB Mamba state pool" if state else ""
