@@ -32,6 +32,14 @@ COUNTS = frozenset({"tp_size", "pp_size", "dp_size", "tensor_parallel_size", "pi
                     "block_size", "tokens_per_block", "max_batch_size", "max_num_tokens", "max_seq_len",
                     "max_tokens_in_paged_kv_cache", "n_ctx", "n_ubatch", "ctx_size", "n_slots", "n_seq_max",
                     "num_gpu_blocks_override"})
+COUNTS = COUNTS | {"tp", "max_num_requests", "max_num_sequences", "n_ctx_seq", "n_ctx_slot", "n_ctx_train", "n_embd",
+                   "n_embd_k_gqa", "n_embd_v_gqa", "kv_layer_n_embd_k_gqa", "kv_layer_n_embd_v_gqa", "n_layer",
+                   "kv_size", "kv_size_per_token", "world_size_seen", "pipeline_parallel_copies"}
+# counts that may be 0 (nothing offloaded, no draft layers, no GPU found)
+COUNTS_FROM_ZERO = frozenset({"n_gpu_layers_offloaded", "n_layers_offloadable", "draft_layers", "ollama_gpus_found",
+                              "speculative_num_draft_tokens", "kv_layer_max_index"})
+SWITCHES = frozenset({"disable_hybrid_kv_cache_manager", "enable_chunked_prefill", "enable_dp_attention",
+                      "enable_prefix_caching", "fake_cache_manager", "kv_unified", "output_layer_on_cpu"})
 NEGATIVE_MEANS_OFF = frozenset({"chunked_prefill_size"})
 # KV dtypes by name: the engines' options and torch's, and llama.cpp's cache types (-ctk / -ctv)
 KV_DTYPE_NAMES = frozenset(KV_DTYPE_BYTES) | {"f16", "f32", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "fp4",
@@ -75,15 +83,22 @@ def check_value(key: str, value: Any, flag: str = "--assume") -> None:
     absurd size, a count that is not a positive whole number; any other key takes what the engine takes."""
     if value is None:
         return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(f"{flag} {key}={value!r}: not a number")
+    if key in SWITCHES:
+        if value not in (True, False, 0, 1):
+            raise InputError(f"{flag} {key}={value!r}: a switch is true or false")
+        return
     if key in FRACTIONS:
         number = _number(key, value, flag)
         if not 0 < number <= 1:
             raise InputError(f"{flag} {key}={value!r}: a fraction of memory must be in (0, 1]")
-    elif key.endswith(("_gib", "_gb", "_bytes")):
+    elif key.endswith(("_gib", "_gb", "_bytes", "_mib")):
         number = _number(key, value, flag)
         if number < 0:
             raise InputError(f"{flag} {key}={value!r}: a size cannot be negative")
-        if number > (MAX_SIZE_GIB << 30 if key.endswith("_bytes") else MAX_SIZE_GIB):
+        if number > (MAX_SIZE_GIB << 30 if key.endswith("_bytes") else MAX_SIZE_GIB << 10 if key.endswith("_mib")
+                     else MAX_SIZE_GIB):
             raise InputError(f"{flag} {key}={value!r}: larger than any GPU or host holds")
     elif key in COUNTS:
         number = _number(key, value, flag)
@@ -91,6 +106,12 @@ def check_value(key: str, value: Any, flag: str = "--assume") -> None:
             raise InputError(f"{flag} {key}={value!r}: a count must be a positive whole number")
         if number > MAX_COUNT:
             raise InputError(f"{flag} {key}={value!r}: more than any server holds")
+    elif key in COUNTS_FROM_ZERO:
+        number = _number(key, value, flag)
+        if number != int(number) or not 0 <= number <= MAX_COUNT:
+            raise InputError(f"{flag} {key}={value!r}: a count must be a whole number from 0")
+    elif isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) > MAX_COUNT * (1 << 30):
+        raise InputError(f"{flag} {key}={value!r}: larger than anything a server has")
     elif key == "kv_cache_dtype":  # the one dtype whatif and plan size by: an unknown name would size as 16-bit
         name = str(value).replace("torch.", "").lower()
         if name not in KV_DTYPE_NAMES:

@@ -33,7 +33,8 @@ _TOKEN = (r"(?:[A-Za-z0-9_.-]*?[_-])?(?:hf|hugging[_-]?face|hub|access|auth|api|
           r"|wandb|openai|slack|bot|id|oauth|jwt|secret)[_-]?token")
 _KEY = rf"(?:{_STRONG}|{_TOKEN}|token)"
 _KEY_NAMED = rf"(?:{_STRONG}|{_TOKEN})"  # without bare "token": "per token: 70,272 B" is prose
-_KEY_NAME = re.compile(rf"-*{_KEY}", re.IGNORECASE)
+_KEY_NAME = re.compile(rf"-{{0,2}}{_KEY}", re.IGNORECASE)  # a flag has at most two dashes; "-*" rescans dash runs
+MAX_KEY_NAME = 128
 
 _NOT_SECRET = {"", "none", "null", "nil", "false", "true", "undefined", "<none>", "[]", "{}"}
 _NOT_MARK = r"(?!\[REDACTED\])"
@@ -217,7 +218,9 @@ def _plain(text: str) -> str:
 @functools.lru_cache(maxsize=4096)
 def is_secret_key(key: str) -> bool:
     """True for dictionary keys such as ``api_key``, ``hf_token``, ``--api-key``, ``DB_PASSWORD``."""
-    return _may_hold(key, _KEY_CLUES) and _KEY_NAME.fullmatch(key.strip()) is not None
+    key = key.strip()
+    # no setting's name is longer; a longer "key" (a pasted line parsed as a dict) would cost O(n²) to try
+    return len(key) <= MAX_KEY_NAME and _may_hold(key, _KEY_CLUES) and _KEY_NAME.fullmatch(key) is not None
 
 
 _NUMBERS = {int, float, bool, type(None)}

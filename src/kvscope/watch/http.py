@@ -239,6 +239,8 @@ class Client:
             return json.loads(resp.body)
         except (ValueError, UnicodeDecodeError):
             raise Malformed(f"{self.shown}{path}: the answer is not JSON ({_peek(resp.body)})") from None
+        except RecursionError:
+            raise Malformed(f"{self.shown}{path}: the answer nests deeper than any server's JSON") from None
 
     def _read(self, resp: Any, start: float, path: str) -> bytes:
         chunks: list[bytes] = []

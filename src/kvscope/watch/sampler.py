@@ -8,6 +8,8 @@ and the caller re-reads capacity (a restart may come with other flags).
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -49,6 +51,26 @@ class Sample:
         return out
 
 
+MAX_USAGE = 1.05  # a usage gauge is a fraction of the pool: rounding may pass 1.00 by a hair, never more
+MAX_COUNT = 1e15  # requests, tokens, counters: more is a broken or hostile exporter, not a server
+
+
+def plausible(reading: Reading) -> Reading:
+    """The reading with every figure no server can report (a usage of 1e308, a negative queue, NaN) made
+    unknown, as the log reader treats a mangled line: summaries and bins never see them."""
+    def count(v: float | int | None) -> Any:
+        return v if v is not None and math.isfinite(v) and 0 <= v <= MAX_COUNT else None
+
+    def fraction(v: float | None) -> float | None:
+        return v if v is not None and math.isfinite(v) and 0 <= v <= MAX_USAGE else None
+
+    return dataclasses.replace(
+        reading, kv_usage=fraction(reading.kv_usage), prefix_hit_rate=fraction(reading.prefix_hit_rate),
+        tokens_used=count(reading.tokens_used), running=count(reading.running), waiting=count(reading.waiting),
+        preemptions_total=count(reading.preemptions_total), preemptions_gauge=count(reading.preemptions_gauge),
+        prefix_hits_total=count(reading.prefix_hits_total), prefix_queries_total=count(reading.prefix_queries_total))
+
+
 class Sampler:
     """Keeps the previous reading so each new one becomes an interval sample."""
 
@@ -61,6 +83,7 @@ class Sampler:
 
     def step(self, reading: Reading, cap: Capacity, now: float | None = None, wall: float | None = None,
              scrape_s: float | None = None) -> Sample:
+        reading = plausible(reading)
         now = time.monotonic() if now is None else now
         wall = time.time() if wall is None else wall
         restarted = self._restarted(reading)

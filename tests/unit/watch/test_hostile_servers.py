@@ -102,3 +102,39 @@ def test_no_redact_keeps_the_names_but_still_shows_escapes_inert(capsys):
     assert code == 0, err
     assert "/home/alice/models/" in out and TOKEN in out
     assert "\x1b" not in out and "\\x1b" in out
+
+
+def _metrics_with(value: str) -> bytes:
+    """The real vLLM page with every sample value of the KV-usage gauge replaced."""
+    lines = []
+    for line in payload(METRICS).decode().splitlines():
+        if line.startswith(("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:num_requests_running")):
+            line = line.rsplit(" ", 1)[0] + " " + value
+        lines.append(line)
+    return ("\n".join(lines) + "\n").encode()
+
+
+HOSTILE_ANSWERS = {
+    "deep json server info": {"/get_server_info": [Answer(body=b'{"a":' * 100_000 + b"1" + b"}" * 100_000,
+                                                           content_type="application/json")]},
+    "gauges at 1e308": {**vllm_routes(METRICS), "/metrics": [Answer(body=_metrics_with("1e308"))]},
+    "gauges at NaN": {**vllm_routes(METRICS), "/metrics": [Answer(body=_metrics_with("NaN"))]},
+    "gauges at -Inf": {**vllm_routes(METRICS), "/metrics": [Answer(body=_metrics_with("-Inf"))]},
+    "a body past the size limit": {"/metrics": [Answer(body=b"# " + b"x" * (65 << 20))]},
+    "escapes in labels": {**vllm_routes(METRICS), "/metrics": [Answer(body=payload(METRICS).replace(
+        b'model_name="', b'model_name="\x1b]0;pwned\x07'))]},
+    "binary garbage": {"/metrics": [Answer(body=bytes(range(256)) * 64)]},
+    "empty everything": {},
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_ANSWERS))
+def test_a_hostile_answer_ends_in_a_message_or_a_watch(name, capsys):
+    with Replay(HOSTILE_ANSWERS[name]) as srv:
+        start = time.monotonic()
+        code, out, err = watch([srv.url, *FAST, "--duration", "0.3", "--format", "jsonl"], capsys)
+    assert code in (0, 2, 3), err
+    assert time.monotonic() - start < 10
+    assert "\x1b" not in out + err and "\x07" not in out + err
+    for line in out.splitlines():
+        json.loads(line)  # every line of the stream is JSON, whatever the server sent

@@ -35,10 +35,12 @@ G = rf"({NUM})"  # one captured number
 GB = r"\s*Gi?B"  # vLLM prints bytes / 2^30 as "GB" (old) or "GiB"
 
 # Name parts and their separators use disjoint characters, so the match is linear (no backtracking).
-_PREFIX = lazy_compile(r"\(?([A-Za-z][A-Za-z0-9\-]*(?:[ _][A-Za-z0-9=\-]+)*) pid=(\d+|\.\.\.)(?:, ip=([^)\s]+))?\) ?")
+# bounded: a process name is a few short words ("VllmWorker TP0", "EngineCore_DP0"); unbounded, a run of letters
+# is rescanned from every position in it
+_PREFIX = lazy_compile(r"\(?([A-Za-z][A-Za-z0-9\-]{0,40}(?:[ _][A-Za-z0-9=\-]{1,40}){0,6}) pid=(\d+|\.\.\.)(?:, ip=([^)\s]+))?\) ?")
 # A prefix glued behind a progress bar (tqdm writes no newline): far from the line start, so trusted only
 # where vLLM's own header follows it.
-_GLUED = lazy_compile(r"\(([A-Za-z][A-Za-z0-9\-]*(?:[ _][A-Za-z0-9=\-]+)*) pid=(\d+|\.\.\.)(?:, ip=([^)\s]+))?\) ?"
+_GLUED = lazy_compile(r"\(([A-Za-z][A-Za-z0-9\-]{0,40}(?:[ _][A-Za-z0-9=\-]{1,40}){0,6}) pid=(\d+|\.\.\.)(?:, ip=([^)\s]+))?\) ?"
                       r"(?=(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) )")
 GLUED_WINDOW = 600  # a terminal-wide progress bar plus the prefix
 _MONARCH = lazy_compile(r"^\[(\d{1,4})\] ")  # a rank; a longer number in brackets is a pid (torch_npu's prefix)
@@ -46,7 +48,7 @@ _HEADER = lazy_compile(
     r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d|\.\.\.)(?:\.\d+)? \[?[\w./\-]+\.py:\d+\] ?"
 )
 _HEADER_ELIDED = lazy_compile(r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL) \.\.\. \[[\w./\-]+(?:\.py)?:[\w.]+\] ?")
-_REPEATED = lazy_compile(r"\s*\[repeated (\d+)x across cluster\]\s*$")
+_REPEATED = lazy_compile(r"\[repeated (\d+)x across cluster\]\s*$")  # the spaces before it: rstrip (a leading \s* rescans)
 _DIMS = lazy_compile(r"^(DP|PP|PCP|TP|DCP|EP)(\d+)$")
 
 # --- weights -----------------------------------------------------------------------------------
@@ -148,7 +150,8 @@ _LOGO_MODEL = lazy_compile(r"[\u2580-\u259f][^%]{0,80}?\bmodel\s+(\S+)\s*$")
 # A pasted command: an optional inline-code backtick, an optional shell prompt ("(venv) user@host:~/dir$ ",
 # "[user@host dir]# ", "$ "), an optional interpreter word ("bash ", "sh -c '", "env "), environment assignments
 # (VLLM_USE_V1=1), then ``vllm serve MODEL``.
-_COMMAND = lazy_compile(r"^\s*`{0,3}\s*(?:\([^()\s]*\) +)?(?:\[[^\]]*\][$#] +|[^\s$#`]*[$#] +)?"
+# one run of blanks and backticks at the start: two \s* around the backticks split a long run of spaces O(n²) ways
+_COMMAND = lazy_compile(r"^[\s`]*(?:\([^()\s]*\) +)?(?:\[[^\]]*\][$#] +|[^\s$#`]*[$#] +)?"
                         r"(?:(?:bash|sh|zsh|env|exec|nohup|sudo)(?: -c)? +['\"]?)?(?:[A-Za-z_][A-Za-z0-9_]*=\S+ +)*"
                         r"vllm serve \S+")
 _MAX_MODEL_LEN = lazy_compile(r"Using max model len (\d+)")
@@ -288,7 +291,7 @@ def _split(text: str) -> tuple[str | None, str | None, str | None, str, int | No
     m = _REPEATED.search(text)
     if m:
         repeated = int(m.group(1))
-        text = text[: m.start()]
+        text = text[: m.start()].rstrip()
     m = _MONARCH.match(text)
     if m:
         rank, text = f"rank={m.group(1)}", text[m.end() :]
