@@ -24,8 +24,9 @@ MAX_PLAUSIBLE = 1e15
 
 
 def to_float(text: str | None) -> float | None:
-    """Parse a printed number; anything non-finite, implausibly large or unreadable is None (never garbage)."""
-    if text is None:
+    """Parse a printed number; anything non-finite, implausibly large or unreadable is None (never garbage). ASCII
+    digits only: no engine prints others, and ``float`` would read Arabic-Indic or fullwidth digits as numbers."""
+    if text is None or not text.isascii():
         return None
     try:
         value = float(_decimal_point(text) if "," in text else text)

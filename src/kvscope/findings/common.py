@@ -17,6 +17,10 @@ def _inconsistencies(s: Startup) -> list[str]:
             value = getattr(r, key)
             if value is not None and value < 0:
                 problems.append(f"{r.rank}: {key} is negative ({value})")
+        for row in r.ledger:  # free memory kvscope worked out from the log's figures: below zero, they disagree
+            if row.how != "read" and row.gib is not None and row.gib < -0.01 and "free" in row.item.lower():
+                problems.append(f"{r.rank}: the ledger's {row.item!r} comes out at {row.gib:.2f} GiB (figures of "
+                                "different runs or ranks pasted together?)")
         for pool in r.kv_pools:
             size = pool.size_gib()
             if size is not None and size < 0:
