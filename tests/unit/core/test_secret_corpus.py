@@ -34,6 +34,10 @@ SECRETS = [
     ("AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE", "AKIAIOSFODNN7EXAMPLE"),
     ("model loaded from /home/alice/models/tiny-llama", "alice"),
 ]
+# a secret inside the error that ends the startup: it becomes the failure's message, in every format
+FAILURE = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. (loading with "
+           "HF_TOKEN=hf_ZyXwVuTsRqPoNmLkJiHgFeDcBa987654 from /home/bob/cache)")
+FAILURE_SECRETS = ("hf_ZyXwVuTsRqPoNmLkJiHgFeDcBa987654", "bob")
 
 
 @pytest.mark.parametrize(("line", "secret"), SECRETS, ids=[s for _, s in SECRETS])
@@ -52,6 +56,16 @@ def test_no_format_lets_a_secret_through(tmp_path):
         text = render_analysis(analysis, fmt)
         leaked = [secret for _, secret in SECRETS if secret in text]
         assert not leaked, (fmt, leaked)
+
+
+def test_a_secret_in_the_failure_message_stays_hidden(tmp_path):
+    log = tmp_path / "log.txt"
+    log.write_text(REAL.read_text(encoding="utf-8") + STAMP.replace("INFO", "ERROR") + FAILURE + "\n", encoding="utf-8")
+    analysis = analyze([str(log)])
+    assert any(s.failure is not None and "out of memory" in s.failure.message.lower() for s in analysis.startups)
+    for fmt in ("terminal", "json", "markdown", "html"):
+        text = render_analysis(analysis, fmt)
+        assert not [s for s in FAILURE_SECRETS if s in text], fmt
 
 
 def test_a_none_like_list_stays_readable():
