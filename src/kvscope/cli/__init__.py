@@ -35,7 +35,7 @@ class _Verbs(click.Group):
 
 
 @click.group(cls=_Verbs, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="kvscope")
+@click.version_option(__version__, "-V", "--version", prog_name="kvscope")
 def app() -> None:
     """Where did my GPU memory go? Explain and predict KV-cache capacity of LLM inference servers."""
 

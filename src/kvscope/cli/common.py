@@ -44,11 +44,18 @@ def write_output(text: str, output: str | None, fmt: str = "terminal") -> None:
     log or a server supplied as an escape (``core/text.visible``), JSON writes them as ``\\u`` escapes: a report
     shown in a terminal (printed, or a file cat-ed later) never moves the cursor, sets a title or writes the
     clipboard. HTML is for a browser, which acts on none of them."""
-    text = json_visible(text) if fmt == "json" else text if fmt == "html" else visible(text)
+    from kvscope.render.console import style, visible_keeping_colour
+
+    if fmt == "json":
+        text = json_visible(text)
+    elif fmt == "terminal" and style().color and not output:
+        text = visible_keeping_colour(text)
+    elif fmt != "html":
+        text = visible(text)
     if output:
         _write_file(output, text + "\n")
     else:
-        click.echo(text)
+        click.echo(text, color=style().color or None)  # click strips colour codes from a pipe unless told
 
 
 def check_output(output: str | None, inputs: list[str]) -> None:
@@ -99,6 +106,15 @@ def _write_file(output: str, text: str) -> None:
 
 
 FORMATS = click.Choice(["terminal", "json", "markdown", "html"])
+COLOR = click.option("--color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
+                     help="Colour the terminal report: auto = on a terminal, unless NO_COLOR is set.")
+
+
+def set_terminal(color: str, fmt: str) -> None:
+    """Fit the terminal report to the real width and colour it as --color says (render/console.py)."""
+    from kvscope.render.console import configure
+
+    configure(color if fmt == "terminal" else "never")
 
 
 def gather_inputs(logs: tuple[str, ...], example: str | None, assume: tuple[str, ...],

@@ -10,7 +10,7 @@ import click
 from kvscope import __version__, engines
 from kvscope.analysis.assumptions import MAX_COUNT, check_settings
 from kvscope.analysis.plan import PlanRequest, plan, summary_line
-from kvscope.cli.common import FORMATS, parse_assignments, write_output
+from kvscope.cli.common import COLOR, FORMATS, parse_assignments, set_terminal, write_output
 from kvscope.core.errors import InputError
 
 SCHEMA = "kvscope.plan/1"
@@ -61,11 +61,12 @@ def _fmt_conc(value: Any) -> str:
 
 
 def render_terminal(pred: dict[str, Any]) -> str:
-    from rich.console import Console
     from rich.table import Table
 
+    from kvscope.render.console import terminal_console
+
     buf = StringIO()
-    console = Console(file=buf, width=140, color_system=None)
+    console = terminal_console(buf)
     par = pred["parallel"]
     console.print(f"[bold]kvscope plan[/] — {pred['model']['name']} on {pred['gpu']['gpu']}, TP{par['tp']}"
                   + (f" DP{par['dp']}" if par["dp"] > 1 else "") + (f" PP{par['pp']}" if par["pp"] > 1 else "")
@@ -124,9 +125,17 @@ def render_terminal(pred: dict[str, Any]) -> str:
 @click.option("--context", type=int, metavar="N", help="Context length per request (default: the model's maximum).")
 @click.option("--format", "fmt", type=FORMATS, default="terminal", show_default=True)
 @click.option("-o", "--output", metavar="FILE", help="Write the report to FILE instead of stdout.")
+@COLOR
 @click.option("--debug", is_flag=True, help="Show tracebacks of internal errors.")
-def command(model, gpu, tp, dp, pp, ep, engine, engine_version, sets, context, fmt, output, debug) -> None:
-    """Predict KV-cache tokens and concurrency for a model on a GPU, before running it (no log needed)."""
+def command(model, gpu, tp, dp, pp, ep, engine, engine_version, sets, context, fmt, output, color, debug) -> None:
+    """Predict KV-cache tokens and concurrency for a model on a GPU, before running it (no log needed).
+
+    \b
+    Examples:
+      kvscope plan --model meta-llama/Llama-3.1-8B-Instruct --gpu H100
+      kvscope plan --model ./my-model --gpu "RTX PRO 6000" --tp 2 --engine vllm --set gpu_memory_utilization=0.9
+    """
+    set_terminal(color, fmt)
     if context is not None and not 0 < context <= MAX_COUNT:
         raise InputError("--context must be a positive number of tokens")
     settings = parse_assignments(sets, "--set")

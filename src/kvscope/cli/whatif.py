@@ -11,7 +11,15 @@ import click
 from kvscope import engines
 from kvscope.analysis.assumptions import MAX_COUNT, MAX_SIZE_GIB, check_settings
 from kvscope.api import analyze
-from kvscope.cli.common import FORMATS, check_output, gather_inputs, parse_assignments, write_output
+from kvscope.cli.common import (
+    COLOR,
+    FORMATS,
+    check_output,
+    gather_inputs,
+    parse_assignments,
+    set_terminal,
+    write_output,
+)
 from kvscope.core.errors import InputError
 from kvscope.engines.whatif_base import PredictionError, Scenario
 
@@ -37,11 +45,12 @@ def _row(sc: dict[str, Any]) -> list[str]:
 def render_terminal(pred: dict[str, Any]) -> str:
     from io import StringIO
 
-    from rich.console import Console
     from rich.table import Table
 
+    from kvscope.render.console import terminal_console
+
     buf = StringIO()
-    console = Console(file=buf, width=150, color_system=None)
+    console = terminal_console(buf)
     cal = pred["calibration"]
     console.print(engines.get(pred["engine"]).whatif.calibration_line(pred))
     for note in cal["notes"]:
@@ -85,9 +94,18 @@ def render_terminal(pred: dict[str, Any]) -> str:
 @click.option("--format", "fmt", type=FORMATS, default="terminal", show_default=True)
 @click.option("-o", "--output", metavar="FILE")
 @click.option("--no-redact", is_flag=True)
+@COLOR
 @click.option("--debug", is_flag=True)
-def command(logs, example, sets, assume, model, host_ram, context, fmt, output, no_redact, debug) -> None:
-    """Predict KV tokens, concurrency and OOM risk for changed settings, calibrated on a logged startup."""
+def command(logs, example, sets, assume, model, host_ram, context, fmt, output, no_redact, color, debug) -> None:
+    """Predict KV tokens, concurrency and OOM risk for changed settings, calibrated on a logged startup.
+
+    \b
+    Examples:
+      kvscope whatif server.log --set mem_fraction_static=0.92
+      kvscope whatif server.log --set gpu_memory_utilization=0.95 --context 32768
+      kvscope whatif --example kimi-k2.5-tp8 --set kv_cache_dtype=fp8_e4m3
+    """
+    set_terminal(color, fmt)
     paths, assumptions = gather_inputs(logs, example, assume, model)
     check_output(output, paths)
     if host_ram is None and isinstance(assumptions.get("host_ram_gb"), (int, float)) and any(

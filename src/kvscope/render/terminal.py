@@ -5,7 +5,7 @@ from __future__ import annotations
 from io import StringIO
 from typing import Any
 
-from rich.console import Console, Group
+from rich.console import Group
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -13,6 +13,7 @@ from rich.text import Text
 from kvscope.analysis.answer import answer_lines
 from kvscope.core.facts import RankFacts
 from kvscope.core.startup import Rank, Startup
+from kvscope.render.console import style, terminal_console
 from kvscope.render.html import mark, mark_legend
 from kvscope.render.runtime_terminal import render_runtime
 
@@ -54,8 +55,9 @@ def _bar(r: Rank) -> Text:
     if total <= 0:
         return text
     colours = dict(SEGMENTS)
+    width = BAR_WIDTH if style().width >= 200 else BAR_WIDTH // 2  # the table's other columns keep their room
     for label, value in segs:
-        n = round(BAR_WIDTH * value / total)
+        n = round(width * value / total)
         if n:
             text.append("█" * n, style=colours[label])
     return text
@@ -73,20 +75,59 @@ def _mark(r: Rank, key: str) -> str:
     return _g(getattr(r, key)) + mark(r, key)
 
 
+COLUMNS = (("free before weights", "pre_load_free_gib"), ("weights", "weights_gib"),
+           ("free after weights", "avail_after_weights_gib"), ("KV pools", None),
+           ("free after pool", "avail_after_pool_gib"), ("CUDA graphs", "cuda_graph_gib"),
+           ("free at ready", "avail_at_ready_gib"))
+MAX_ROWS = 64
+BAR_MIN_WIDTH = 110  # a narrower terminal cuts the bar to a stub: it is left out
+
+
+def show_bar() -> bool:
+    """The bar says something only in colour, and only with room for it (its legend goes with it)."""
+    st = style()
+    return st.color and st.width >= BAR_MIN_WIDTH
+
+
+def _cells(r: Rank) -> list[str]:
+    pools = ", ".join(f"{p.name} {_g(p.size_gib())}" + (f" ({p.tokens:,} tok)" if p.tokens else "") for p in r.kv_pools)
+    return [pools or "—" if key is None else _mark(r, key) for _, key in COLUMNS]
+
+
+def _runs(s: Startup) -> list[tuple[list[Rank], list[str]]]:
+    """Consecutive ranks whose figures read the same, as one row each: eight identical TP ranks are one line."""
+    runs: list[tuple[list[Rank], list[str]]] = []
+    for r in s.ranks:
+        cells = _cells(r)
+        if runs and runs[-1][1] == cells and _bar(runs[-1][0][-1]).plain == _bar(r).plain:
+            runs[-1][0].append(r)
+        else:
+            runs.append(([r], cells))
+    return runs
+
+
+def _label(ranks: list[Rank]) -> str:
+    return ranks[0].rank if len(ranks) == 1 else f"{ranks[0].rank}–{ranks[-1].rank} ×{len(ranks)}"
+
+
 def _rank_table(s: Startup) -> Table:
+    runs = _runs(s)
+    shown = [i for i in range(len(COLUMNS)) if any(cells[i] != "—" for _, cells in runs)]  # empty columns go
+    bar = show_bar() and any(_bar(ranks[0]).plain for ranks, _ in runs)
     t = Table(title="Per-rank memory (GiB = 2^30 B)", show_lines=False, header_style="bold")
-    for col in ("rank", "free before weights", "weights", "free after weights", "KV pools", "free after pool",
-                "CUDA graphs", "free at ready", "bar"):
-        t.add_column(col, justify="right" if col not in ("rank", "KV pools", "bar") else "left")
-    for r in s.ranks[:64]:
-        pools = ", ".join(f"{p.name} {_g(p.size_gib())}" + (f" ({p.tokens:,} tok)" if p.tokens else "") for p in r.kv_pools)
-        t.add_row(r.rank, _mark(r, "pre_load_free_gib"), _mark(r, "weights_gib"),
-                  _mark(r, "avail_after_weights_gib"), pools or "—", _mark(r, "avail_after_pool_gib"),
-                  _mark(r, "cuda_graph_gib"), _mark(r, "avail_at_ready_gib"), _bar(r))
-    if len(s.ranks) > 64:
-        t.caption = f"… {len(s.ranks) - 64} more ranks in --format json"
-    elif legend := mark_legend(s):
-        t.caption = "; ".join(f"{sym} {meaning}" for sym, meaning in legend)
+    t.add_column("rank")
+    for i in shown:
+        t.add_column(COLUMNS[i][0], justify="left" if COLUMNS[i][1] is None else "right")
+    if bar:
+        t.add_column("bar", no_wrap=True, overflow="crop")
+    for ranks, cells in runs[:MAX_ROWS]:
+        row: list[Any] = [_label(ranks), *(cells[i] for i in shown)]
+        t.add_row(*row, *([_bar(ranks[0])] if bar else []))
+    captions = []
+    if len(runs) > MAX_ROWS:
+        captions.append(f"… {sum(len(r) for r, _ in runs[MAX_ROWS:])} more ranks in --format json")
+    captions += [f"{sym} {meaning}" for sym, meaning in mark_legend(s)]
+    t.caption = "; ".join(captions) or None
     return t
 
 
@@ -154,7 +195,7 @@ def render_startup(s: Startup, index: int) -> Group:
         style = "red" if s.failure is not None else "yellow" if any(f.severity == "warning" for f in s.findings) else "green"
         parts.append(Panel(Text("\n".join(answer)), title="Answer", title_align="left", border_style=style))
     if any(r.has_figures() for r in s.ranks):
-        parts += [_rank_table(s), _legend()]
+        parts += [_rank_table(s), *([_legend()] if show_bar() else [])]
     elif s.runtime is not None:
         parts.append(Text("No startup memory lines in this input: the ledger is unknown; serving lines only.", style="dim"))
     ledger = _ledger(s)
@@ -167,7 +208,7 @@ def render_startup(s: Startup, index: int) -> Group:
 
 def render(analysis: Any, extra: dict[str, Any] | None = None) -> str:
     buf = StringIO()
-    console = Console(file=buf, width=150, force_terminal=False, color_system=None, record=False)
+    console = terminal_console(buf)
     if not analysis.startups:
         console.print("No engine startup found in the input.")
     for i, s in enumerate(analysis.startups, 1):

@@ -46,8 +46,16 @@ def test_missing_path(tmp_path):
     assert_user_error(run_cli(str(tmp_path / "nope.log")), "no such file")
 
 
-def test_no_paths_at_all():
-    assert_user_error(run_cli(), "give one or more log files")
+def test_no_paths_and_nothing_piped():
+    """No file named and stdin not a terminal: stdin is the input; empty, it is one line and exit 2."""
+    assert_user_error(run_cli(stdin=subprocess.DEVNULL), "nothing to explain in <stdin>")
+
+
+def test_a_piped_log_needs_no_dash():
+    """`cat server.log | kvscope explain` reads the pipe."""
+    out = run_cli("--format", "json", input=REAL.read_text(encoding="utf-8"))
+    assert out.returncode == 0, out.stderr
+    assert_valid(out.stdout)
 
 
 def _can_run_as_nobody() -> bool:

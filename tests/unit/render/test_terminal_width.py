@@ -1,0 +1,83 @@
+"""Terminal reports fit the terminal and colour only where asked: every terminal verb on the bundled example
+(and plan on models of each attention kind) drawn at 80 and at 200 columns has no line wider than that, and the
+escape codes follow --color and NO_COLOR."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.cells import cell_len
+
+from kvscope.cli import main
+from kvscope.render import console as term
+
+VIEWS = {
+    "explain": ["explain", "--example", "kimi-k2.5-tp8"],
+    "whatif": ["whatif", "--example", "kimi-k2.5-tp8", "--set", "mem_fraction_static=0.9"],
+    "plan sglang dense": ["plan", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100"],
+    "plan vllm dense": ["plan", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100", "--engine", "vllm"],
+    "plan vllm sliding": ["plan", "--model", "google/gemma-3-27b-it", "--gpu", "H100", "--engine", "vllm"],
+}
+
+
+def _run(args: list[str], capsys) -> str:
+    try:
+        main(args)
+    except SystemExit as exc:
+        assert not exc.code, capsys.readouterr().err
+    return capsys.readouterr().out
+
+
+@pytest.fixture(autouse=True)
+def _restore_style():
+    yield
+    term.configure("never", io.StringIO())  # back to the fixed layout other tests expect
+    term._style = term.TerminalStyle()
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+@pytest.mark.parametrize("view", sorted(VIEWS))
+def test_no_line_is_wider_than_the_terminal(view, columns, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", str(columns))
+    out = _run(VIEWS[view], capsys)
+    wide = [line for line in out.splitlines() if cell_len(line) > columns]
+    assert out.strip() and not wide, wide[:3]
+
+
+def test_colour_follows_the_flag(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "120")
+    assert "\x1b[" in _run([*VIEWS["explain"], "--color", "always"], capsys)
+    assert "\x1b[" not in _run([*VIEWS["explain"], "--color", "never"], capsys)
+    assert "\x1b[" not in _run(VIEWS["explain"], capsys)  # auto, and stdout is not a terminal here
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_auto_colours_a_terminal_unless_no_color(monkeypatch):
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    assert term.configure("auto", _Tty()).color
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not term.configure("auto", _Tty()).color
+    assert term.configure("always", _Tty()).color  # the flag, said outright, wins
+    assert not term.configure("auto", io.StringIO()).color  # piped
+
+
+def test_colour_keeps_its_own_codes_and_shows_a_logs():
+    text = "\x1b[1mbold\x1b[0m model \x1b]52;c;eA==\x07 \x1b[2J"
+    shown = term.visible_keeping_colour(text)
+    assert shown.startswith("\x1b[1mbold\x1b[0m") and "\\x1b]52" in shown and "\\x1b[2J" in shown
+
+
+def test_identical_ranks_collapse_and_empty_columns_go(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "160")
+    out = _run(VIEWS["explain"], capsys)
+    assert "TP1–TP6 ×6" in out and "TP3 " not in out  # six ranks that read the same are one row
+    table = out.split("Per-rank memory", 1)[1].split("└", 1)[0]
+    assert "graphs" not in table  # no rank has a CUDA-graph figure: no column
+    assert "■ weights" not in out and "█" not in out  # no colour: no bar and no colour legend
+    coloured = _run([*VIEWS["explain"], "--color", "always"], capsys)
+    assert "█" in coloured and "■" in coloured
