@@ -100,3 +100,12 @@ def test_an_odd_log_gives_a_report(name, tmp_path, capsys):
     code, out, _, took = run(["explain", str(log), "--format", "json"], capsys)
     assert code in (0, 2) and (code == 2 or json.loads(out)["schema"] == "kvscope.explain/1")
     assert took < 10
+
+
+def test_a_name_that_looks_like_a_style_tag_is_text(tmp_path, capsys):
+    """A model directory "a[/b]" reached rich as markup: a closing tag without its opening one (MarkupError)."""
+    model = tmp_path / "a[" / "b]"
+    model.mkdir(parents=True)
+    _config(model)
+    code, out, err, _ = run(["plan", "--model", str(model), "--gpu", "H100"], capsys)
+    assert code == 0 and "a[/b]" in out, err

@@ -62,16 +62,17 @@ def _fmt_conc(value: Any) -> str:
 
 def render_terminal(pred: dict[str, Any]) -> str:
     from rich.table import Table
+    from rich.text import Text
 
     from kvscope.render.console import terminal_console
 
     buf = StringIO()
     console = terminal_console(buf)
     par = pred["parallel"]
-    console.print(f"[bold]kvscope plan[/] — {pred['model']['name']} on {pred['gpu']['gpu']}, TP{par['tp']}"
+    console.print(Text("kvscope plan", style="bold") + Text(f" — {pred['model']['name']} on {pred['gpu']['gpu']}, TP{par['tp']}"
                   + (f" DP{par['dp']}" if par["dp"] > 1 else "") + (f" PP{par['pp']}" if par["pp"] > 1 else "")
-                  + f", {pred['engine']} {pred['engine_version']} ({pred['era']})")
-    console.print(f"[bold]{summary_line(pred)}[/]  (predicted; no log read)")
+                  + f", {pred['engine']} {pred['engine_version']} ({pred['era']})"))
+    console.print(Text(summary_line(pred), style="bold") + Text("  (predicted; no log read)"))
     kv = pred["kv"]
     console.print(f"KV bytes per token per GPU: {kv.get('formula', '')}")
     settings = Table(title="Engine settings as the release would resolve them", header_style="bold")
@@ -99,7 +100,7 @@ def render_terminal(pred: dict[str, Any]) -> str:
         table.add_row(*cells, style="bold" if row["flag"] == "(as planned)" else None)
     console.print(table)
     prov = pred["measured_vs_estimated"]
-    console.print("[bold]What is measured and what is estimated[/]")
+    console.print(Text("What is measured and what is estimated", style="bold"))
     for label in ("measured_or_reported", "assumed", "estimated", "computed"):
         if prov.get(label):
             console.print(f"  {label.replace('_', ' ')}: " + "; ".join(prov[label]))

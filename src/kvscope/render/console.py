@@ -57,9 +57,11 @@ def style() -> TerminalStyle:
 
 def terminal_console(file: Any, width: int | None = None) -> Console:
     """A rich Console drawing into ``file`` at the configured width and colour (``width`` overrides)."""
+    # markup off: a string is shown as it is, so a model path like "a[/b]" (or a log's "[red]") is text, never a
+    # style tag or a MarkupError; kvscope's own styles are Text styles
     return Console(file=file, width=width or _style.width, force_terminal=_style.color,
                    color_system="standard" if _style.color else None, highlight=False, record=False,
-                   legacy_windows=False, emoji=False)
+                   legacy_windows=False, emoji=False, markup=False)
 
 
 _SGR = re.compile(r"(\x1b\[[0-9;]*m)")

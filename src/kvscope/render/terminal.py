@@ -184,7 +184,8 @@ def _findings(s: Startup) -> list[Any]:
                 body.append(f"  ({sg.kv_tokens_after:,} KV tokens)")
             if sg.note:
                 body.append(f"  [{sg.note}]", style="dim")
-        out.append(Panel(body, title=f"[{style.get(f.severity, 'white')}]{f.severity}[/]: {f.title}", title_align="left"))
+        title = Text(f.severity, style=style.get(f.severity, "white")) + Text(f": {f.title}")
+        out.append(Panel(body, title=title, title_align="left"))
     return out
 
 
@@ -216,5 +217,5 @@ def render(analysis: Any, extra: dict[str, Any] | None = None) -> str:
         console.print()
     st = analysis.stats
     if st.overlong_lines or st.warnings or st.truncated_gzip:
-        console.print(f"[dim]input: {st.overlong_lines} over-long lines skipped; {'; '.join(st.warnings)}[/]")
+        console.print(Text(f"input: {st.overlong_lines} over-long lines skipped; {'; '.join(st.warnings)}", style="dim"))
     return buf.getvalue().rstrip()

@@ -202,7 +202,7 @@ class LiveView:
         rows.append(Text(footer, style="dim"))
         if self.status:
             rows.append(Text(self.status, style="yellow"))
-        return Panel(Group(*rows), title=title(self.cap) if self.cap else "kvscope watch", title_align="left")
+        return Panel(Group(*rows), title=Text(title(self.cap) if self.cap else "kvscope watch"), title_align="left")
 
 
 class PlainView:
