@@ -1,0 +1,33 @@
+"""``kvscope gpus [WORD]``: the built-in GPU catalog, the names ``--gpu`` and ``--assume gpu=…`` take."""
+
+from __future__ import annotations
+
+import click
+
+from kvscope.core.errors import InputError
+from kvscope.model.catalog import gpus
+
+
+@click.command("gpus")
+@click.argument("word", required=False)
+def command(word: str | None) -> None:
+    """List the catalog's GPUs with the memory an engine sees (those whose name holds WORD).
+
+    \b
+    Examples:
+      kvscope gpus
+      kvscope gpus h100
+    """
+    rows = []
+    for g in gpus():
+        if word and word.lower() not in g["name"].lower() and not any(word.lower() in a.lower()
+                                                                    for a in g.get("aliases") or []):
+            continue
+        total = g["torch_total_bytes"] / 2**30 if g.get("torch_total_bytes") else g.get("torch_total_gib_reported")
+        nominal = g.get("nominal_gb")
+        rows.append(f"{g['name'][:60]:60s} {nominal if nominal is not None else '?':>4} GB"
+                    + (f"  ({total:.2f} GiB to torch)" if isinstance(total, (int, float)) else ""))
+    for row in rows:
+        click.echo(row)
+    if not rows:
+        raise InputError(f"no catalog GPU's name holds {word!r}; --assume gpu_total_gib=… works for any GPU")

@@ -1,0 +1,42 @@
+"""``kvscope models [WORD]``: the built-in model catalog, the ids ``--model`` and ``plan --model`` take."""
+
+from __future__ import annotations
+
+import click
+
+from kvscope.core.errors import InputError
+from kvscope.model.arch import architecture_from_config
+from kvscope.model.catalog import catalog_entry, model_ids
+
+
+def _kind(hf_id: str) -> str:
+    """The attention kind the catalog's config gives (what sizes its KV cache), in a word."""
+    entry = catalog_entry(hf_id) or {}
+    cfg = {k: v for k, v in (entry.get("config_extra") or {}).items() if not k.endswith("_note")}
+    cfg.update({k: v for k, v in (entry.get("config") or {}).items() if v is not None})
+    arch = architecture_from_config(cfg, name=hf_id)
+    if arch is None:
+        return ""
+    kind = "MLA" if arch.attention == "mla" else "MHA/GQA"
+    if arch.sliding_layers:
+        kind += " + sliding window"
+    if arch.linear_layers:
+        kind += " + linear attention"
+    return f"{kind}, {arch.num_layers} layers"
+
+
+@click.command("models")
+@click.argument("word", required=False)
+def command(word: str | None) -> None:
+    """List the catalog's models (those whose id holds WORD, case-insensitively).
+
+    \b
+    Examples:
+      kvscope models
+      kvscope models qwen3
+    """
+    ids = sorted(i for i in model_ids() if not word or word.lower() in i.lower())
+    for hf_id in ids:
+        click.echo(f"{hf_id:48s} {_kind(hf_id)}")
+    if not ids:
+        raise InputError(f"no catalog model's id holds {word!r}; a local checkpoint directory works too")
