@@ -115,7 +115,14 @@ def mark_legend(s: Startup, columns: tuple[str, ...] = RANK_COLUMNS) -> list[tup
 
 
 def fmt_gib(x: float | None) -> str:
-    return "—" if x is None else f"{x:.2f}"
+    """A GiB figure as the tables show it; below 1 GiB in MiB, where two decimals of GiB hide it (a 4 MiB
+    pool is not "0.00"). Reports say GiB in their headers, so the MiB figure carries its unit."""
+    if x is None:
+        return "—"
+    if x != 0 and abs(x) < 1:
+        mib = x * 1024
+        return f"{mib:.1f} MiB" if abs(mib) < 10 else f"{mib:,.0f} MiB"
+    return f"{x:.2f}"
 
 
 def fmt_int(x: Any) -> str:

@@ -14,7 +14,7 @@ from kvscope.analysis.answer import answer_lines
 from kvscope.core.facts import RankFacts
 from kvscope.core.startup import Rank, Startup
 from kvscope.render.console import style, terminal_console
-from kvscope.render.html import mark, mark_legend
+from kvscope.render.html import fmt_gib, mark, mark_legend
 from kvscope.render.runtime_terminal import render_runtime
 
 SEGMENTS = (  # (label, colour)
@@ -29,7 +29,7 @@ BAR_WIDTH = 48
 
 
 def _g(x: float | None) -> str:
-    return "—" if x is None else f"{x:.2f}"
+    return fmt_gib(x)
 
 
 def _segments(r: Rank) -> list[tuple[str, float]]:
@@ -140,7 +140,7 @@ def _ledger(s: Startup) -> Table | None:
     t.add_column("GiB", justify="right")
     t.add_column("how")
     for row in ref.ledger:
-        t.add_row(row.item, f"{row.gib:.2f}", row.how)
+        t.add_row(row.item, fmt_gib(row.gib), row.how)
     return t
 
 

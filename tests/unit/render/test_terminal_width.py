@@ -81,3 +81,11 @@ def test_identical_ranks_collapse_and_empty_columns_go(capsys, monkeypatch):
     assert "■ weights" not in out and "█" not in out  # no colour: no bar and no colour legend
     coloured = _run([*VIEWS["explain"], "--color", "always"], capsys)
     assert "█" in coloured and "■" in coloured
+
+
+def test_a_small_figure_is_shown_in_the_unit_that_shows_it():
+    from kvscope.render.html import fmt_gib
+
+    assert fmt_gib(4 / 1024) == "4.0 MiB" and fmt_gib(144 / 1024) == "144 MiB"  # not "0.00" and "0.14"
+    assert fmt_gib(10.42) == "10.42" and fmt_gib(0.0) == "0.00" and fmt_gib(None) == "—"
+    assert fmt_gib(-0.2) == "-205 MiB"
