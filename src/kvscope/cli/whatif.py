@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+import textwrap
 from typing import Any
 
 import click
@@ -83,7 +84,16 @@ def render_terminal(pred: dict[str, Any]) -> str:
     return buf.getvalue().rstrip()
 
 
-@click.command("whatif")
+def _settable() -> str:
+    """The --set keys each engine's whatif models, for the help (they are its SUPPORTED set, so never stale)."""
+    lines = ["\b", "--set keys:"]
+    for engine in engines.with_capability("whatif"):
+        lines += textwrap.wrap(f"{engine.label}: {', '.join(sorted(engine.whatif.SUPPORTED))}", width=76,
+                               initial_indent="  ", subsequent_indent="    ")
+    return "\n".join(lines)
+
+
+@click.command("whatif", epilog=_settable())
 @click.argument("logs", nargs=-1)
 @click.option("--example", metavar="NAME", help="Calibrate on a bundled example.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="A changed setting (repeatable, combined).")

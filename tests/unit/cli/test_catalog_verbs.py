@@ -36,3 +36,13 @@ def test_gpus_are_listed_with_what_torch_sees(capsys):
     code, out, _ = _run(["gpus", "h200"], capsys)
     assert code == 0 and "H200" in out and "GiB to torch" in out
     assert _run(["gpus", "zz-none"], capsys)[0] == 2
+
+
+def test_whatif_help_lists_each_engines_set_keys(capsys):
+    from kvscope import engines
+
+    code, out, _ = _run(["whatif", "--help"], capsys)
+    assert code == 0
+    flat = " ".join(out.split())
+    for engine in engines.with_capability("whatif"):
+        assert f"{engine.label}:" in flat and all(key in flat for key in engine.whatif.SUPPORTED)
