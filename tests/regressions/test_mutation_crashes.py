@@ -102,7 +102,7 @@ CRASHES = {
     ],
     # vllm stats line (the property test's mangling of a real one): a 400-digit running count summed, then divided
     # into a float for the mean (runtime/summary.py, OverflowError). Fixed in runtime/stream.py: a count past
-    # MAX_COUNT drops the sample in both lanes, as a line whose numbers do not convert is dropped.
+    # MAX_SERVING_COUNT (core/margins.py) drops the sample in both lanes, as a line whose numbers do not convert is dropped.
     "vllm-running-400-digits": [
         "INFO 04-08 10:01:02 [loggers.py:118] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation "
         f"throughput: 1.0 tokens/s, Running: {ONES} reqs, Waiting: 0 reqs, GPU KV cache usage: 5.0%, "

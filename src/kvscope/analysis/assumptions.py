@@ -31,10 +31,10 @@ COUNTS = frozenset({"tp_size", "pp_size", "dp_size", "tensor_parallel_size", "pi
                     "max_prefill_tokens", "chunked_prefill_size", "cuda_graph_max_bs", "context_length", "page_size",
                     "block_size", "tokens_per_block", "max_batch_size", "max_num_tokens", "max_seq_len",
                     "max_tokens_in_paged_kv_cache", "n_ctx", "n_ubatch", "ctx_size", "n_slots", "n_seq_max",
-                    "num_gpu_blocks_override"})
-COUNTS = COUNTS | {"tp", "max_num_requests", "max_num_sequences", "n_ctx_seq", "n_ctx_slot", "n_ctx_train", "n_embd",
-                   "n_embd_k_gqa", "n_embd_v_gqa", "kv_layer_n_embd_k_gqa", "kv_layer_n_embd_v_gqa", "n_layer",
-                   "kv_size", "kv_size_per_token", "world_size_seen", "pipeline_parallel_copies"}
+                    "num_gpu_blocks_override",
+                    "tp", "max_num_requests", "max_num_sequences", "n_ctx_seq", "n_ctx_slot", "n_ctx_train", "n_embd",
+                    "n_embd_k_gqa", "n_embd_v_gqa", "kv_layer_n_embd_k_gqa", "kv_layer_n_embd_v_gqa", "n_layer",
+                    "kv_size", "kv_size_per_token", "world_size_seen", "pipeline_parallel_copies"})
 # counts that may be 0 (nothing offloaded, no draft layers, no GPU found)
 COUNTS_FROM_ZERO = frozenset({"n_gpu_layers_offloaded", "n_layers_offloadable", "draft_layers", "ollama_gpus_found",
                               "speculative_num_draft_tokens", "kv_layer_max_index"})

@@ -110,6 +110,14 @@ COLOR = click.option("--color", type=click.Choice(["auto", "always", "never"]), 
                      help="Colour the terminal report: auto = on a terminal, unless NO_COLOR is set.")
 
 
+def check_context(context: int | None) -> None:
+    """--context, where a verb takes one: a positive number of tokens no larger than any server holds."""
+    from kvscope.analysis.assumptions import MAX_COUNT
+
+    if context is not None and not 0 < context <= MAX_COUNT:
+        raise InputError("--context must be a positive number of tokens")
+
+
 def set_terminal(color: str, fmt: str) -> None:
     """Fit the terminal report to the real width and colour it as --color says (render/console.py)."""
     from kvscope.render.console import configure

@@ -5,16 +5,12 @@ from __future__ import annotations
 import click
 
 from kvscope.core.errors import InputError
-from kvscope.model.arch import architecture_from_config
-from kvscope.model.catalog import catalog_entry, model_ids
+from kvscope.model.catalog import load_architecture, model_ids
 
 
 def _kind(hf_id: str) -> str:
     """The attention kind the catalog's config gives (what sizes its KV cache), in a word."""
-    entry = catalog_entry(hf_id) or {}
-    cfg = {k: v for k, v in (entry.get("config_extra") or {}).items() if not k.endswith("_note")}
-    cfg.update({k: v for k, v in (entry.get("config") or {}).items() if v is not None})
-    arch = architecture_from_config(cfg, name=hf_id)
+    arch, _ = load_architecture(hf_id)
     if arch is None:
         return ""
     kind = "MLA" if arch.attention == "mla" else "MHA/GQA"

@@ -8,10 +8,9 @@ from typing import Any
 import click
 
 from kvscope import __version__, engines
-from kvscope.analysis.assumptions import MAX_COUNT, check_settings
+from kvscope.analysis.assumptions import check_settings
 from kvscope.analysis.plan import PlanRequest, plan, summary_line
-from kvscope.cli.common import COLOR, FORMATS, parse_assignments, set_terminal, write_output
-from kvscope.core.errors import InputError
+from kvscope.cli.common import COLOR, FORMATS, check_context, parse_assignments, set_terminal, write_output
 
 SCHEMA = "kvscope.plan/1"
 _MD_REPLACEMENTS = (
@@ -137,8 +136,7 @@ def command(model, gpu, tp, dp, pp, ep, engine, engine_version, sets, context, f
       kvscope plan --model ./my-model --gpu "RTX PRO 6000" --tp 2 --engine vllm --set gpu_memory_utilization=0.9
     """
     set_terminal(color, fmt)
-    if context is not None and not 0 < context <= MAX_COUNT:
-        raise InputError("--context must be a positive number of tokens")
+    check_context(context)
     settings = parse_assignments(sets, "--set")
     check_settings(settings)
     req = PlanRequest(model=model, gpu=gpu, engine=engine, engine_version=engine_version, tp=tp, dp=dp, pp=pp, ep=ep,

@@ -10,11 +10,12 @@ from typing import Any
 import click
 
 from kvscope import engines
-from kvscope.analysis.assumptions import MAX_COUNT, MAX_SIZE_GIB, check_settings
+from kvscope.analysis.assumptions import MAX_SIZE_GIB, check_settings
 from kvscope.api import analyze
 from kvscope.cli.common import (
     COLOR,
     FORMATS,
+    check_context,
     check_output,
     gather_inputs,
     parse_assignments,
@@ -84,6 +85,15 @@ def render_terminal(pred: dict[str, Any]) -> str:
     return buf.getvalue().rstrip()
 
 
+class _WithSettableKeys(click.Command):
+    """Lists the --set keys in ``--help`` only: building the list imports every engine's whatif module, which a
+    run (or ``kvscope --help``, which builds every verb) need not pay for."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        self.epilog = _settable()
+        super().format_epilog(ctx, formatter)
+
+
 def _settable() -> str:
     """The --set keys each engine's whatif models, for the help (they are its SUPPORTED set, so never stale)."""
     lines = ["\b", "--set keys:"]
@@ -93,7 +103,7 @@ def _settable() -> str:
     return "\n".join(lines)
 
 
-@click.command("whatif", epilog=_settable())
+@click.command("whatif", cls=_WithSettableKeys)
 @click.argument("logs", nargs=-1)
 @click.option("--example", metavar="NAME", help="Calibrate on a bundled example.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="A changed setting (repeatable, combined).")
@@ -125,8 +135,7 @@ def command(logs, example, sets, assume, model, host_ram, context, fmt, output, 
         raise InputError("give a log file (or --example NAME) to calibrate on")
     changes = parse_assignments(sets, "--set")
     check_settings(changes)
-    if context is not None and not 0 < context <= MAX_COUNT:
-        raise InputError("--context must be a positive number of tokens")
+    check_context(context)
     if host_ram is not None and not (math.isfinite(host_ram) and 0 <= host_ram <= MAX_SIZE_GIB):
         raise InputError("--host-ram must be a size in GB, from 0")
     analysis = analyze(paths, assumptions, model)

@@ -15,6 +15,10 @@ RESERVE_MARGIN_FRACTION = 0.05  # … nor less than this share of the free memor
 OUTSIDE_BUDGET_HEADROOM_GIB = 2.0  # vLLM: CUDA context, graphs and sampler outside the utilization budget
 MAX_FRACTION = 0.95  # a memory fraction above this leaves no room for activations and graphs
 
+# What a serving figure can be, from a log line or a live server's gauge alike (runtime/stream.py, watch/sampler.py)
+MAX_USAGE = 1.05  # a usage is a fraction of the pool: rounding can print 1.00 + a hair, never more
+MAX_SERVING_COUNT = 10**15  # requests, tokens, counters: more is a mangled line or a hostile exporter (sums overflow)
+
 
 def reserve_margin_gib(basis_gib: float) -> float:
     """What must stay free at ready when the fraction is of ``basis_gib`` (free memory before weights)."""

@@ -89,6 +89,7 @@ def _apply_phase(b: _Builder, s: Startup, e: ev.Event) -> None:
     data = dict(e.data)
     phase = data.pop("phase")
     r = b.rank_of(s, e)
+    facts = RankFacts(r)
     st = b.rstate(r)
     if phase == "weights_begin":
         key = "pre_load_free_gib" if st["loads"] == 0 else "draft_pre_load_free_gib"
@@ -97,7 +98,7 @@ def _apply_phase(b: _Builder, s: Startup, e: ev.Event) -> None:
     elif phase == "draft_weights_end":
         # a load the engine names as the draft's: the begin just read was the draft's too, not the target's
         if st.pop("open_begin", None) == "pre_load_free_gib" and r.pre_load_free_gib is not None:
-            RankFacts(r).draft_pre_load_free_gib = r.pre_load_free_gib
+            facts.draft_pre_load_free_gib = r.pre_load_free_gib
             r.pre_load_free_gib = None
             r.sources.pop("pre_load_free_gib", None)
         _set_rank(r, data, e)
@@ -107,39 +108,39 @@ def _apply_phase(b: _Builder, s: Startup, e: ev.Event) -> None:
         if st["loads"] == 1:
             _set_rank(r, data, e)
         else:
-            RankFacts(r).draft_weights_gib = data.get("weights_gib")
-            RankFacts(r).avail_after_draft_weights_gib = data.get("avail_after_weights_gib")
+            facts.draft_weights_gib = data.get("weights_gib")
+            facts.avail_after_draft_weights_gib = data.get("avail_after_weights_gib")
     elif phase == "pool_end":
         st["pool_ends"] += 1
         if st["pool_ends"] == 1:
             _set_rank(r, data, e)
         else:
-            RankFacts(r).avail_after_draft_pool_gib = data.get("avail_after_pool_gib")
+            facts.avail_after_draft_pool_gib = data.get("avail_after_pool_gib")
     elif phase == "swa_pool":
         unnamed = [p for p in r.kv_pools if p.name in ("target", "kv")]
         if len(unnamed) >= 2:
             unnamed[0].name = "swa"
-        RankFacts(r).swa_pool_gib = data.get("gib")
+        facts.swa_pool_gib = data.get("gib")
         cf = CapacityFacts(s.capacity)
         cf.swa_tokens, cf.full_tokens = data.get("swa_tokens"), data.get("full_tokens")
     elif phase == "graph_begin":
-        RankFacts(r).put("avail_before_graphs_gib", data.get("avail_gib"), first=True)
+        facts.put("avail_before_graphs_gib", data.get("avail_gib"), first=True)
     elif phase == "graph_progress":  # the capture's progress bar: the largest batch, the least memory left
         if data.get("bs") is not None:
-            RankFacts(r).capture_max_bs = max(data["bs"], RankFacts(r).capture_max_bs or 0)
+            facts.capture_max_bs = max(data["bs"], facts.capture_max_bs or 0)
         if data.get("total") is not None:
-            RankFacts(r).capture_batch_sizes = data["total"]
+            facts.capture_batch_sizes = data["total"]
         if data.get("avail_gib") is not None:
-            low = RankFacts(r).avail_during_capture_gib
-            RankFacts(r).avail_during_capture_gib = data["avail_gib"] if low is None else min(low, data["avail_gib"])
+            low = facts.avail_during_capture_gib
+            facts.avail_during_capture_gib = data["avail_gib"] if low is None else min(low, data["avail_gib"])
     elif phase == "graph_end":
         st["graphs"].append(data)
-        RankFacts(r).graphs = st["graphs"]
+        facts.graphs = st["graphs"]
         if r.cuda_graph_gib is None and "draft" not in data.get("graph", "") and data.get("graph_gib") is not None:
             r.cuda_graph_gib = data["graph_gib"]
             r.sources["cuda_graph_gib"] = _source(e)
         if data.get("avail_gib") is not None:
-            RankFacts(r).avail_after_graphs_gib = data["avail_gib"]
+            facts.avail_after_graphs_gib = data["avail_gib"]
             r.avail_at_ready_gib = data["avail_gib"]
             r.sources["avail_at_ready_gib"] = _source(e)
     elif phase == "ready":

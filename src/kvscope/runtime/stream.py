@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvscope.core.margins import MAX_SERVING_COUNT, MAX_USAGE
+
 USAGE_BINS = 1001  # 0.0 % … 100.0 % in 0.1 % steps
 QUEUED_BINS = 101  # usage while requests waited, 1 % steps
 GAP_CAP_S = 30.0  # longest interval charged to one sample (vLLM logs every 5–10 s, SGLang ~1 s under load)
@@ -21,9 +23,6 @@ TOP_EPISODES = 8
 TIMELINE_POINTS = 500
 MAX_RUNNING_KEYS = 512  # distinct running-request counts remembered while requests waited
 SATURATED = 0.90
-MAX_USAGE = 1.05  # usage above this is no reading of a pool (rounding can print 1.00 + a hair, never more)
-# a count (requests, tokens) above this is a mangled line, not a server: its sums would overflow a float
-MAX_COUNT = 10**15
 FULL = 0.99
 
 
@@ -211,7 +210,7 @@ class Stream:
     def sample(self, d: dict[str, Any], stamp: str | None) -> None:  # noqa: C901 - one pass per line, kept flat
         for key in ("running", "queued", "tokens", "new_tokens", "cached_tokens"):
             v = d.get(key)
-            if v is not None and v > MAX_COUNT:
+            if v is not None and v > MAX_SERVING_COUNT:
                 return  # dropped like a line whose numbers do not convert (sample_rows does the same)
         self.n += 1
         src = d["src"]
@@ -344,7 +343,7 @@ class Stream:
                 except ValueError:
                     prev_stamp_b = None
                     continue
-                if r > MAX_COUNT or q > MAX_COUNT or (tok if decode else max(new_tok, cached)) > MAX_COUNT:
+                if r > MAX_SERVING_COUNT or q > MAX_SERVING_COUNT or (tok if decode else max(new_tok, cached)) > MAX_SERVING_COUNT:
                     continue  # a mangled count: dropped, as sample drops it
                 n += 1
                 kinds[src] = kinds.get(src, 0) + 1

@@ -18,6 +18,7 @@ from typing import IO, Any
 
 from kvscope.core.errors import InputError
 from kvscope.core.redact import redact_value
+from kvscope.core.text import json_visible
 from kvscope.watch import FORMAT_VERSION, MARKER
 
 
@@ -31,7 +32,7 @@ def line(kind: str, t: float | None = None, redact: bool = True, **data: Any) ->
     redacted already; messages quote the server). ASCII only, so nothing in it is a terminal control."""
     obj: dict[str, Any] = {MARKER: FORMAT_VERSION, "type": kind, "time": iso(time.time() if t is None else t)}
     obj.update({k: (redact_value(v, k) if redact else v) for k, v in data.items() if v is not None})
-    return json.dumps(_finite(obj), separators=(",", ":"), allow_nan=False, default=str).replace("\x7f", "\\u007f")
+    return json_visible(json.dumps(_finite(obj), separators=(",", ":"), allow_nan=False, default=str))
 
 
 def _finite(value: Any) -> Any:

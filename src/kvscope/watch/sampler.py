@@ -14,6 +14,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from kvscope.core.margins import MAX_SERVING_COUNT, MAX_USAGE
 from kvscope.watch.adapters import Capacity, Reading
 
 
@@ -51,15 +52,11 @@ class Sample:
         return out
 
 
-MAX_USAGE = 1.05  # a usage gauge is a fraction of the pool: rounding may pass 1.00 by a hair, never more
-MAX_COUNT = 1e15  # requests, tokens, counters: more is a broken or hostile exporter, not a server
-
-
 def plausible(reading: Reading) -> Reading:
     """The reading with every figure no server can report (a usage of 1e308, a negative queue, NaN) made
     unknown, as the log reader treats a mangled line: summaries and bins never see them."""
     def count(v: float | int | None) -> Any:
-        return v if v is not None and math.isfinite(v) and 0 <= v <= MAX_COUNT else None
+        return v if v is not None and math.isfinite(v) and 0 <= v <= MAX_SERVING_COUNT else None
 
     def fraction(v: float | None) -> float | None:
         return v if v is not None and math.isfinite(v) and 0 <= v <= MAX_USAGE else None

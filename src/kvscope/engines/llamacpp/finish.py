@@ -443,33 +443,34 @@ def _check_blocks(mib: float, cells: int, type_name: str, label: str, layers: in
 
 def ledger_rows(s: Startup, r: Rank) -> list[LedgerRow]:
     """One device's memory, top to bottom; figures read from buffer lines unless marked derived."""
+    facts = LlamaRankFacts(r)
     ledger = LedgerRows(r)
     add = ledger.add
 
-    if LlamaRankFacts(r).aggregate:
+    if facts.aggregate:
         for p in r.kv_pools:
             add(f"KV cache {p.name}, whole cache across devices", p.size_gib(), note="summary line; per-device share above")
         return ledger.rows
     add("device total (memory breakdown at exit)", r.total_gib)
     add("free before weights (llama.cpp device probe)", r.pre_load_free_gib)
-    buffers = LlamaRankFacts(r).model_buffers_mib or {}
+    buffers = facts.model_buffers_mib or {}
     add("model weights", r.weights_gib, "weights_gib", ", ".join(f"{k} {v:.2f} MiB" for k, v in buffers.items()))
     for p in sorted(r.kv_pools, key=lambda p: KIND_ORDER.index(p.name) if p.name in KIND_ORDER else 9):
         label = "recurrent state (R/S)" if p.name == "recurrent" else f"KV cache: {p.name}"
         if p.tokens:
             label += f" ({p.tokens:,} cells)"
         add(label, p.size_gib(), note=p.dtype or "")
-        allocated = LlamaRankFacts(r).get(f"{p.name}_kv_buffer_gib")
+        allocated = facts.get(f"{p.name}_kv_buffer_gib")
         if allocated is not None:
             add(f"KV buffer as allocated ({p.name})", allocated, note="tensors + alignment")
-    if LlamaRankFacts(r).kv_split_gib is not None:
-        add("KV cache share (split mode graph)", LlamaRankFacts(r).kv_split_gib)
-    add("compute buffers", LlamaRankFacts(r).compute_gib,
-        note=", ".join(f"{k} {v:.2f} MiB" for k, v in (LlamaRankFacts(r).compute_buffers_mib or {}).items()))
-    add("output buffer", LlamaRankFacts(r).output_gib)
-    add("input buffer", LlamaRankFacts(r).input_gib)
-    parts = [r.weights_gib, *(p.size_gib() for p in r.kv_pools), LlamaRankFacts(r).compute_gib,
-             LlamaRankFacts(r).output_gib, LlamaRankFacts(r).input_gib]
+    if facts.kv_split_gib is not None:
+        add("KV cache share (split mode graph)", facts.kv_split_gib)
+    add("compute buffers", facts.compute_gib,
+        note=", ".join(f"{k} {v:.2f} MiB" for k, v in (facts.compute_buffers_mib or {}).items()))
+    add("output buffer", facts.output_gib)
+    add("input buffer", facts.input_gib)
+    parts = [r.weights_gib, *(p.size_gib() for p in r.kv_pools), facts.compute_gib,
+             facts.output_gib, facts.input_gib]
     if r.total_gib and any(x is not None for x in parts):
         add("everything llama.cpp logged on this device", sum(x for x in parts if x is not None), how=How.DERIVED)
     return ledger.rows

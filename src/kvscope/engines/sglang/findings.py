@@ -576,9 +576,10 @@ def _stage(s: Startup, pre: float | None = None, capture: bool = False, memory_h
     ref = s.reference_rank
     if ref is None:
         return (_CAPTURING, _capture_hint(None, pre, "") if memory_hint else "") if capture else ("", "")
-    began = SGLangRankFacts(ref).avail_before_graphs_gib is not None or SGLangRankFacts(ref).graph_capture_began
-    if (began or capture) and not SGLangRankFacts(ref).graphs:
-        free, what = SGLangRankFacts(ref).avail_before_graphs_gib, "when capture began"
+    facts = SGLangRankFacts(ref)
+    began = facts.avail_before_graphs_gib is not None or facts.graph_capture_began
+    if (began or capture) and not facts.graphs:
+        free, what = facts.avail_before_graphs_gib, "when capture began"
         if free is None and ref.avail_after_pool_gib is not None:
             free, what = ref.avail_after_pool_gib, "after the KV pool, just before capture"
         return _CAPTURING, _capture_hint(free, pre, what, _graphs_small(ref)) if memory_hint else ""

@@ -254,18 +254,19 @@ def _dsv4_pool_from_sizes(r: Rank, pool: KvPool | None) -> None:
     """The "DSV4 pool sizes: full=N" line counts the pool SGLang built. When the sizing line's full_token
     disagrees by more than a page (a terminal clipped "full_token=852992" to "8529"), the pool is N tokens at
     the sizing line's bytes per token plus its fixed states: derived, not read."""
-    sized = SGLangRankFacts(r).take("dsv4_sizes_full_tokens")
+    facts = SGLangRankFacts(r)
+    sized = facts.take("dsv4_sizes_full_tokens")
     if sized is None:
         return
-    calc = SGLangRankFacts(r).dsv4_full_tokens
+    calc = facts.dsv4_full_tokens
     if calc is not None and abs(sized - calc) <= DSV4_PAGE_TOKENS:
         return
-    SGLangRankFacts(r).dsv4_full_tokens = sized
-    bpft = SGLangRankFacts(r).dsv4_bytes_per_full_token
+    facts.dsv4_full_tokens = sized
+    bpft = facts.dsv4_bytes_per_full_token
     if pool is not None and bpft:
-        fixed = (SGLangRankFacts(r).dsv4_c128_state_fixed_gib or 0.0) + (SGLangRankFacts(r).dsv4_swa_fixed_gib or 0.0)
+        fixed = (facts.dsv4_c128_state_fixed_gib or 0.0) + (facts.dsv4_swa_fixed_gib or 0.0)
         pool.tokens, pool.gib = sized, sized * bpft / GIB + fixed
-        SGLangRankFacts(r).dsv4_pool_derived = "tokens from 'DSV4 pool sizes', bytes per token from the sizing line"
+        facts.dsv4_pool_derived = "tokens from 'DSV4 pool sizes', bytes per token from the sizing line"
 
 
 def model_name(s: Startup) -> str | None:
@@ -469,6 +470,7 @@ def _unprinted_pool_row(r: Rank, add) -> None:
 
 def ledger_rows(s: Startup, r: Rank) -> list[LedgerRow]:
     """The rank's memory ledger, top to bottom, each figure marked read / derived / estimated."""
+    facts = SGLangRankFacts(r)
     ledger = LedgerRows(r)
     add = ledger.add
 
@@ -485,7 +487,7 @@ def ledger_rows(s: Startup, r: Rank) -> list[LedgerRow]:
         if pool.name in ("draft", "host"):
             continue
         if pool.name == "mamba":
-            slots = SGLangRankFacts(r).mamba_mamba_slots
+            slots = facts.mamba_mamba_slots
             add("Mamba state pool (conv + ssm)" + (f" ({slots:,} request slots)" if slots else ""), pool.size_gib(),
                 note="paid from the same mem_fraction_static budget, before the KV pool")
             continue
@@ -495,14 +497,14 @@ def ledger_rows(s: Startup, r: Rank) -> list[LedgerRow]:
     if mfs is not None and r.pre_load_free_gib is not None:
         add(f"intended reserve F × (1 − {mfs})", r.pre_load_free_gib * (1 - mfs), how=How.DERIVED,
             note="SGLang keeps this for activations, CUDA graphs and (before 0.5.14) the draft model")
-    for g in (SGLangRankFacts(r).graphs or []):
+    for g in (facts.graphs or []):
         add(f"CUDA graphs: {g.get('graph')}", g.get("graph_gib"))
-    if SGLangRankFacts(r).avail_during_capture_gib is not None:
-        bs = SGLangRankFacts(r).capture_max_bs
-        add("least free while capturing (progress bar)", SGLangRankFacts(r).avail_during_capture_gib,
-            note=f"{SGLangRankFacts(r).capture_batch_sizes or '?'} batch sizes" + (f", largest {bs}" if bs else ""))
-    if SGLangRankFacts(r).draft_weights_gib is not None:
-        add("draft model weights", SGLangRankFacts(r).draft_weights_gib)
+    if facts.avail_during_capture_gib is not None:
+        bs = facts.capture_max_bs
+        add("least free while capturing (progress bar)", facts.avail_during_capture_gib,
+            note=f"{facts.capture_batch_sizes or '?'} batch sizes" + (f", largest {bs}" if bs else ""))
+    if facts.draft_weights_gib is not None:
+        add("draft model weights", facts.draft_weights_gib)
     draft = r.pool("draft")
     if draft:
         add("KV pool: draft" + (f" ({draft.tokens:,} tokens)" if draft.tokens else ""), draft.size_gib())

@@ -46,6 +46,7 @@ class SGLangAdapter:
 
     @staticmethod
     def _from_info(cap: Capacity, data: dict[str, Any]) -> None:
+        facts = WatchCapacityFacts(cap)
         states = data.get("internal_states")
         state = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
         memory_usage = state.get("memory_usage")
@@ -55,7 +56,7 @@ class SGLangAdapter:
         dp: int = dp_size if isinstance(dp_size, int) and dp_size > 0 else 1
         cap.engines = dp
         if isinstance(tokens, (int, float)):
-            WatchCapacityFacts(cap).max_total_num_tokens = int(tokens)
+            facts.max_total_num_tokens = int(tokens)
             cap.kv_tokens = int(tokens) * dp
         effective = state.get("effective_max_running_requests_per_dp")
         running = effective if isinstance(effective, int) else data.get("max_running_requests")
@@ -67,7 +68,7 @@ class SGLangAdapter:
         if isinstance(data.get("context_length"), int):
             cap.max_model_len = data["context_length"]
         if isinstance(data.get("max_req_input_len"), int):
-            WatchCapacityFacts(cap).max_req_input_len = data["max_req_input_len"]
+            facts.max_req_input_len = data["max_req_input_len"]
         if isinstance(data.get("page_size"), int):
             cap.block_size = data["page_size"]
         cap.kv_cache_dtype = data.get("kv_cache_dtype") if isinstance(data.get("kv_cache_dtype"), str) else None
@@ -77,13 +78,13 @@ class SGLangAdapter:
         cap.version = data.get("version") if isinstance(data.get("version"), str) else None
         for key in ("tp_size", "pp_size", "dp_size", "chunked_prefill_size", "max_prefill_tokens"):
             if isinstance(data.get(key), int):
-                WatchCapacityFacts(cap).put(key, data[key])
+                facts.put(key, data[key])
         if isinstance(memory.get("kvcache"), (int, float)):
-            WatchCapacityFacts(cap).kv_pool_gib = float(memory["kvcache"])
+            facts.kv_pool_gib = float(memory["kvcache"])
         if isinstance(memory.get("weight"), (int, float)):
-            WatchCapacityFacts(cap).weights_gib = float(memory["weight"])
+            facts.weights_gib = float(memory["weight"])
         if data.get("enable_metrics") is False:
-            WatchCapacityFacts(cap).enable_metrics = False
+            facts.enable_metrics = False
 
     @staticmethod
     def _from_metrics(cap: Capacity, metrics: prom.Metrics) -> None:

@@ -276,26 +276,27 @@ def _check_pytorch(s: Startup, allocated: float | None, checks: list[str], ok: l
 
 def ledger_rows(s: Startup, r: Rank) -> list[LedgerRow]:
     """The rank's memory, in the order TensorRT-LLM fills it."""
+    facts = TrtRankFacts(r)
     ledger = LedgerRows(r)
     add = ledger.add
 
     add("device total", r.total_gib)
     add("free before weights", r.pre_load_free_gib)
-    engine = TrtRankFacts(r).engine_size_mib
+    engine = facts.engine_size_mib
     add("engine (weights)" if engine else "model weights", r.weights_gib, note="'Loaded engine size'" if engine else "")
-    add("free after weights", r.avail_after_weights_gib if TrtRankFacts(r).kv_sizing_free_gib is None else None)
-    add("execution context (activations)", TrtRankFacts(r).execution_context_gib)
-    add("runtime buffers", TrtRankFacts(r).runtime_buffers_gib)
-    add("decoder", TrtRankFacts(r).decoder_gib)
+    add("free after weights", r.avail_after_weights_gib if facts.kv_sizing_free_gib is None else None)
+    add("execution context (activations)", facts.execution_context_gib)
+    add("runtime buffers", facts.runtime_buffers_gib)
+    add("decoder", facts.decoder_gib)
     add("activation peak (PyTorch profile)", r.activation_peak_gib)
     add("outside torch (NCCL, CUDA graphs)", r.non_torch_gib)
-    avail = TrtRankFacts(r).kv_sizing_free_gib
+    avail = facts.kv_sizing_free_gib
     add("free when the KV cache was sized", avail, note="TensorRT-LLM's 'available'")
     frac, basis = effective_fraction(s)
     if avail is not None and frac is not None:
         add(f"KV budget {frac:g} × free", frac * avail, note=basis, how=How.DERIVED)
     pytorch = (era(s) or "").startswith("LLM API")
-    for est in TrtRankFacts(r).estimation_kv_gib or []:
+    for est in facts.estimation_kv_gib or []:
         if pytorch:
             add("KV pool of the estimation pass (freed)", est, note="PyTorch backend sizes twice")
         else:  # the C++ runtime sizes once: an encoder-decoder's second (cross-attention) cache, or another rank's line

@@ -258,28 +258,29 @@ def _default_util(s: Startup, candidates: list[Era]) -> None:
 
 def _derive_rank(s: Startup, r: Rank) -> None:
     """Figures the log implies but does not print, each marked derived."""
+    facts = VllmRankFacts(r)
     u = util(s)
     if r.total_gib is not None and u is not None:
         r.set_derived("usable_gib", round(r.total_gib * u, 2))
-    peak = VllmRankFacts(r).peak_torch_gib
-    if peak is not None and r.weights_gib is not None and VllmRankFacts(r).has(VllmRankFacts.initial_memory_usage_gib):
+    peak = facts.peak_torch_gib
+    if peak is not None and r.weights_gib is not None and facts.has(VllmRankFacts.initial_memory_usage_gib):
         # v0.6.4's torch peak is absolute: it includes the weights.
         r.set_derived("activation_peak_gib", round(peak - r.weights_gib, 2))
-    model, kv = VllmRankFacts(r).hbm_used_after_model_gib, VllmRankFacts(r).hbm_used_after_kv_gib
-    if model is not None and kv is not None and VllmRankFacts(r).available_kv_gib is None and kv > model:
-        VllmRankFacts(r).available_kv_gib = round(kv - model, 2)  # TPU: what the KV-cache init added to used HBM
-        VllmRankFacts(r).available_kv_from = f"HBM used after KV-cache init {kv} − after model init {model} GiB"
-    eq = VllmRankFacts(r).util_equivalent_without_graph_profiling
-    up = VllmRankFacts(r).util_suggested_with_graph_profiling
+    model, kv = facts.hbm_used_after_model_gib, facts.hbm_used_after_kv_gib
+    if model is not None and kv is not None and facts.available_kv_gib is None and kv > model:
+        facts.available_kv_gib = round(kv - model, 2)  # TPU: what the KV-cache init added to used HBM
+        facts.available_kv_from = f"HBM used after KV-cache init {kv} − after model init {model} GiB"
+    eq = facts.util_equivalent_without_graph_profiling
+    up = facts.util_suggested_with_graph_profiling
     total = total_gib(s, r)
-    if u is None or total is None or VllmRankFacts(r).has(VllmRankFacts.cuda_graph_estimate_gib):
+    if u is None or total is None or facts.has(VllmRankFacts.cuda_graph_estimate_gib):
         return
     if eq is not None:
-        VllmRankFacts(r).cuda_graph_estimate_gib = round(rules.graph_gib_from_advisory(u, eq, total), 2)
-        VllmRankFacts(r).cuda_graph_estimate_from = f"({u} − {eq}) × {total:.2f} GiB (the CUDA-graph advisory)"
+        facts.cuda_graph_estimate_gib = round(rules.graph_gib_from_advisory(u, eq, total), 2)
+        facts.cuda_graph_estimate_from = f"({u} − {eq}) × {total:.2f} GiB (the CUDA-graph advisory)"
     elif up is not None and up < 1.0:  # the "from u to u + G/T" advisory (capped at 1.0: then G is unknown)
-        VllmRankFacts(r).cuda_graph_estimate_gib = round(rules.graph_gib_from_advisory(up, u, total), 2)
-        VllmRankFacts(r).cuda_graph_estimate_from = f"({up} − {u}) × {total:.2f} GiB (the CUDA-graph advisory)"
+        facts.cuda_graph_estimate_gib = round(rules.graph_gib_from_advisory(up, u, total), 2)
+        facts.cuda_graph_estimate_from = f"({up} − {u}) × {total:.2f} GiB (the CUDA-graph advisory)"
 
 
 def _per_worker_capacity(s: Startup) -> None:
