@@ -6,6 +6,7 @@ import ast
 import contextlib
 import errno
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -142,3 +143,22 @@ def gather_inputs(logs: tuple[str, ...], example: str | None, assume: tuple[str,
     validate(given, model)
     assumptions.update(given)
     return paths, assumptions
+
+
+def echo_listing(rows: list[tuple[str, str]]) -> None:
+    """A catalog listing (name, description) that fits the terminal: the description wraps under itself."""
+    import textwrap
+
+    from kvscope.render.console import configure
+
+    width = configure("never", sys.stdout).width
+    name_width = min(max((len(name) for name, _ in rows), default=0), max(12, width // 2))
+    for name, text in rows:
+        indent = " " * (name_width + 2)
+        if len(name) > name_width:
+            click.echo(name)
+            first = indent
+        else:
+            first = name.ljust(name_width) + "  "
+        click.echo(textwrap.fill(text, width=width, initial_indent=first, subsequent_indent=indent,
+                                 break_on_hyphens=False) if text else first.rstrip())

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import click
 
+from kvscope.cli.common import echo_listing
 from kvscope.examples import EXAMPLES
 
 
 @click.command("examples")
 def command() -> None:
-    """List bundled examples (use with `kvscope explain --example NAME`)."""
-    for ex in EXAMPLES.values():
-        click.echo(f"{ex.name:16s} {ex.title}")
+    """List the bundled examples: real logs people posted, with where they were posted.
+
+    \b
+    Examples:
+      kvscope explain --example vllm-max-len-too-large
+      kvscope whatif --example kimi-k2.5-tp8 --set mem_fraction_static=0.92
+    """
+    echo_listing([(ex.name, ex.title + (f" (source: {ex.source})" if ex.source else "")) for ex in EXAMPLES.values()])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from kvscope.cli.common import echo_listing
 from kvscope.core.errors import InputError
 from kvscope.model.catalog import gpus
 
@@ -25,9 +26,8 @@ def command(word: str | None) -> None:
             continue
         total = g["torch_total_bytes"] / 2**30 if g.get("torch_total_bytes") else g.get("torch_total_gib_reported")
         nominal = g.get("nominal_gb")
-        rows.append(f"{g['name'][:60]:60s} {nominal if nominal is not None else '?':>4} GB"
-                    + (f"  ({total:.2f} GiB to torch)" if isinstance(total, (int, float)) else ""))
-    for row in rows:
-        click.echo(row)
+        rows.append((g["name"], f"{nominal if nominal is not None else '?'} GB"
+                     + (f" ({total:.2f} GiB to torch)" if isinstance(total, (int, float)) else "")))
+    echo_listing(rows)
     if not rows:
         raise InputError(f"no catalog GPU's name holds {word!r}; --assume gpu_total_gib=… works for any GPU")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from kvscope.cli.common import echo_listing
 from kvscope.core.errors import InputError
 from kvscope.model.catalog import load_architecture, model_ids
 
@@ -32,7 +33,6 @@ def command(word: str | None) -> None:
       kvscope models qwen3
     """
     ids = sorted(i for i in model_ids() if not word or word.lower() in i.lower())
-    for hf_id in ids:
-        click.echo(f"{hf_id:48s} {_kind(hf_id)}")
+    echo_listing([(hf_id, _kind(hf_id)) for hf_id in ids])
     if not ids:
         raise InputError(f"no catalog model's id holds {word!r}; a local checkpoint directory works too")

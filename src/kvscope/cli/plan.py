@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-from io import StringIO
 from typing import Any
 
 import click
 
 from kvscope import __version__, engines
 from kvscope.analysis.assumptions import check_settings
-from kvscope.analysis.plan import PlanRequest, plan, summary_line
+from kvscope.analysis.plan import PlanRequest, plan
 from kvscope.cli.common import COLOR, FORMATS, check_context, parse_assignments, set_terminal, write_output
 
 SCHEMA = "kvscope.plan/1"
-_MD_REPLACEMENTS = (
-    ("GPU memory at startup, read from the server log.", "A plan: predicted from the model and GPU, no log read."),
-    ("No engine startup found in the input.\n", ""),
-    ("## What-if prediction", "## Plan (predicted, no log read)"),
-)
 
 
 def _empty_analysis():
@@ -36,76 +30,21 @@ def render_json(pred: dict[str, Any]) -> str:
 
 
 def render_report(pred: dict[str, Any], fmt: str) -> str:
-    """markdown / html through the shared renderer (prediction summary, flag table, ledger as sections)."""
+    """terminal / markdown / html: the plan's report view (render.prediction), drawn by each renderer."""
+    from kvscope.render.prediction import from_plan
+
+    report = from_plan(pred)
+    if fmt == "terminal":
+        from kvscope.render.prediction_terminal import render
+
+        return render(report)
     from kvscope.render import render_analysis
 
-    summary = {"summary": summary_line(pred), "model": pred["model"]["name"], "gpu": pred["gpu"]["gpu"],
-               "parallel": pred["parallel"], "engine": f"{pred['engine']} {pred['engine_version']} ({pred['era']})",
-               "kv": pred["kv"], "capacity": pred["capacity"],
-               "settings": {k: f"{v['value']} ({v['from']})" for k, v in pred["settings"].items()},
-               "warnings": pred["warnings"], "measured_vs_estimated": pred["measured_vs_estimated"]}
-    extra = {"prediction": summary, "flag → KV tokens → concurrency → reserve left": pred["table"],
-             "memory ledger (GiB per GPU)": pred["ledger"]}
-    text = render_analysis(_empty_analysis(), fmt, redact=False, extra=extra)
-    if fmt == "markdown":
-        for old, new in _MD_REPLACEMENTS:
-            text = text.replace(old, new)
-    return text
-
-
-def _fmt_conc(value: Any) -> str:
-    if value is None:
-        return "—"
-    return f"{value:.2f}" if isinstance(value, float) else f"{value:,}"
+    return render_analysis(_empty_analysis(), fmt, redact=False, extra={"report": report})
 
 
 def render_terminal(pred: dict[str, Any]) -> str:
-    from rich.table import Table
-    from rich.text import Text
-
-    from kvscope.render.console import terminal_console
-
-    buf = StringIO()
-    console = terminal_console(buf)
-    par = pred["parallel"]
-    console.print(Text("kvscope plan", style="bold") + Text(f" — {pred['model']['name']} on {pred['gpu']['gpu']}, TP{par['tp']}"
-                  + (f" DP{par['dp']}" if par["dp"] > 1 else "") + (f" PP{par['pp']}" if par["pp"] > 1 else "")
-                  + f", {pred['engine']} {pred['engine_version']} ({pred['era']})"))
-    console.print(Text(summary_line(pred), style="bold") + Text("  (predicted; no log read)"))
-    kv = pred["kv"]
-    console.print(f"KV bytes per token per GPU: {kv.get('formula', '')}")
-    settings = Table(title="Engine settings as the release would resolve them", header_style="bold")
-    for col in ("setting", "value", "from"):
-        settings.add_column(col)
-    for key, v in pred["settings"].items():
-        settings.add_row(key, str(v["value"]), v["from"])
-    console.print(settings)
-    ledger = Table(title="Memory per GPU (GiB = 2^30 B)", header_style="bold")
-    for col, justify in (("item", "left"), ("GiB", "right"), ("how", "left")):
-        ledger.add_column(col, justify=justify)
-    for row in pred["ledger"]:
-        ledger.add_row(row["item"], f"{row['gib']:+.2f}" if row["gib"] < 0 else f"{row['gib']:.2f}", row["how"])
-    console.print(ledger)
-    table = Table(title="flag → KV tokens per GPU → concurrent requests at context → reserve left (GiB)",
-                  header_style="bold")
-    with_risk = any("oom_risk" in row for row in pred["table"])  # an engine whose plan rates the reserve
-    for col in ("flag", "KV tokens", "requests", "reserve left") + (("OOM risk",) if with_risk else ()):
-        table.add_column(col)
-    for row in pred["table"]:
-        cells = [row["flag"], f"{row['kv_tokens']:,}", _fmt_conc(row["concurrency_at_context"]),
-                 f"{row['reserve_left_gib']:.2f}"]
-        if with_risk:
-            cells.append(row.get("oom_risk", "—"))
-        table.add_row(*cells, style="bold" if row["flag"] == "(as planned)" else None)
-    console.print(table)
-    prov = pred["measured_vs_estimated"]
-    console.print(Text("What is measured and what is estimated", style="bold"))
-    for label in ("measured_or_reported", "assumed", "estimated", "computed"):
-        if prov.get(label):
-            console.print(f"  {label.replace('_', ' ')}: " + "; ".join(prov[label]))
-    for w in pred["warnings"]:
-        console.print(f"  ! {w}")
-    return buf.getvalue().rstrip() + "\n"
+    return render_report(pred, "terminal")
 
 
 @click.command("plan")
@@ -142,10 +81,5 @@ def command(model, gpu, tp, dp, pp, ep, engine, engine_version, sets, context, f
     req = PlanRequest(model=model, gpu=gpu, engine=engine, engine_version=engine_version, tp=tp, dp=dp, pp=pp, ep=ep,
                       settings=settings, context=context)
     pred = plan(req)
-    if fmt == "json":
-        text = render_json(pred)
-    elif fmt == "terminal":
-        text = render_terminal(pred)
-    else:
-        text = render_report(pred, fmt)
+    text = render_json(pred) if fmt == "json" else render_report(pred, fmt)
     write_output(text, output, fmt)

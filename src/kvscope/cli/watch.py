@@ -13,6 +13,7 @@ import sys
 import click
 from rich.console import Console
 
+from kvscope.cli.common import COLOR
 from kvscope.core.errors import InputError
 from kvscope.watch.loop import EXIT_OK, Options, Watch
 from kvscope.watch.recorder import Recorder
@@ -61,14 +62,27 @@ def _non_negative(ctx: click.Context, param: click.Parameter, value: float) -> f
 @click.option("--gpus/--no-gpus", default=None,
               help="Per-GPU memory from NVML (default: when the server is on this machine and nvidia-ml-py is installed).")
 @click.option("--no-redact", is_flag=True, help="Show and record what the server tells as it is (model paths, ids).")
+@COLOR
 @click.option("--debug", is_flag=True, help="Show tracebacks of internal errors.")
 def command(url, interval, duration, api_key, fmt, record, wait, give_up, timeout, insecure, gpus, no_redact,
-            debug) -> None:
-    """Watch a running vLLM or SGLang server: KV capacity once, then usage, queueing and preemptions."""
+            color, debug) -> None:
+    """Watch a running vLLM or SGLang server: KV capacity once, then usage, queueing and preemptions.
+
+    \b
+    Examples:
+      kvscope watch http://127.0.0.1:8000 --duration 600
+      kvscope watch http://gpu-node:30000 --record run.jsonl   (then: kvscope explain run.jsonl)
+    """
     opts = Options(url=url, interval=interval, duration=duration, api_key=api_key or None, timeout=timeout,
                    wait=wait, give_up=give_up, insecure=insecure, gpus=gpus, redact=not no_redact)
-    out = Console(highlight=False)
-    err = Console(stderr=True, highlight=False)
+    from kvscope.render.console import configure
+
+    look = configure(color if fmt == "terminal" else "never", sys.stdout)
+    tty = bool(getattr(sys.stdout, "isatty", lambda: False)())
+    # the width and colour explain's reports use; a terminal still gets the live panel (rich sees it as one)
+    out = Console(highlight=False, width=look.width, force_terminal=tty or None, no_color=not look.color,
+                  color_system="standard" if look.color else None)
+    err = Console(stderr=True, highlight=False, width=look.width, no_color=not look.color)
     recorder = Recorder(redact=not no_redact)
     if record:
         recorder.open_file(record)

@@ -34,55 +34,17 @@ def build_prediction(startup, changes: dict[str, Any], context: int | None, host
     return whatif.build_prediction(startup, changes, context, host_ram_gb)
 
 
-def _row(sc: dict[str, Any]) -> list[str]:
-    tokens = f"{sc['kv_tokens_low']:,}" if sc["kv_tokens_low"] == sc["kv_tokens_high"] else \
-        f"{sc['kv_tokens_low']:,} – {sc['kv_tokens_high']:,}"
-    node = "" if sc["node_kv_tokens_low"] == sc["kv_tokens_low"] else f" (node {sc['node_kv_tokens_low']:,})"
-    conc = "—" if sc["concurrency_at_context"] is None else f"{sc['concurrency_at_context']:.2f} @ {sc['context_tokens']:,}"
-    reserve = "—" if sc["reserve_left_gib"] is None else f"{sc['reserve_left_gib']:.2f}"
-    flags = " ".join(sc["flags"]) or "(as logged)"
-    return [flags, tokens + node, conc, reserve, sc["risk"] + ("*" if sc["approximate"] else "")]
+def report_of(pred: dict[str, Any], startup: Any) -> Any:
+    """The report view (render.prediction) of a prediction and the startup it was calibrated on."""
+    from kvscope.render.prediction import from_whatif
+
+    return from_whatif(pred, startup, engines.get(pred["engine"]).whatif.calibration_line(pred))
 
 
-def render_terminal(pred: dict[str, Any]) -> str:
-    from io import StringIO
+def render_terminal(pred: dict[str, Any], startup: Any = None) -> str:
+    from kvscope.render.prediction_terminal import render
 
-    from rich.table import Table
-
-    from kvscope.render.console import terminal_console
-
-    buf = StringIO()
-    console = terminal_console(buf)
-    cal = pred["calibration"]
-    console.print(engines.get(pred["engine"]).whatif.calibration_line(pred))
-    for note in cal["notes"]:
-        console.print(f"  · {note}")
-    t = Table(title="flag → KV tokens per GPU → concurrent requests → reserve left (GiB) → OOM risk", header_style="bold")
-    for col in ("flags", "KV tokens", "requests at context", "reserve left", "risk"):
-        t.add_column(col)
-    rows = [pred["baseline"]] + ([pred["requested"]] if pred["requested"] else []) + pred["table"]
-    for sc in rows:
-        t.add_row(*_row(sc), style="bold" if sc is pred["requested"] else None)
-    console.print(t)
-    console.print("* approximate: the change moves memory the log does not show")
-    req = pred["requested"]
-    if req:
-        console.print(f"\nRequested: {' '.join(req['flags'])}")
-        console.print(f"  KV tokens: {req['kv_tokens_low']:,} – {req['kv_tokens_high']:,} per GPU"
-                      + (f" ({req['node_kv_tokens_low']:,} across the node)" if req["node_kv_tokens_low"] != req["kv_tokens_low"] else ""))
-        console.print(f"  OOM risk: {req['risk']} — {req['risk_words']}")
-        for note in req["notes"]:
-            console.print(f"  · {note}")
-        if req["host"]:
-            h = req["host"]
-            line = (f"  host tier: {h['host_tokens_per_rank']:,} tokens per rank = {h['per_rank_gb']} GB pinned × "
-                    f"{h['ranks_on_host']} ranks = {h['total_gb']} GB")
-            if "fits" in h:
-                line += f"; host RAM {h['host_ram_gb']} GB → {'fits' if h['fits'] else 'DOES NOT fit'}, margin {h['margin_gb']} GB"
-            console.print(line)
-            if h.get("note"):
-                console.print(f"  · {h['note']}")
-    return buf.getvalue().rstrip()
+    return render(report_of(pred, startup))
 
 
 class _WithSettableKeys(click.Command):
@@ -158,11 +120,16 @@ def command(logs, example, sets, assume, model, host_ram, context, fmt, output, 
 
             text = redact_text(text, "json", dumps)
     elif fmt == "terminal":
-        text = render_terminal(pred)
+        text = render_terminal(pred, startup)
+        if not no_redact:
+            from kvscope.core.redact import redact_text
+
+            text = redact_text(text, "terminal")
     else:
         from kvscope.render import render_analysis
 
-        text = render_analysis(analysis, fmt, redact=not no_redact, extra={"prediction": pred})
+        text = render_analysis(analysis, fmt, redact=not no_redact,
+                               extra={"prediction": pred, "report": report_of(pred, startup)})
     write_output(text, output, fmt)
     if not analysis.startups:
         sys.exit(2)

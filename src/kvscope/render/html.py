@@ -50,7 +50,13 @@ from kvscope.analysis.curve import (
 from kvscope.core.facts import CapacityFacts, RankFacts
 from kvscope.core.provenance import How
 from kvscope.core.startup import CAPACITY_FIELDS, Rank, SourceRef, Startup
-from kvscope.render.json_out import _clean  # no NaN/inf: JSON.parse in the page would reject them
+from kvscope.render.json_out import _clean
+from kvscope.render.labels import (  # no NaN/inf: JSON.parse in the page would reject them
+    capacity_label,
+    series_label,
+    serving_facts,
+    setting_label,
+)
 
 CHARTJS_FILE = "chart.umd.min.js"
 
@@ -278,9 +284,11 @@ def runtime_series(runtime: Any) -> dict[str, Any] | None:
         values = [_num(r.get(name)) for r in rows]
         finite = [v for v in values if v is not None]
         fraction = bool(finite) and all(0.0 <= v <= 1.0 for v in finite) and any(v % 1 for v in finite)
-        series.append({"name": str(name), "values": values, "axis": "y2" if fraction else "y",
-                       "min": min(finite, default=None), "max": max(finite, default=None),
-                       "last": finite[-1] if finite else None})
+        entry = {"name": str(name), "label": series_label(str(name)), "values": values, "axis": "y2" if fraction else "y",
+                 "min": min(finite, default=None), "max": max(finite, default=None),
+                 "last": finite[-1] if finite else None}
+        entry["shown"] = [series_value(entry, entry[k]) for k in ("min", "max", "last")]
+        series.append(entry)
     if not series:
         return None
     timed = tkey is not None and _clock(rt) != "samples"
@@ -288,13 +296,22 @@ def runtime_series(runtime: Any) -> dict[str, Any] | None:
             "series": series, "samples": len(rows)}
 
 
+def series_value(series: dict[str, Any], value: Any) -> str:
+    """A series figure as its table shows it: a fraction (KV usage) in per cent, a count as a count."""
+    n = _num(value)
+    if n is None:
+        return "—"
+    if series.get("axis") == "y2":
+        return f"{n * 100:.1f} %"
+    return f"{n:,.0f}" if float(n).is_integer() else f"{n:,.2f}"
+
+
 def runtime_facts(runtime: Any) -> list[tuple[str, str]]:
     """Scalar facts next to the series (peaks, counts), as (name, value) text pairs."""
     rt = _as_dict(runtime)
     if not isinstance(rt, dict):
         return []
-    flat = _flatten({k: v for k, v in rt.items() if k != "timeline"})
-    return [(k, _cell(v)) for k, v in flat if isinstance(v, (str, int, float, bool)) and v is not None][:40]
+    return serving_facts(_flatten({k: v for k, v in rt.items() if k != "timeline"}))
 
 
 def _tokens_range(low: Any, high: Any) -> str:
@@ -399,19 +416,26 @@ def _rank_row(r: Rank) -> dict[str, Any]:
     return {"rank": r.rank, "cells": cells, "pools": pools}
 
 
+NOT_CAPACITY_FIGURES = frozenset({"derived", "assumed"})
+
+
 def capacity_rows(s: Startup) -> list[tuple[str, str]]:
     out = []
     for key in CAPACITY_FIELDS:
         value = getattr(s.capacity, key)
         if value is not None:
-            out.append((key, _cell(value)))
-    out += [(str(k), _cell(v)) for k, v in ((k, CapacityFacts(s.capacity).get(k)) for k in CapacityFacts(s.capacity).names()) if v is not None]
+            out.append((capacity_label(key), _cell(value)))
+    facts = CapacityFacts(s.capacity)
+    # a figure, not bookkeeping: which fields were derived is marked elsewhere; a list of pools has its own table
+    out += [(capacity_label(str(k)), _cell(v)) for k, v in ((k, facts.get(k)) for k in facts.names())
+            if v is not None and k not in NOT_CAPACITY_FIGURES
+            and not (isinstance(v, dict) or (isinstance(v, (list, tuple)) and any(isinstance(x, (dict, list)) for x in v)))]
     return out
 
 
 def settings_rows(s: Startup) -> list[tuple[str, str, str]]:
-    rows = [(str(k), _cell(v), "logged") for k, v in s.settings.items() if v is not None]
-    rows += [(str(k), _cell(v), "assumed") for k, v in s.assumptions.items()
+    rows = [(setting_label(str(k)), _cell(v), "logged") for k, v in s.settings.items() if v is not None]
+    rows += [(setting_label(str(k)), _cell(v), "assumed") for k, v in s.assumptions.items()
              if not str(k).startswith("_") and k not in s.settings and v is not None]
     return rows
 
@@ -551,6 +575,7 @@ def render(analysis: Any, extra: dict[str, Any] | None = None) -> str:
         views.append(view)
         charts.append(chart)
     extra = dict(extra or {})
+    report = extra.pop("report", None)
     prediction = extra.pop("prediction", None)
     predicted = prediction_view(prediction)
     _use_calibrated_curve(prediction, predicted, views, charts)
@@ -560,8 +585,18 @@ def render(analysis: Any, extra: dict[str, Any] | None = None) -> str:
            "img-src data:; font-src data:; base-uri 'none'; form-action 'none'")
     st = analysis.stats
     template = _template()
+    if report is not None and isinstance(predicted, dict) and isinstance(predicted.get("startup"), int) \
+            and 0 <= predicted["startup"] < len(views):
+        views[predicted["startup"]]["curve"] = None  # the prediction above draws this startup's what-if
+        views[predicted["startup"]]["whatif"] = []
+    heading, lede = (("kvscope plan", "Predicted from the model and the GPU; no log read.") if report is not None
+                     and report.kind == "plan" else
+                     ("kvscope what-if", "A prediction calibrated on the server's own log; the startup it was calibrated "
+                      "on follows.") if report is not None else
+                     ("kvscope report", "Where each GPU's memory went at startup, read from the server's own log."))
     return template.render(
-        startups=views, data=_clean({"startups": charts}), css=css, chartjs=chartjs, appjs=appjs, csp=csp,
+        heading=heading, lede=lede, report=report,
+        startups=views, data=_clean({"startups": charts, **({"prediction": report.charts()} if report is not None else {})}), css=css, chartjs=chartjs, appjs=appjs, csp=csp,
         version=__version__, chartjs_version=CHARTJS_VERSION, chartjs_license=_asset("chart.js.LICENSE.md"),
         prediction=predicted, prediction_table=generic_table(prediction) if prediction and not predicted else None,
         extras=[(str(k), generic_table(v)) for k, v in extra.items()],

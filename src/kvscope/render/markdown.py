@@ -37,6 +37,7 @@ from kvscope.render.html import (
     prediction_view,
     runtime_facts,
     runtime_series,
+    series_value,
     settings_rows,
     whatif_curve,
     whatif_rows,
@@ -183,10 +184,10 @@ def _runtime(s: Startup) -> list[str]:
         return []
     out = ["### Runtime", ""]
     if series is not None:
-        rows = [[md_code(x["name"]), str(x["min"]), str(x["max"]), str(x["last"])] for x in series["series"]]
-        out += [f"{series['samples']} samples.", ""] + _table(["series", "min", "max", "last"], rows, right={1, 2, 3})
+        rows = [[md_escape(x["label"])] + [series_value(x, x[k]) for k in ("min", "max", "last")] for x in series["series"]]
+        out += [f"{series['samples']} samples.", ""] + _table(["series", "lowest", "highest", "last"], rows, right={1, 2, 3})
     if facts:
-        out += _table(["fact", "value"], [[md_code(k), md_code(v)] for k, v in facts])
+        out += _table(["serving", "value"], [[md_escape(k), md_escape(v)] for k, v in facts])
     return out
 
 
@@ -232,11 +233,13 @@ def _evidence(s: Startup) -> list[str]:
     return ["<details><summary>" + md_escape(head) + "</summary>", "", code_block(text), "", "</details>", ""]
 
 
-def render_startup(s: Startup, index: int, curve: dict[str, Any] | None = None) -> str:
-    """One startup; ``curve`` replaces the estimated what-if curve (a whatif prediction's calibrated one)."""
+def render_startup(s: Startup, index: int, curve: dict[str, Any] | None = None, predicted: bool = False) -> str:
+    """One startup; ``curve`` replaces the estimated what-if curve (a whatif prediction's calibrated one);
+    ``predicted``: a prediction report above already shows this startup's what-if, so it is not repeated."""
     answer = answer_lines(s)
     head = ["### Answer", "", *[f"- {md_escape(x)}" for x in answer], ""] if answer else []
-    parts = (_header(s, index) + head + _ranks(s) + _ledger(s) + _kv(s) + _whatif(s, curve or whatif_curve(s)) + _runtime(s)
+    whatif = [] if predicted else _whatif(s, curve or whatif_curve(s))
+    parts = (_header(s, index) + head + _ranks(s) + _ledger(s) + _kv(s) + whatif + _runtime(s)
              + _findings_md(s) + _settings_md(s) + _evidence(s))
     return "\n".join(parts)
 
@@ -272,15 +275,90 @@ def _extra(extra: dict[str, Any] | None) -> list[str]:
 
 
 def render(analysis: Any, extra: dict[str, Any] | None = None) -> str:
-    parts = ["# kvscope report", "",
-             "GPU memory at startup, read from the server log. GiB = 2^30 bytes.", ""]
-    parts += _extra(extra)
+    extra = dict(extra or {})
+    report = extra.pop("report", None)
+    if report is not None and report.kind == "plan":
+        return "\n".join(["# kvscope plan", "", "Predicted from the model and the GPU; no log read. GiB = 2^30 bytes.",
+                          "", render_prediction(report), f"<sub>kvscope {__version__}</sub>"]).rstrip() + "\n"
+    lede = ("A what-if prediction calibrated on the server log; the startup it was calibrated on follows."
+            if report is not None else "GPU memory at startup, read from the server log.")
+    parts = ["# kvscope report", "", f"{lede} GiB = 2^30 bytes.", ""]
+    if report is not None:
+        parts.append(render_prediction(report))
+        parts += _extra({k: v for k, v in extra.items() if k != "prediction"})
+    else:
+        parts += _extra(extra)
     if not analysis.startups:
         parts += ["No engine startup found in the input.", ""]
     pred = (extra or {}).get("prediction")
     view = prediction_view(pred)
     target = view.get("startup") if view else None
     for i, s in enumerate(analysis.startups, 1):
-        parts.append(render_startup(s, i, curve_from_prediction(pred) if target == i - 1 else None))
+        parts.append(render_startup(s, i, curve_from_prediction(pred) if target == i - 1 else None,
+                                    predicted=report is not None and target == i - 1))
     parts.append(f"<sub>kvscope {__version__}</sub>")
     return "\n".join(parts).rstrip() + "\n"
+
+
+def _bar_md(bar: Any) -> list[str]:
+    total = bar.total_gib or 1.0
+    rows = [[md_escape(s.key if s.key != "kv" else "KV"), md_escape(s.label), fmt_gib(s.gib), f"{s.gib / total:.0%}"]
+            for s in bar.segments]
+    return [f"### Memory {md_escape(bar.title)} ({fmt_gib(bar.total_gib)} GiB)", ""] + \
+        _table(["part", "what", "GiB", "share"], rows, right={2, 3})
+
+
+def _curve_md(curve: Any) -> list[str]:
+    head = (f"### KV tokens against {md_code(curve.flag)}", "",
+            f"Current value **{curve.current:g}**. "
+            + (f"Rated tight or high (OOM risk) from **{curve.risk_from:g}**." if curve.risk_from is not None
+               else "No release rule rates the OOM risk here; watch the memory left."), "")
+    rows = []
+    for p in curve.rows():
+        current = abs(p.x - curve.current) < 1e-9
+        x = f"**{p.x:g}**" if current else f"{p.x:g}"
+        rows.append([x, f"{p.tokens:,}", fmt_gib(p.reserve_gib),
+                     " ".join(w for w in ("current" if current else "", "⚠ OOM risk" if p.risky else "") if w)])
+    return list(head) + _table([md_code(curve.flag), "KV tokens", md_escape(curve.reserve_label), ""], rows, right={1, 2})
+
+
+def render_prediction(report: Any) -> str:
+    """A whatif or plan report (render.prediction.PredictionReport) as markdown: the answer first."""
+    out = [f"## {md_escape(report.title)}", "", f"_{md_escape(report.subtitle)}_", ""]
+    out += [f"- {'**' + md_escape(a) + '**' if i == 0 else md_escape(a)}" for i, a in enumerate(report.answer)] + [""]
+    if report.rows:
+        header = ["change", "KV tokens per GPU", "vs first row", md_escape(report.concurrency_header), "reserve left (GiB)"]
+        rated = report.risk_rated
+        header += ["OOM risk"] if rated else []
+        rows = []
+        for r in report.rows:
+            change = md_code(r.change)
+            cells = [f"**{change}**" if r.emphasis else change, r.tokens, r.delta, r.concurrency, r.reserve]
+            if rated:
+                risk = md_escape(r.risk) + ("\\*" if r.approximate else "")
+                words = r.risk_words if r.emphasis or r.risk in ("tight", "high") else ""  # "low" needs no sentence
+                cells.append(risk + (f" — {md_escape(words)}" if words else ""))
+            rows.append(cells)
+            rows += [["", f"· {md_escape(n)}", "", "", ""] + ([""] if rated else []) for n in r.notes]
+        out += ["### Change → KV tokens → concurrency → reserve", ""] + _table(header, rows, right={1, 2, 3, 4})
+    if report.bar is not None:
+        out += _bar_md(report.bar)
+    if report.curve is not None:
+        out += _curve_md(report.curve)
+    if report.formula:
+        out += [md_escape(report.formula), ""]
+    if report.provenance:
+        out += ["### What is measured, estimated and assumed", ""]
+        out += [f"- **{md_escape(k)}**: {md_escape('; '.join(v))}" for k, v in report.provenance] + [""]
+    if report.warnings:
+        out += [f"> ⚠ {md_escape(w)}" + "  " for w in report.warnings] + [""]
+    if report.ledger:
+        rows = [[md_escape(x.item), x.gib, md_escape(x.how)] for x in report.ledger]
+        out += ["<details><summary>Ledger per GPU (GiB)</summary>", ""] + _table(["item", "GiB", "how"], rows, right={1}) \
+            + ["</details>", ""]
+    if report.settings:
+        rows = [[md_code(k), md_code(v), md_escape(f)] for k, v, f in report.settings]
+        out += [f"<details><summary>Settings ({len(rows)})</summary>", ""] + _table(["setting", "value", "from"], rows) \
+            + ["</details>", ""]
+    out += [md_escape(n) for n in report.footnotes] + ([""] if report.footnotes else [])
+    return "\n".join(out)

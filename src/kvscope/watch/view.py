@@ -216,9 +216,9 @@ class PlainView:
         pass
 
     def capacity(self, cap: Capacity) -> None:
-        self.console.print(title(cap), markup=False, highlight=False, soft_wrap=True)
+        self.console.print(title(cap), markup=False, highlight=False)
         for line in capacity_lines(cap):
-            self.console.print("  " + line, markup=False, highlight=False, soft_wrap=True)
+            self.console.print("  " + line, markup=False, highlight=False)
 
     def sample(self, s: Sample) -> None:
         stamp = time.strftime("%H:%M:%S", time.localtime(s.t))
@@ -234,7 +234,7 @@ class PlainView:
             parts.append("(server restarted)")
         for g in s.gpus:
             parts.append(f"gpu{g['index']} {_bytes(g['used_bytes'])}")
-        self.console.print("  ".join(parts), markup=False, highlight=False, soft_wrap=True)
+        self.console.print("  ".join(parts), markup=False, highlight=False)
 
     def message(self, text: str) -> None:
         self.err.print(f"kvscope: {text}", markup=False, highlight=False, soft_wrap=True)

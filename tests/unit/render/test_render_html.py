@@ -139,7 +139,7 @@ def test_extra_prediction_and_runtime_are_rendered_when_present():
     runtime = _data(html)["startups"][0]["runtime"]
     assert runtime["x"] == [0.0, 10.0, 20.0, 30.0, 40.0, 50.0]
     assert {x["name"]: x["axis"] for x in runtime["series"]} == {"token_usage": "y2", "running_req": "y"}
-    assert 'data-chart="runtime"' in html and "peak_usage" in html
+    assert 'data-chart="runtime"' in html and "peak usage" in html and "peak_usage" not in html  # in words
     md = render_analysis(analysis, "markdown", extra=extra)
     assert "## What-if prediction" in md and "### Runtime" in md
 
@@ -212,5 +212,5 @@ def test_runtime_timeline_from_a_real_log():
     names = {x["name"]: x for x in runtime["series"]}
     assert names["usage_max"]["axis"] == "y2" and names["usage_max"]["max"] == 1.0  # saturated
     assert names["queued_max"]["axis"] == "y" and runtime["x"][0] == 0.0
-    assert 'data-chart="runtime"' in html and "usage.peak" in html
+    assert 'data-chart="runtime"' in html and "KV usage, peak" in html and "usage.peak" not in html
     assert "### Runtime" in render_analysis(analysis, "markdown")

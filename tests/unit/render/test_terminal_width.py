@@ -10,12 +10,21 @@ import pytest
 from rich.cells import cell_len
 
 from kvscope.cli import main
+from kvscope.examples import EXAMPLES
 from kvscope.render import console as term
 
-VIEWS = {
+# every bundled example through explain; whatif on each one it calibrates on (a failed startup too)
+VIEWS = {f"explain {name}": ["explain", "--example", name] for name in EXAMPLES}
+VIEWS |= {
     "explain": ["explain", "--example", "kimi-k2.5-tp8"],
     "whatif": ["whatif", "--example", "kimi-k2.5-tp8", "--set", "mem_fraction_static=0.9"],
+    "whatif failed vllm": ["whatif", "--example", "vllm-max-len-too-large", "--set", "max_model_len=16384"],
+    "whatif vllm util": ["whatif", "--example", "vllm-max-len-too-large", "--set", "gpu_memory_utilization=0.95"],
+    "examples": ["examples"],
+    "models": ["models", "qwen"],
+    "gpus": ["gpus"],
     "plan sglang dense": ["plan", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100"],
+    "plan sglang mla tp8": ["plan", "--model", "moonshotai/Kimi-K2.5", "--gpu", "RTX PRO 6000", "--tp", "8"],
     "plan vllm dense": ["plan", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100", "--engine", "vllm"],
     "plan vllm sliding": ["plan", "--model", "google/gemma-3-27b-it", "--gpu", "H100", "--engine", "vllm"],
 }
@@ -89,3 +98,15 @@ def test_a_small_figure_is_shown_in_the_unit_that_shows_it():
     assert fmt_gib(4 / 1024) == "4.0 MiB" and fmt_gib(144 / 1024) == "144 MiB"  # not "0.00" and "0.14"
     assert fmt_gib(10.42) == "10.42" and fmt_gib(0.0) == "0.00" and fmt_gib(None) == "—"
     assert fmt_gib(-0.2) == "-205 MiB"
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_watch_fits_the_terminal(columns, capsys, monkeypatch):
+    """watch's live lines against a local server replaying a real vLLM's answers."""
+    from tests.fixtures.watch.replay import Replay, vllm_routes
+
+    monkeypatch.setenv("COLUMNS", str(columns))
+    with Replay(vllm_routes("vllm/cpu-0.32.0-8MiB-loaded-a-metrics.txt", "vllm/cpu-0.32.0-8MiB-loaded-b-metrics.txt")) as srv:
+        out = _run(["watch", srv.url, "--interval", "0.1", "--timeout", "1", "--duration", "0.35"], capsys)
+    wide = [line for line in out.splitlines() if cell_len(line) > columns]
+    assert "KV capacity" in out and not wide, wide[:3]

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kvscope.core.errors import InputError
+from kvscope.core.memory_bar import BarPart, Part, fill
 from kvscope.engines.sglang import defaults as sgd
 from kvscope.engines.sglang import dsv4 as sg_dsv4
 from kvscope.engines.sglang import eras as sg_eras
@@ -289,6 +290,17 @@ def plan_sglang(ctx: Context) -> dict[str, Any]:
         warnings.append("no KV room: the weights do not fit under mem_fraction_static × free memory; the server "
                         "would stop with 'Not enough memory' / 'leave no GPU memory for the KV cache'")
     ledger = _sg_ledger(ctx, k, w, (rope, slack), draft if era.draft_in_static_budget else 0.0, base, needed)
+    bar = fill(ctx.basis.smi_total_gib, [
+        BarPart(Part.CONTEXT, "driver-reserved slice, CUDA context, NCCL", ctx.basis.smi_total_gib - F),
+        BarPart(Part.WEIGHTS, "weights", w.gib),
+        BarPart(Part.DRAFT, "draft weights", draft if era.draft_in_static_budget else 0.0),
+        BarPart(Part.OTHER, "rope tables, allocator slack, request table", rope + slack + base["request_pool_gib"]),
+        BarPart(Part.KV, f"KV pool ({base['kv_tokens']:,} tokens)", base["kv_pool_gib"]),
+        BarPart(Part.FREE, "reserve left for CUDA graphs, activations" + ("" if era.draft_in_static_budget or not k.spec
+                                                                       else ", the draft"),
+                base["reserve_left_gib"]),
+    ], other_label="budget rounding")
+    curve = _sg_curve(ctx, k, F, w.gib, load_extra, attn_tp, needed)
     return {
         "engine": "sglang", "engine_version": sg_eras.fmt(k.version), "era": era.name,
         "settings": _effective_mrr(_sg_settings(ctx, k), base), "auto_mem_fraction_static": k.mfs_choice.as_dict() if k.mfs_choice else None,
@@ -304,8 +316,24 @@ def plan_sglang(ctx: Context) -> dict[str, Any]:
                      "system_max_concurrency": None if base["concurrency"] is None
                      else base["concurrency"] * base["dp_groups"],
                      "kv_tokens_range": token_range, "range": spread.as_dict()},
-        "table": rows, "warnings": warnings,
+        "table": rows, "memory_bar": [p.as_dict() for p in bar], "curve": curve, "warnings": warnings,
     }
+
+
+def _sg_curve(ctx: Context, k: SglangKnobs, F: float, w: float, extra: float, attn_tp: int,
+              needed: sgd.MfsChoice | None, points: int = 21) -> list[dict[str, Any]]:
+    """KV tokens and the reserve against mem_fraction_static, in steps of 0.01 around the resolved value, for charts."""
+    need = needed.reserved_gib if needed and needed.reserved_gib else None
+    out = []
+    half = points // 2
+    for mfs in sorted({round(k.mfs + 0.01 * i, 3) for i in range(-half, half + 1)} | {k.mfs}):  # through the value
+        if not 0.3 <= mfs <= 0.98:
+            continue
+        sc = _sg_scenario(ctx, replace(k, mfs=mfs), F, w, extra, attn_tp)
+        out.append({"mem_fraction_static": mfs, "kv_tokens": sc["kv_tokens"],
+                    "concurrency_at_context": sc["concurrency"], "reserve_left_gib": round(sc["reserve_left_gib"], 4),
+                    "risk": "unknown" if need is None else _risk(sc["reserve_left_gib"], need)})
+    return out
 
 
 def _sg_settings(ctx: Context, k: SglangKnobs) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvscope.core.errors import InputError
+from kvscope.core.memory_bar import BarPart, Part, fill
 from kvscope.engines.vllm import eras as v_eras
 from kvscope.engines.vllm import rules as v_rules
 from kvscope.engines.vllm.layout import KvLayout, StateDtypes, kv_layout
@@ -230,6 +231,25 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
         rows.append({"flag": "--kv-cache-dtype fp8", "gpu_memory_utilization": util, "kv_tokens": sc["tokens"],
                      "concurrency_at_context": sc["concurrency"], "reserve_left_gib": sc["reserve_left_gib"]})
     T = b.torch_total.value
+    bar = fill(b.smi_total_gib, [
+        BarPart(Part.CONTEXT, "driver-reserved slice, CUDA context, NCCL (outside the budget)",
+                b.smi_total_gib - util * T - base["reserve_left_gib"] - (0.0 if era.graphs_in_budget else 0.5)),
+        BarPart(Part.WEIGHTS, "weights", w.gib),
+        BarPart(Part.DRAFT, "draft weights", draft_gib),
+        BarPart(Part.OTHER, f"activation peak ({act_what}), rope cache, non-torch memory", act + rope + non_torch),
+        BarPart(Part.GRAPHS, "CUDA graphs", graphs + (0.0 if era.graphs_in_budget else 0.5)),
+        BarPart(Part.KV, f"KV cache ({base['tokens']:,} tokens)", base["K"]),
+        BarPart(Part.FREE, "left outside the budget", base["reserve_left_gib"]),
+    ])
+    curve = []
+    for u in sorted({round(util + 0.01 * i, 3) for i in range(-10, 11)} | {util}):  # steps of 0.01 through the value
+        if not 0.3 <= u <= 0.99:
+            continue
+        sc = scenario(u, kvb)
+        # vLLM refuses to start when the budget asks for more than is free (the reserve outside it < 0)
+        curve.append({"gpu_memory_utilization": u, "kv_tokens": sc["tokens"],
+                      "concurrency_at_context": sc["concurrency"], "reserve_left_gib": round(sc["reserve_left_gib"], 4),
+                      "risk": "high" if sc["reserve_left_gib"] < 0 or sc["K"] <= 0 else "unknown"})
     ledger = [
         ("nvidia-smi total", b.smi_total_gib, "catalog"),
         ("torch total (T)", T, b.torch_total.how),
@@ -266,7 +286,7 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
                **({"speculative": draft.as_dict(kvb, req.tp)} if draft else {})},
         "capacity": {"kv_tokens": base["tokens"], "context_tokens": max_len, "max_concurrency": base["concurrency"],
                      "kv_tokens_range": token_range, "range": spread.as_dict()},
-        "table": rows, "warnings": warnings,
+        "table": rows, "memory_bar": [p.as_dict() for p in bar], "curve": curve, "warnings": warnings,
     }
 
 

@@ -42,20 +42,23 @@
 
   function whatifChart(canvas, c) {
     var pts = c.points, lastX = pts[pts.length - 1].x, firstX = pts[0].x;
-    var riskStart = Math.max(firstX, Math.min(lastX, c.risk_from));
+    var rated = c.risk_from !== null && c.risk_from !== undefined;
+    var riskStart = rated ? Math.max(firstX, Math.min(lastX, c.risk_from)) : lastX;
     var datasets = [
       { label: "KV tokens", yAxisID: "y", data: pts.map(function (p) { return { x: p.x, y: p.tokens }; }),
         borderColor: "#27ae60", backgroundColor: "#27ae60", pointRadius: 2, tension: 0 },
       { label: c.reserve_label, yAxisID: "y2",
         data: pts.map(function (p) { return { x: p.x, y: p.reserve_gib }; }),
         borderColor: "#8e44ad", backgroundColor: "#8e44ad", pointRadius: 2, borderDash: [5, 3], tension: 0 },
-      { label: "OOM risk: under " + c.margin_gib.toFixed(1) + " GiB left", yAxisID: "band",
-        data: [{ x: riskStart, y: 1 }, { x: lastX, y: 1 }], fill: "origin", pointRadius: 0, borderWidth: 0,
-        backgroundColor: "rgba(207,34,46,0.14)", borderColor: "rgba(207,34,46,0.4)" },
       { label: "current " + c.knob + " = " + c.current, yAxisID: "band",
         data: [{ x: c.current, y: 0 }, { x: c.current, y: 1 }], pointRadius: 0, borderWidth: 2,
         borderColor: "#0969da", backgroundColor: "#0969da" }
     ];
+    if (rated) {
+      datasets.splice(2, 0, { label: c.risk_words ? "OOM risk: " + c.risk_words : "OOM risk: under " + c.margin_gib.toFixed(1) + " GiB left",
+        yAxisID: "band", data: [{ x: riskStart, y: 1 }, { x: lastX, y: 1 }], fill: "origin", pointRadius: 0, borderWidth: 0,
+        backgroundColor: "rgba(207,34,46,0.14)", borderColor: "rgba(207,34,46,0.4)" });
+    }
     return new Chart(canvas, {
       type: "line",
       data: { datasets: datasets },
@@ -87,7 +90,7 @@
 
   function runtimeChart(canvas, r) {
     var datasets = r.series.map(function (s, i) {
-      return { label: s.name, yAxisID: s.axis, borderColor: PALETTE[i % PALETTE.length],
+      return { label: s.label || s.name, yAxisID: s.axis, borderColor: PALETTE[i % PALETTE.length],
                backgroundColor: PALETTE[i % PALETTE.length], pointRadius: r.x.length > 200 ? 0 : 2, borderWidth: 1.5,
                spanGaps: true, data: r.x.map(function (x, j) { return { x: x, y: s.values[j] }; }) };
     });
@@ -101,9 +104,9 @@
         interaction: { mode: "nearest", axis: "x", intersect: false },
         scales: {
           x: { type: "linear", title: { display: true, text: r.x_label }, grid: { color: GRID } },
-          y: { display: hasY, position: "left", grid: { color: GRID } },
-          y2: { display: hasY2, position: "right", min: 0, max: 1, title: { display: true, text: "fraction" },
-                grid: { display: false } }
+          y: { display: hasY, position: "left", title: { display: true, text: "requests" }, grid: { color: GRID } },
+          y2: { display: hasY2, position: "right", min: 0, max: 1, title: { display: true, text: "KV usage" },
+                ticks: { callback: function (v) { return Math.round(v * 100) + " %"; } }, grid: { display: false } }
         },
         plugins: { legend: { position: "bottom" } }
       }
@@ -114,8 +117,9 @@
   var canvases = document.querySelectorAll("canvas[data-chart]");
   for (var i = 0; i < canvases.length; i++) {
     var canvas = canvases[i], kind = canvas.getAttribute("data-chart");
-    var startup = data.startups[Number(canvas.getAttribute("data-startup"))];
-    var spec = startup && startup[kind];
+    var scope = canvas.getAttribute("data-scope") === "prediction" ? data.prediction
+      : data.startups[Number(canvas.getAttribute("data-startup"))];
+    var spec = scope && scope[kind];
     if (!spec || !builders[kind]) { continue; }
     try {
       window.kvscopeCharts.push(builders[kind](canvas, spec));
