@@ -162,3 +162,10 @@ def echo_listing(rows: list[tuple[str, str]]) -> None:
             first = name.ljust(name_width) + "  "
         click.echo(textwrap.fill(text, width=width, initial_indent=first, subsequent_indent=indent,
                                  break_on_hyphens=False) if text else first.rstrip())
+
+
+def complete_example(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    """Shell completion of ``--example``: the bundled examples' names."""
+    from kvscope.examples import EXAMPLES
+
+    return [name for name in EXAMPLES if name.startswith(incomplete)]

@@ -7,7 +7,15 @@ import sys
 import click
 
 from kvscope.api import analyze, no_cycle_collection
-from kvscope.cli.common import COLOR, FORMATS, check_output, gather_inputs, set_terminal, write_output
+from kvscope.cli.common import (
+    COLOR,
+    FORMATS,
+    check_output,
+    complete_example,
+    gather_inputs,
+    set_terminal,
+    write_output,
+)
 from kvscope.core.errors import InputError
 
 EXIT_FAILED_STARTUP = 3  # --check: the log shows a startup that failed
@@ -21,7 +29,7 @@ def render(analysis, fmt: str, redact: bool, extra=None) -> str:
 
 @click.command("explain")
 @click.argument("logs", nargs=-1)
-@click.option("--example", "example", metavar="NAME", help="Explain a bundled example (see `kvscope examples`).")
+@click.option("--example", "example", metavar="NAME", shell_complete=complete_example, help="Explain a bundled example (see `kvscope examples`).")
 @click.option("--format", "fmt", type=FORMATS, default="terminal", show_default=True)
 @click.option("-o", "--output", metavar="FILE", help="Write the report to FILE instead of stdout.")
 @click.option("--assume", "assume", multiple=True, metavar="KEY=VALUE",

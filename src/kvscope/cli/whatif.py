@@ -17,6 +17,7 @@ from kvscope.cli.common import (
     FORMATS,
     check_context,
     check_output,
+    complete_example,
     gather_inputs,
     parse_assignments,
     set_terminal,
@@ -67,7 +68,7 @@ def _settable() -> str:
 
 @click.command("whatif", cls=_WithSettableKeys)
 @click.argument("logs", nargs=-1)
-@click.option("--example", metavar="NAME", help="Calibrate on a bundled example.")
+@click.option("--example", metavar="NAME", shell_complete=complete_example, help="Calibrate on a bundled example.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="A changed setting (repeatable, combined).")
 @click.option("--assume", multiple=True, metavar="KEY=VALUE", help="A fact the log lacks (see explain).")
 @click.option("--model", metavar="PATH|ID", help="HF config.json or model id.")

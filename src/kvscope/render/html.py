@@ -57,6 +57,8 @@ from kvscope.render.labels import (  # no NaN/inf: JSON.parse in the page would 
     serving_facts,
     setting_label,
 )
+from kvscope.render.ranks import differences
+from kvscope.render.ranks import groups as rank_groups
 
 CHARTJS_FILE = "chart.umd.min.js"
 
@@ -419,6 +421,24 @@ def _rank_row(r: Rank) -> dict[str, Any]:
 NOT_CAPACITY_FIGURES = frozenset({"derived", "assumed"})
 
 
+RANK_HEADERS = ("free before weights", "weights", "free after weights", "KV pools", "free after pool", "CUDA graphs",
+                "free at ready")
+
+
+def _plain_cells(r: Rank) -> list[str]:
+    row = _rank_row(r)
+    figures = [c["value"] + c["mark"] for c in row["cells"]]
+    pools = ", ".join(f"{p['name']} {p['gib']}" + (f" ({p['tokens']} tok)" if p["tokens"] else "") for p in row["pools"])
+    return figures[:3] + [pools or "—"] + figures[3:]
+
+
+def _rank_rows(s: Startup) -> dict[str, Any]:
+    """The rank table's rows, identical consecutive ranks as one (render/ranks.py), and how the others differ."""
+    found = rank_groups(s.ranks, _plain_cells)
+    rows = [{**_rank_row(g.ranks[0]), "rank": g.label} for g in found]
+    return {"ranks": rows, "rank_differences": differences(found, RANK_HEADERS)}
+
+
 def capacity_rows(s: Startup) -> list[tuple[str, str]]:
     out = []
     for key in CAPACITY_FIELDS:
@@ -498,7 +518,8 @@ def startup_view(s: Startup, index: int) -> tuple[dict[str, Any], dict[str, Any]
     view = {
         "index": index, "engine": s.engine, "version": s.engine_version or "", "era": s.era or "",
         "file": s.file, "first_line": s.first_line, "last_line": s.last_line, "model": s.model or "",
-        "capacity": capacity_rows(s), "settings": settings_rows(s), "ranks": [_rank_row(r) for r in s.ranks] if any(r.has_figures() for r in s.ranks) else [],
+        "capacity": capacity_rows(s), "settings": settings_rows(s),
+        **(_rank_rows(s) if any(r.has_figures() for r in s.ranks) else {"ranks": [], "rank_differences": []}),
         "serving_only": s.runtime is not None and not any(r.has_figures() for r in s.ranks),
         "marks": [{"mark": sym, "meaning": meaning} for sym, meaning in mark_legend(s)],
         "ledger": ([{"item": row.item, "gib": fmt_gib(row.gib), "how": row.how, "note": row.note} for row in ref.ledger]

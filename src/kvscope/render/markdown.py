@@ -42,6 +42,8 @@ from kvscope.render.html import (
     whatif_curve,
     whatif_rows,
 )
+from kvscope.render.ranks import differences
+from kvscope.render.ranks import groups as rank_groups
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]{}#!|~])")
@@ -111,15 +113,21 @@ def _ranks(s: Startup) -> list[str]:
     if not any(r.has_figures() for r in s.ranks):
         return ["_No startup memory lines in this input: the ledger is unknown; serving lines only._", ""] \
             if s.runtime is not None else []
-    rows = []
-    for r in s.ranks:
-        cells = [fmt_gib(getattr(r, k)) + md_escape(mark(r, k)) for k in RANK_COLUMNS]
-        pools = ", ".join(f"{md_escape(p.name)} {fmt_gib(p.size_gib())}" + (f" ({p.tokens:,} tok)" if p.tokens else "")
+    def cells(r) -> list[str]:  # plain text: escaped where it is written out
+        figures = [fmt_gib(getattr(r, k)) + mark(r, k) for k in RANK_COLUMNS]
+        pools = ", ".join(f"{p.name} {fmt_gib(p.size_gib())}" + (f" ({p.tokens:,} tok)" if p.tokens else "")
                           for p in r.kv_pools) or "—"
-        rows.append([md_code(r.rank)] + cells[:3] + [pools] + cells[3:])
-    header = ["rank", "free before weights", "weights", "free after weights", "KV pools", "free after pool",
+        return figures[:3] + [pools] + figures[3:]
+
+    header = ["free before weights", "weights", "free after weights", "KV pools", "free after pool",
               "CUDA graphs", "free at ready"]
-    out = ["### Memory per GPU (GiB)", ""] + _table(header, rows, right={1, 2, 3, 5, 6, 7})
+    found = rank_groups(s.ranks, cells)  # identical consecutive ranks are one row; differences named below
+    shown = [i for i in range(len(header)) if any(g.cells[i] != "—" for g in found)]
+    rows = [[md_code(g.label)] + [md_escape(g.cells[i]) for i in shown] for g in found]
+    right = {n + 1 for n, i in enumerate(shown) if i != 3}
+    out = ["### Memory per GPU (GiB)", ""] + _table(["rank"] + [header[i] for i in shown], rows, right=right)
+    out += [f"- {md_escape(line)}" for line in differences(found, header)]
+    out += [""] if differences(found, header) else []
     for sym, meaning in mark_legend(s):
         out += [f"{md_escape(sym)} {meaning}", ""]
     return out

@@ -59,6 +59,7 @@ class CurvePoint:
     tokens: int
     reserve_gib: float | None
     risky: bool
+    concurrency: float | None = None  # requests of the report's context length at once
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,8 @@ class Curve:
         return {"knob": self.knob, "current": self.current, "reserve_label": self.reserve_label,
                 "risk_from": self.risk_from, "margin_gib": 0.0,
                 "risk_words": "rated tight or high" if self.risk_from is not None else "",
-                "points": [{"x": p.x, "tokens": p.tokens, "reserve_gib": p.reserve_gib} for p in self.points]}
+                "points": [{"x": p.x, "tokens": p.tokens, "reserve_gib": p.reserve_gib, "concurrency": p.concurrency}
+                           for p in self.points]}
 
     def rows(self, around: int = 3) -> tuple[CurvePoint, ...]:
         """A few points around the current value and the edge of the risk region, for tables."""
@@ -203,7 +205,7 @@ def _curve(points: list[dict[str, Any]], knob: str, current: Any, reserve_label:
     if len(rows) < 2 or cur is None:
         return None
     pts = tuple(CurvePoint(float(p[knob]), int(p["kv_tokens"]), _num(p.get("reserve_left_gib")),
-                           str(p.get("risk")) in RISKY) for p in rows)
+                           str(p.get("risk")) in RISKY, _num(p.get("concurrency_at_context"))) for p in rows)
     risk_from = next((p.x for p in pts if p.risky), None)
     return Curve(knob, flag_of(knob), cur, pts, risk_from, reserve_label)
 

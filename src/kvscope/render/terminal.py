@@ -15,6 +15,7 @@ from kvscope.core.facts import RankFacts
 from kvscope.core.startup import Rank, Startup
 from kvscope.render.console import style, terminal_console
 from kvscope.render.html import fmt_gib, mark, mark_legend
+from kvscope.render.ranks import RankGroup, differences, groups
 from kvscope.render.runtime_terminal import render_runtime
 
 SEGMENTS = (  # (label, colour)
@@ -94,24 +95,14 @@ def _cells(r: Rank) -> list[str]:
     return [pools or "—" if key is None else _mark(r, key) for _, key in COLUMNS]
 
 
-def _runs(s: Startup) -> list[tuple[list[Rank], list[str]]]:
-    """Consecutive ranks whose figures read the same, as one row each: eight identical TP ranks are one line."""
-    runs: list[tuple[list[Rank], list[str]]] = []
-    for r in s.ranks:
-        cells = _cells(r)
-        if runs and runs[-1][1] == cells and _bar(runs[-1][0][-1]).plain == _bar(r).plain:
-            runs[-1][0].append(r)
-        else:
-            runs.append(([r], cells))
-    return runs
-
-
-def _label(ranks: list[Rank]) -> str:
-    return ranks[0].rank if len(ranks) == 1 else f"{ranks[0].rank}–{ranks[-1].rank} ×{len(ranks)}"
+def _runs(s: Startup) -> list[RankGroup]:
+    """Consecutive ranks whose figures (and bar) read the same, as one row each: eight identical TP ranks are one
+    line. The bar is a hidden last cell, so two ranks whose bars differ stay apart."""
+    return groups(s.ranks, lambda r: [*_cells(r), _bar(r).plain])
 
 
 def _rank_table(s: Startup) -> Table:
-    runs = _runs(s)
+    runs = [(list(g.ranks), list(g.cells[:-1])) for g in _runs(s)]
     shown = [i for i in range(len(COLUMNS)) if any(cells[i] != "—" for _, cells in runs)]  # empty columns go
     bar = show_bar() and any(_bar(ranks[0]).plain for ranks, _ in runs)
     t = Table(title="Per-rank memory (GiB = 2^30 B)", show_lines=False, header_style="bold")
@@ -121,13 +112,15 @@ def _rank_table(s: Startup) -> Table:
     if bar:
         t.add_column("bar", no_wrap=True, overflow="crop")
     for ranks, cells in runs[:MAX_ROWS]:
-        row: list[Any] = [_label(ranks), *(cells[i] for i in shown)]
+        row: list[Any] = [RankGroup(tuple(ranks), tuple(cells)).label, *(cells[i] for i in shown)]
         t.add_row(*row, *([_bar(ranks[0])] if bar else []))
     captions = []
     if len(runs) > MAX_ROWS:
         captions.append(f"… {sum(len(r) for r, _ in runs[MAX_ROWS:])} more ranks in --format json")
-    captions += [f"{sym} {meaning}" for sym, meaning in mark_legend(s)]
-    t.caption = "; ".join(captions) or None
+    captions += differences([RankGroup(tuple(r), tuple(c)) for r, c in runs], [name for name, _ in COLUMNS])
+    captions += ["; ".join(f"{sym} {meaning}" for sym, meaning in mark_legend(s))] if mark_legend(s) else []
+    t.caption = "\n".join(captions) or None
+    t.caption_justify = "left"
     return t
 
 

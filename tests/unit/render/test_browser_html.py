@@ -175,3 +175,42 @@ def test_prediction_and_runtime_charts_draw(browser, tmp_path):
         assert browser.execute_script("return window.kvscopeCharts.length") == len(inked)
     if len(reports) > 1:
         assert "runtime" in [kind for kind, _, _, _ in inked]
+
+
+CLI_REPORTS = {
+    "whatif sglang": ["whatif", "--example", "kimi-k2.5-tp8", "--set", "mem_fraction_static=0.92"],
+    "whatif vllm failed startup": ["whatif", "--example", "vllm-max-len-too-large", "--set", "gpu_memory_utilization=0.95"],
+    "plan vllm": ["plan", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100", "--engine", "vllm"],
+    "plan sglang mla": ["plan", "--model", "moonshotai/Kimi-K2.5", "--gpu", "RTX PRO 6000", "--tp", "8"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(CLI_REPORTS))
+def test_whatif_and_plan_reports_load_offline_and_draw(browser, tmp_path, name):
+    """whatif and plan HTML as the CLI writes it: offline, no console error, the prediction's memory bar and
+    curve drawn (a whatif adds the calibrating startup's bars), and a screenshot that is not blank."""
+    from PIL import Image
+
+    from kvscope.cli import main
+
+    path = tmp_path / "report.html"
+    try:
+        main([*CLI_REPORTS[name], "--format", "html", "-o", str(path)])
+    except SystemExit as exc:
+        assert not exc.code
+    page = _open(browser, path)
+    assert page["requests"] == [page["url"]]
+    assert [m for m in page["console"] if m["level"] in ("SEVERE", "WARNING")] == []
+    inked = browser.execute_script(INKED_PIXELS)
+    scoped = browser.execute_script(
+        "return Array.from(document.querySelectorAll('canvas[data-scope=prediction]')).map(c => c.getAttribute('data-chart'))")
+    assert sorted(scoped) == ["memory", "whatif"]
+    assert inked and all(n > 2000 for _, _, _, n in inked), inked
+    assert browser.execute_script("return window.kvscopeCharts.length") == len(inked)
+    answer = browser.find_element("css selector", "#prediction .answer").text
+    assert "KV tokens per GPU" in answer
+    png = browser.get_screenshot_as_png()
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    colours = image.getcolors(maxcolors=1 << 20) or []
+    white = sum(n for n, rgb in colours if min(rgb) > 245)
+    assert len(colours) > 50 and white / (image.width * image.height) < 0.97

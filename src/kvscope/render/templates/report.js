@@ -79,7 +79,10 @@
             callbacks: {
               title: function (items) { return items.length ? c.knob + " = " + Number(items[0].parsed.x).toFixed(2) : ""; },
               label: function (ctx) {
-                return ctx.dataset.yAxisID === "y" ? "KV tokens: " + num(ctx.parsed.y) : "left: " + gib(ctx.parsed.y);
+                if (ctx.dataset.yAxisID !== "y") { return "left: " + gib(ctx.parsed.y); }
+                var conc = pts[ctx.dataIndex] && pts[ctx.dataIndex].concurrency;
+                return "KV tokens: " + num(ctx.parsed.y) + (conc === null || conc === undefined ? ""
+                  : " (" + Number(conc).toFixed(2) + " requests at once)");
               } } }
         }
       }
