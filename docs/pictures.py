@@ -5,9 +5,9 @@ reports as PNG screenshots (headless Chromium, when installed).
     python docs/pictures.py --check    # exit 1 when a picture is stale (tests/architecture/test_pictures.py)
 
 Why this shape: a picture in a README goes stale silently, so each one is made by running kvscope on a
-bundled example, and a test re-runs it. SVGs are compared byte for byte (rich's export is deterministic
-once its id is fixed); a screenshot is not, so each PNG keeps the SHA-256 of the HTML it was taken of in a
-sidecar, and the check compares that. The example is copied into a temporary directory and read by a
+bundled example, and a test re-runs it. Each picture keeps, in a ``.sha256`` sidecar, the SHA-256 of the
+text it was drawn from (the coloured terminal output, the HTML page), and the check compares that: a
+screenshot is not byte-reproducible, and a newer rich may draw the same text in other bytes. The example is copied into a temporary directory and read by a
 relative name, so no picture holds the path of the machine that drew it.
 """
 
@@ -101,17 +101,13 @@ def run(pic: Picture, colour: bool) -> str:
         return out.getvalue()
 
 
-def svg(pic: Picture) -> str:
+def svg(ansi: str, title: str) -> str:
     from rich.console import Console
     from rich.text import Text
 
     rec = Console(record=True, width=WIDTH, force_terminal=True, color_system="standard", file=io.StringIO())
-    rec.print(Text.from_ansi(run(pic, colour=True)), end="")
-    return rec.export_svg(title=pic.title, unique_id="kvscope")
-
-
-def html(pic: Picture) -> str:
-    return run(pic, colour=False)
+    rec.print(Text.from_ansi(ansi), end="")
+    return rec.export_svg(title=title, unique_id="kvscope")
 
 
 def screenshot(page: str, out: Path) -> None:
@@ -130,18 +126,20 @@ def sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def source(pic: Picture) -> str:
+    """What the picture shows, as kvscope printed it: the coloured terminal text or the HTML page."""
+    return run(pic, colour=pic.file.endswith(".svg"))
+
+
 def stale() -> list[str]:
-    """The pictures whose committed file no longer matches what kvscope draws now."""
+    """The pictures whose committed file no longer shows what kvscope prints now (compared by the SHA-256 of
+    the printed text, so a newer rich or Chromium drawing the same text differently is not "stale")."""
     out = []
     for pic in PICTURES:
         path = IMAGES / pic.file
-        if pic.file.endswith(".svg"):
-            if not path.exists() or path.read_text(encoding="utf-8") != svg(pic):
-                out.append(pic.file)
-        else:
-            side = path.with_suffix(".png.sha256")
-            if not path.exists() or not side.exists() or side.read_text().strip() != sha256(html(pic)):
-                out.append(pic.file)
+        side = path.with_name(path.name + ".sha256")
+        if not path.exists() or not side.exists() or side.read_text().strip() != sha256(source(pic)):
+            out.append(pic.file)
     return out
 
 
@@ -149,12 +147,12 @@ def write() -> None:
     IMAGES.mkdir(exist_ok=True)
     for pic in PICTURES:
         path = IMAGES / pic.file
+        text = source(pic)
         if pic.file.endswith(".svg"):
-            path.write_text(svg(pic), encoding="utf-8")
+            path.write_text(svg(text, pic.title), encoding="utf-8")
         else:
-            page = html(pic)
-            screenshot(page, path)
-            path.with_suffix(".png.sha256").write_text(sha256(page) + "\n")
+            screenshot(text, path)
+        path.with_name(path.name + ".sha256").write_text(sha256(text) + "\n")
         print(f"wrote {path.relative_to(HERE.parent)}")
 
 

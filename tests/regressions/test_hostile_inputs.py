@@ -37,6 +37,8 @@ REFUSED = {
     "mfs empty": (["whatif", *EXAMPLE, "--set", "mem_fraction_static="], "not a number"),
     "mfs abc": (["whatif", *EXAMPLE, "--set", "mem_fraction_static=abc"], "not a number"),
     "mfs list": (["whatif", *EXAMPLE, "--set", "mem_fraction_static=[1,2]"], "not a number"),
+    "mfs None (found by the settings fuzz)": (["whatif", *EXAMPLE, "--set", "mem_fraction_static=None"],
+                                               "give the value to predict for"),
     "kv dtype unknown": (["whatif", *EXAMPLE, "--set", "kv_cache_dtype=fp7_banana"], "not a KV cache dtype"),
     "requests 0": (["whatif", *EXAMPLE, "--set", "max_running_requests=0"], "positive whole number"),
     "context negative": (["whatif", *EXAMPLE, "--context", "-5"], "--context"),

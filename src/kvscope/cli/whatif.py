@@ -97,6 +97,9 @@ def command(logs, example, sets, assume, model, host_ram, context, fmt, output, 
     if not paths:
         raise InputError("give a log file (or --example NAME) to calibrate on")
     changes = parse_assignments(sets, "--set")
+    unset = [key for key, value in changes.items() if value is None]
+    if unset:  # "none" unsets a fact for --assume; a what-if needs the value the setting would change to
+        raise InputError(f"--set {unset[0]}=…: give the value to predict for (a number, a dtype, true or false)")
     check_settings(changes)
     check_context(context)
     if host_ram is not None and not (math.isfinite(host_ram) and 0 <= host_ram <= MAX_SIZE_GIB):

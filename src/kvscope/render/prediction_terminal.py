@@ -20,7 +20,6 @@ from kvscope.render.prediction import MemoryBar, PredictionReport
 
 COLOURS = {"context": "bright_black", "weights": "magenta", "kv": "green", "draft": "cyan", "graphs": "yellow",
            "other": "red", "free": "white"}
-WIDE = 100  # below this the change table drops its "vs first row" column
 
 
 def _bar(bar: MemoryBar, width: int) -> Text:
@@ -35,6 +34,43 @@ def _bar(bar: MemoryBar, width: int) -> Text:
     return text
 
 
+def _change_table(report: PredictionReport, width: int) -> Table:
+    """The change table at the widest layout that fits: with the "vs first row" column and borders, then
+    without the column, then without borders; the change column folds last (rich crops a table that cannot
+    fit, so the layout is chosen here instead of left to it)."""
+    rated = report.risk_rated
+    rows = []
+    for r in report.rows:
+        risk = [r.risk + ("*" if r.approximate else "")] if rated else []
+        rows.append(([r.change, r.tokens, r.delta, r.concurrency, r.reserve, *risk], r))
+    heads = ["change", "KV tokens", "vs first row", "at once", "reserve"] + (["OOM risk"] if rated else [])
+
+    def needed(columns: list[int], bordered: bool) -> int:
+        widest = [max(len(heads[i]), *(len(cells[i]) for cells, _ in rows)) for i in columns]
+        return sum(widest) + (3 * len(columns) + 1 if bordered else 2 * len(columns))
+
+    everything = list(range(len(heads)))
+    narrow = [i for i in everything if i != 2]
+    layouts = [(everything, True), (narrow, True), (narrow, False)]
+    columns, bordered = next(((c, b) for c, b in layouts if needed(c, b) <= width), layouts[-1])
+    at = f"requests of {report.context_tokens:,} tokens" if report.context_tokens else "requests"
+    t = Table(title=f"change → KV tokens per GPU → {at} at once → reserve left (GiB)", header_style="bold",
+              title_justify="left", expand=False, box=box.HEAVY_HEAD if bordered else None)
+    for i in columns:
+        if i == 0:
+            t.add_column(heads[i], overflow="fold", ratio=None)
+        elif i == 1:
+            t.add_column(heads[i], justify="right", min_width=9)  # a range wraps at its dash, never inside a number
+        elif heads[i] == "OOM risk":
+            t.add_column(heads[i], no_wrap=True, min_width=8)
+        else:
+            t.add_column(heads[i], justify="right", overflow="fold")
+    for cells, r in rows:
+        risk_style = "red" if r.risk == "high" else "yellow" if r.risk == "tight" else None
+        t.add_row(*(cells[i] for i in columns), style="bold" if r.emphasis else risk_style)
+    return t
+
+
 def render(report: PredictionReport) -> str:
     buf = StringIO()
     console = terminal_console(buf)
@@ -44,32 +80,12 @@ def render(report: PredictionReport) -> str:
     for i, line in enumerate(report.answer):
         console.print(Text(("→ " if i == 0 else "  ") + line, style="bold" if i == 0 else ""))
     if report.rows:
-        wide = width >= WIDE
-        at = f"requests of {report.context_tokens:,} tokens" if report.context_tokens else "requests"
-        t = Table(title=f"change → KV tokens per GPU → {at} at once → reserve left (GiB)", header_style="bold",
-                  title_justify="left", expand=False, box=None if width < WIDE else box.HEAVY_HEAD)
-        longest = max(len(r.change) for r in report.rows)
-        t.add_column("change", overflow="fold", min_width=min(longest, max(12, width // 3)))
-        t.add_column("KV tokens", justify="right", min_width=9)  # a range wraps at its dash, never inside a number
-        if wide:
-            t.add_column("vs first row", justify="right", overflow="fold")
-        t.add_column("at once", justify="right", overflow="fold", max_width=16)
-        t.add_column("reserve", justify="right", overflow="fold", max_width=11)
-        rated = report.risk_rated
-        if rated:
-            t.add_column("OOM risk", no_wrap=True, min_width=8)
-        for r in report.rows:
-            cells = [r.change, r.tokens] + ([r.delta] if wide else []) + [r.concurrency, r.reserve]
-            if rated:
-                cells.append(r.risk + ("*" if r.approximate else ""))
-            risk_style = "red" if r.risk == "high" else "yellow" if r.risk == "tight" else None
-            t.add_row(*cells, style="bold" if r.emphasis else risk_style)
-        console.print(t)
+        console.print(_change_table(report, width))
         for r in report.rows:  # below the table: a note is a sentence, a cell would squeeze it into a column
             for note in r.notes:
                 console.print(Text(f"  · {r.change}: ", style="dim") + Text(note))
         req = next((r for r in report.rows if r.emphasis and r.risk_words), None)
-        if req is not None and rated:
+        if req is not None and report.risk_rated:
             console.print(f"  OOM risk {req.risk}: {req.risk_words}")
     if report.bar is not None:
         bar = report.bar

@@ -5,6 +5,7 @@ escape codes follow --color and NO_COLOR."""
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 from rich.cells import cell_len
@@ -110,3 +111,24 @@ def test_watch_fits_the_terminal(columns, capsys, monkeypatch):
         out = _run(["watch", srv.url, "--interval", "0.1", "--timeout", "1", "--duration", "0.35"], capsys)
     wide = [line for line in out.splitlines() if cell_len(line) > columns]
     assert "KV capacity" in out and not wide, wide[:3]
+
+
+CHANGE_TABLES = {"whatif": VIEWS["whatif"], "plan sglang mla tp8": VIEWS["plan sglang mla tp8"],
+                 "whatif failed vllm": VIEWS["whatif failed vllm"]}
+
+
+def _row_ends(view: str, columns: int, capsys, monkeypatch) -> list[str]:
+    monkeypatch.setenv("COLUMNS", str(columns))
+    out = _run(CHANGE_TABLES[view], capsys)
+    table = re.split(r"\n(?:└|Memory |  · )", out.split("at once →", 1)[1], maxsplit=1)[0]
+    return re.findall(r"(?m)(low|tight|high|unknown|—|\d\.\d\d|MiB)\*? *[│┃]? *$", table)
+
+
+@pytest.mark.parametrize("columns", [80, 100, 120])
+@pytest.mark.parametrize("view", sorted(CHANGE_TABLES))
+def test_the_change_table_is_never_cropped(view, columns, capsys, monkeypatch):
+    """rich crops a table that cannot fit rather than widening the line: the last cell of every row (the risk
+    rating, or the reserve) must be there whole at every width, as it is at 300 columns."""
+    wide = _row_ends(view, 300, capsys, monkeypatch)
+    assert len(wide) >= 3
+    assert _row_ends(view, columns, capsys, monkeypatch) == wide
