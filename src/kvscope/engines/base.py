@@ -204,6 +204,11 @@ class Engine:
     runtime_advice: Callable[..., Any] | None = None  # scheduler-limit advice for the runtime verdict
     weights: WeightRules = field(default_factory=WeightRules)  # how it lays a checkpoint out in memory
     plan_estimates: tuple[str, ...] = ()  # what its plan estimates beyond the weights (the plan's error bars)
+    # the KV budget its rule builds from one startup's figures (core/budget.py), for kvscope diff; None: the
+    # engine sizes its cache in tokens, not from a memory fraction
+    kv_budget: Callable[[Any], Any] | None = None
+    # the rules of the release a startup ran (core/budget.RuleFact), so a diff can name a rule that changed
+    release_rules: Callable[[Any], tuple] | None = None
     # the setting names its rules read: what `--assume KEY=…` may name for it (anything else has no effect,
     # so the CLI refuses it with a did-you-mean instead of giving a silently unchanged answer)
     settings: frozenset[str] = frozenset()

@@ -185,6 +185,24 @@ CLI_REPORTS = {
 }
 
 
+def test_diff_report_loads_offline_and_draws_its_waterfall(browser, tmp_path):
+    from kvscope.cli import main
+    from tests.conftest import FIXTURES
+
+    pair = FIXTURES / "pairs" / "001-vllm-llama31-8b-3090-maxlen-20k-vs-29k"
+    path = tmp_path / "diff.html"
+    try:
+        main(["diff", str(pair / "a.txt"), str(pair / "b.txt"), "--format", "html", "-o", str(path)])
+    except SystemExit as exc:
+        assert not exc.code
+    page = _open(browser, path)
+    assert page["requests"] == [page["url"]]
+    assert [m for m in page["console"] if m["level"] in ("SEVERE", "WARNING")] == []
+    inked = browser.execute_script(INKED_PIXELS)
+    assert [kind for kind, _, _, _ in inked] == ["waterfall"] and inked[0][3] > 2000, inked
+    assert "31,232 → 23,648" in browser.find_element("css selector", ".answer").text
+
+
 @pytest.mark.parametrize("name", sorted(CLI_REPORTS))
 def test_whatif_and_plan_reports_load_offline_and_draw(browser, tmp_path, name):
     """whatif and plan HTML as the CLI writes it: offline, no console error, the prediction's memory bar and

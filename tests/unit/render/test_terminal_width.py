@@ -12,6 +12,9 @@ from rich.cells import cell_len
 
 from kvscope.cli import main
 from kvscope.examples import EXAMPLES
+from tests.conftest import FIXTURES
+
+PAIRS = FIXTURES / "pairs"
 from kvscope.render import console as term
 
 # every bundled example through explain; whatif on each one it calibrates on (a failed startup too)
@@ -22,6 +25,10 @@ VIEWS |= {
     "whatif failed vllm": ["whatif", "--example", "vllm-max-len-too-large", "--set", "max_model_len=16384"],
     "whatif vllm util": ["whatif", "--example", "vllm-max-len-too-large", "--set", "gpu_memory_utilization=0.95"],
     "examples": ["examples"],
+    "diff two logs": ["diff", str(PAIRS / "001-vllm-llama31-8b-3090-maxlen-20k-vs-29k" / "a.txt"),
+                      str(PAIRS / "001-vllm-llama31-8b-3090-maxlen-20k-vs-29k" / "b.txt")],
+    "diff llama.cpp memory only": ["diff", str(PAIRS / "003-llamacpp-vulkan-ctk-q8_0-vs-f16" / "a.txt"),
+                                   str(PAIRS / "003-llamacpp-vulkan-ctk-q8_0-vs-f16" / "b.txt")],
     "models": ["models", "qwen"],
     "gpus": ["gpus"],
     "plan sglang dense": ["plan", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100"],

@@ -61,4 +61,6 @@ ENGINE = Engine(
     weights=SGLANG_WEIGHTS,
     rank_facts=SGLangRankFacts, capacity_facts=SGLangCapacityFacts,
     settings=SETTINGS,
+    kv_budget=deferred("kvscope.engines.sglang.budget", "kv_budget"),
+    release_rules=deferred("kvscope.engines.sglang.budget", "release_rules"),
 )

@@ -60,4 +60,6 @@ ENGINE = Engine(
     plan_estimates=("activation peak: first-principles estimate from the config",),
     rank_facts=VllmRankFacts, capacity_facts=VllmCapacityFacts,
     settings=SETTINGS,
+    kv_budget=deferred("kvscope.engines.vllm.budget", "kv_budget"),
+    release_rules=deferred("kvscope.engines.vllm.budget", "release_rules"),
 )

@@ -60,6 +60,11 @@ class VllmCalibration:
     arch: Any = None  # its architecture, for the KV heads per GPU at another TP
     pp: int = 1  # pipeline stages: weights per GPU are one stage's
     failed: bool = False  # calibrated on a startup that stopped before printing its blocks
+    # V0 without chunked prefill batches max(max_model_len, 2048) tokens in its profile run, so the logged
+    # activation peak scales with max_model_len (vLLM 0.6 SchedulerConfig: max_num_batched_tokens defaults to
+    # max(max_model_len, 2048) when chunked prefill is off; V0 turns it on by default only above 32K)
+    activation_gib: float | None = None
+    batched_tokens_follow_max_len: bool = False
 
     @property
     def kv_tokens(self) -> int:
@@ -124,7 +129,20 @@ def calibrate(s: Startup) -> VllmCalibration:
         kv_bytes=vfinish.kv_bytes(s, arch), tp=vfinish.tp_size(s), capacity_rule=vfinish.era_of(s).capacity_rule,
         free_at_ready_gib=ref.avail_at_ready_gib if ref else None, notes=notes, mamba=mamba,
         model=vfinish.model_name(s), arch=arch, pp=vfinish.pp_size(s),
+        activation_gib=ref.activation_peak_gib if ref else None,
+        batched_tokens_follow_max_len=_batched_follow_max_len(s),
     )
+
+
+V0_CHUNKED_BY_DEFAULT_ABOVE = 32768
+V0_MIN_BATCHED_TOKENS = 2048
+
+
+def _batched_follow_max_len(s: Startup) -> bool:
+    chunked = s.setting("enable_chunked_prefill")
+    return (vfinish.era_of(s).engine == "V0" and chunked not in (True, "True", "true", 1)
+            and (s.capacity.max_model_len or 0) <= V0_CHUNKED_BY_DEFAULT_ABOVE
+            and s.setting("max_num_batched_tokens") is None)
 
 
 def _failed_calibration(s: Startup, bs: int, plan: Any, arch: Any) -> VllmCalibration:
@@ -236,6 +254,15 @@ def predict(cal: VllmCalibration, changes: dict[str, Any], host_ram_gb: float | 
         if "kv_cache_memory_bytes" not in changes:  # a fixed K stays fixed; only the block changes
             low, high = new_low, new_high
     m = int(changes.get("max_model_len") or cal.max_model_len or 0) or None
+    if "max_model_len" in changes and m and cal.max_model_len and cal.activation_gib and cal.batched_tokens_follow_max_len \
+            and m <= V0_CHUNKED_BY_DEFAULT_ABOVE and "kv_cache_memory_bytes" not in changes:
+        ratio = max(m, V0_MIN_BATCHED_TOKENS) / max(cal.max_model_len, V0_MIN_BATCHED_TOKENS)
+        grown = cal.activation_gib * (ratio - 1)
+        low, high = low - grown * GIB, high - grown * GIB
+        approximate = True
+        notes.append(f"V0 without chunked prefill profiles max(max_model_len, 2048) batched tokens: the activation "
+                     f"peak scales from {cal.activation_gib:.2f} to {cal.activation_gib * ratio:.2f} GiB "
+                     f"({-grown:+.2f} GiB of KV memory)")
     b_low, t_low, c_low = _capacity(cal, low, block_bytes, bs, m, mamba)
     b_high, t_high, _ = _capacity(cal, high, block_bytes, bs, m, mamba)
     need = mamba.blocks_per_request(m) if (mamba is not None and m) else (vrules.cdiv(m, bs) if m else 0)

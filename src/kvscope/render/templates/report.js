@@ -116,11 +116,41 @@
     });
   }
 
-  var builders = { memory: memoryChart, whatif: whatifChart, runtime: runtimeChart };
+  function waterfallChart(canvas, w) {
+    var colours = { total: "#0969da", up: "#27ae60", down: "#cf222e" };
+    return new Chart(canvas, {
+      type: "bar",
+      data: { labels: w.bars.map(function (b) { return b.label; }),
+              datasets: [{ label: "KV tokens", data: w.bars.map(function (b) { return [b.from, b.to]; }),
+                           backgroundColor: w.bars.map(function (b) { return colours[b.kind]; }), borderSkipped: false }] },
+      options: {
+        responsive: true, maintainAspectRatio: false,
+        scales: { y: { title: { display: true, text: "KV tokens" }, grid: { color: GRID },
+                       ticks: { callback: function (v) { return num(v); } } },
+                  x: { title: { display: true, text: "term" }, grid: { display: false } } },
+        plugins: {
+          legend: { display: false },
+          tooltip: { callbacks: {
+            label: function (ctx) {
+              var b = w.bars[ctx.dataIndex];
+              if (b.kind === "total") { return "KV tokens: " + num(b.to); }
+              var delta = b.to - b.from;
+              return (delta >= 0 ? "+" : "") + num(delta) + " tokens" + (b.gib === null || b.gib === undefined ? ""
+                : " (" + (b.gib >= 0 ? "+" : "") + Number(b.gib).toFixed(2) + " GiB)");
+            },
+            afterLabel: function (ctx) { return w.bars[ctx.dataIndex].cause || ""; } } }
+        }
+      }
+    });
+  }
+
+  var builders = { memory: memoryChart, whatif: whatifChart, runtime: runtimeChart, waterfall: waterfallChart };
   var canvases = document.querySelectorAll("canvas[data-chart]");
   for (var i = 0; i < canvases.length; i++) {
     var canvas = canvases[i], kind = canvas.getAttribute("data-chart");
-    var scope = canvas.getAttribute("data-scope") === "prediction" ? data.prediction
+    var scopeName = canvas.getAttribute("data-scope");
+    var scope = scopeName === "prediction" ? data.prediction
+      : scopeName === "diff" ? (data.diff || [])[Number(canvas.getAttribute("data-index"))]
       : data.startups[Number(canvas.getAttribute("data-startup"))];
     var spec = scope && scope[kind];
     if (!spec || !builders[kind]) { continue; }
