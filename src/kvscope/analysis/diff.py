@@ -265,7 +265,9 @@ def _predict(a: Startup, b: Startup, sb: Side, changes: list[Change]) -> Predict
     if a.engine != b.engine or engine.whatif is None or sb.kv_tokens is None or not changes:
         return None
     settable = set(engine.whatif.SUPPORTED)
-    if any(c.what not in settable for c in changes):
+    # a capacity figure that follows a setting (llama.cpp's context_len from -c) is a consequence, not a change
+    changes = [c for c in changes if c.what in settable or c.what not in CAPACITY_SETTINGS]
+    if not changes or any(c.what not in settable for c in changes):
         return None
     sets = {c.what: b.settings.get(c.what, getattr(b.capacity, c.what, None)) for c in changes}
     if any(v is None for v in sets.values()):

@@ -312,7 +312,7 @@ def _bar_md(bar: Any) -> list[str]:
     total = bar.total_gib or 1.0
     rows = [[md_escape(s.key if s.key != "kv" else "KV"), md_escape(s.label), fmt_gib(s.gib), f"{s.gib / total:.0%}"]
             for s in bar.segments]
-    return [f"### Memory {md_escape(bar.title)} ({fmt_gib(bar.total_gib)} GiB)", ""] + \
+    return [f"### Memory {md_escape(bar.title)} ({bar.total_text})", ""] + \
         _table(["part", "what", "GiB", "share"], rows, right={2, 3})
 
 
@@ -335,7 +335,7 @@ def render_prediction(report: Any) -> str:
     out = [f"## {md_escape(report.title)}", "", f"_{md_escape(report.subtitle)}_", ""]
     out += [f"- {'**' + md_escape(a) + '**' if i == 0 else md_escape(a)}" for i, a in enumerate(report.answer)] + [""]
     if report.rows:
-        header = ["change", "KV tokens per GPU", "vs first row", md_escape(report.concurrency_header), "reserve left (GiB)"]
+        header = ["change", md_escape(report.tokens_label), "vs first row", md_escape(report.concurrency_header), "reserve left (GiB)"]
         rated = report.risk_rated
         header += ["OOM risk"] if rated else []
         rows = []

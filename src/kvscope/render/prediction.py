@@ -52,6 +52,12 @@ class MemoryBar:
     def total_gib(self) -> float:
         return sum(s.gib for s in self.segments)
 
+    @property
+    def total_text(self) -> str:
+        """"95.59 GiB", or "144 MiB" below 1 GiB (fmt_gib carries the MiB unit itself)."""
+        shown = fmt_gib(self.total_gib)
+        return shown if shown.endswith("MiB") else f"{shown} GiB"
+
 
 @dataclass(frozen=True)
 class CurvePoint:
@@ -127,6 +133,7 @@ class PredictionReport:
     formula: str
     warnings: tuple[str, ...]
     footnotes: tuple[str, ...]
+    tokens_label: str = "KV tokens per GPU"  # "KV cells" for an engine that sizes its cache in cells
 
     @property
     def concurrency_header(self) -> str:
@@ -303,9 +310,10 @@ def from_whatif(pred: dict[str, Any], startup: Startup | None, calibration_line:
     engine = eng.label
     base_tokens = _mid(base)
     title = "What if: " + (" ".join(req["flags"]) if req else "the usual changes")
+    unit = "KV tokens per GPU" if eng.kv_budget is not None else "KV cells"
     model = startup.model if startup is not None else None
     subtitle = f"{engine}{' · ' + model if model else ''} · calibrated on the logged startup"
-    answer = _whatif_answer(base, req, base_tokens)
+    answer = _whatif_answer(base, req, base_tokens, unit)
     seen = {tuple(base.get("flags") or ())}
     common = base.get("context_tokens")
     rows = [_scenario(base, base_tokens, "as logged", False, common)]
@@ -331,7 +339,7 @@ def from_whatif(pred: dict[str, Any], startup: Startup | None, calibration_line:
     if not any(r.risk not in ("unknown", "—") for r in rows):
         footnotes.append("OOM risk is unknown: the log does not show the memory left at ready.")
     return PredictionReport(ReportKind.WHATIF, title, subtitle, tuple(answer), bar, curve, tuple(rows),
-                            base.get("context_tokens"), provenance, (), (), "", (), tuple(footnotes))
+                            base.get("context_tokens"), provenance, (), (), "", (), tuple(footnotes), unit)
 
 
 def _scenario(sc: dict[str, Any], base_tokens: int | None, change: str, emphasis: bool, common: Any) -> Row:
@@ -350,18 +358,21 @@ def _scenario(sc: dict[str, Any], base_tokens: int | None, change: str, emphasis
                emphasis, bool(sc.get("approximate")), notes)
 
 
-def _whatif_answer(base: dict[str, Any], req: dict[str, Any] | None, base_tokens: int | None) -> list[str]:
+def _whatif_answer(base: dict[str, Any], req: dict[str, Any] | None, base_tokens: int | None,
+                   unit: str = "KV tokens per GPU") -> list[str]:
     if not req:
         return [f"As logged: {_tokens(base.get('kv_tokens_low', base.get('kv_tokens')), base.get('kv_tokens_high'))} "
-                "KV tokens per GPU. No --set given: the table shows what the usual changes would give."]
+                f"{unit}. No --set given: the table shows what the usual changes would give."]
     tokens = _tokens(req.get("kv_tokens_low", req.get("kv_tokens")), req.get("kv_tokens_high"))
     delta = _delta(_mid(req), base_tokens)
-    out = [f"With {' '.join(req['flags'])}: {tokens} KV tokens per GPU"
+    out = [f"With {' '.join(req['flags'])}: {tokens} {unit}"
            + (f" ({delta} against {base_tokens:,} as logged)." if delta and base_tokens else " (as logged).")]
     ctx = req.get("context_tokens")
     if _num(req.get("concurrency_at_context")) is not None and isinstance(ctx, int):
         now = _num(base.get("concurrency_at_context"))
-        out.append(f"{_conc(req['concurrency_at_context'], None)} requests of {ctx:,} tokens fit at once"
+        n = _conc(req["concurrency_at_context"], None)
+        one = n == "1"
+        out.append(f"{n} request{'' if one else 's'} of {ctx:,} tokens {'fits' if one else 'fit'} at once"
                    + (f" (now {_conc(now, None)})." if now is not None else "."))
     risk, words = str(req.get("risk") or ""), str(req.get("risk_words") or "")
     if risk and risk != "unknown":
@@ -383,7 +394,7 @@ def _assumed_value(key: Any, v: Any) -> str:
 
 
 def _whatif_provenance(startup: Startup | None, calibration_line: str, cal: dict[str, Any]) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    line = re.sub(r"^calibrated on the logged run:\s*", "", calibration_line or "", flags=re.I).rstrip(".")
+    line = re.sub(r"^calibrated on the logged \w+:\s*", "", calibration_line or "", flags=re.I).rstrip(".")
     read = [line] if line else []
     derived = [str(n) for n in cal.get("notes") or []]
     assumed = [f"{setting_label(str(k))} {_assumed_value(k, v)}"

@@ -43,7 +43,8 @@ def _change_table(report: PredictionReport, width: int) -> Table:
     for r in report.rows:
         risk = [r.risk + ("*" if r.approximate else "")] if rated else []
         rows.append(([r.change, r.tokens, r.delta, r.concurrency, r.reserve, *risk], r))
-    heads = ["change", "KV tokens", "vs first row", "at once", "reserve"] + (["OOM risk"] if rated else [])
+    heads = ["change", "KV cells" if report.tokens_label == "KV cells" else "KV tokens", "vs first row", "at once",
+             "reserve"] + (["OOM risk"] if rated else [])
 
     def needed(columns: list[int], bordered: bool) -> int:
         widest = [max(len(heads[i]), *(len(cells[i]) for cells, _ in rows)) for i in columns]
@@ -54,7 +55,7 @@ def _change_table(report: PredictionReport, width: int) -> Table:
     layouts = [(everything, True), (narrow, True), (narrow, False)]
     columns, bordered = next(((c, b) for c, b in layouts if needed(c, b) <= width), layouts[-1])
     at = f"requests of {report.context_tokens:,} tokens" if report.context_tokens else "requests"
-    t = Table(title=f"change → KV tokens per GPU → {at} at once → reserve left (GiB)", header_style="bold",
+    t = Table(title=f"change → {report.tokens_label} → {at} at once → reserve left (GiB)", header_style="bold",
               title_justify="left", expand=False, box=box.HEAVY_HEAD if bordered else None)
     for i in columns:
         if i == 0:
@@ -89,7 +90,7 @@ def render(report: PredictionReport) -> str:
             console.print(f"  OOM risk {req.risk}: {req.risk_words}")
     if report.bar is not None:
         bar = report.bar
-        console.print(Text(f"Memory {bar.title} ({fmt_gib(bar.total_gib)} GiB)", style="bold"))
+        console.print(Text(f"Memory {bar.title} ({bar.total_text})", style="bold"))
         if style().color and width >= 60:
             console.print(_bar(bar, min(72, width - 4)))
         t = Table(show_header=False, box=None, pad_edge=False, padding=(0, 1))

@@ -3,13 +3,16 @@ runner ollama embeds): line shapes (lines.py), the KV sizing rule (rules.py), fi
 
 from __future__ import annotations
 
-from kvscope.engines.base import Engine, deferred
+from kvscope.engines.base import Deferred, Engine, deferred
 from kvscope.engines.llamacpp.facts import LlamaCapacityFacts, LlamaRankFacts
 from kvscope.engines.llamacpp.lines import LlamaCppLines
 
 # the setting names this engine's rules read (see Engine.settings)
 SETTINGS = frozenset({
     "ctx_size",
+    "flash_attn",
+    "kv_cells_swa",
+    "kv_n_layer",
     "kv_layer_max_index",
     "kv_layer_n_embd_k_gqa",
     "kv_layer_n_embd_v_gqa",
@@ -56,5 +59,6 @@ SETTINGS = frozenset({
 ENGINE = Engine(name="llamacpp", label="llama.cpp", lines=LlamaCppLines(),
                 finish=deferred("kvscope.engines.llamacpp.finish", "finish"),
                 findings=deferred("kvscope.engines.llamacpp.findings", "findings"),
+                whatif=Deferred("kvscope.engines.llamacpp.whatif"),
                 rank_facts=LlamaRankFacts, capacity_facts=LlamaCapacityFacts,
                 settings=SETTINGS)
