@@ -3,7 +3,7 @@ backend and AutoDeploy): line shapes (lines.py), the KV sizing replay (finish.py
 
 from __future__ import annotations
 
-from kvscope.engines.base import Engine, Knobs, deferred
+from kvscope.engines.base import Deferred, Engine, Knobs, deferred
 from kvscope.engines.trtllm.facts import TrtCapacityFacts, TrtRankFacts
 from kvscope.engines.trtllm.lines import TRTLLMLines
 
@@ -31,6 +31,8 @@ SETTINGS = frozenset({
 ENGINE = Engine(name="trtllm", label="TensorRT-LLM", lines=TRTLLMLines(),
                 finish=deferred("kvscope.engines.trtllm.finish", "finish"),
                 findings=deferred("kvscope.engines.trtllm.findings", "findings"),
+                whatif=Deferred("kvscope.engines.trtllm.whatif"),
+                kv_budget=deferred("kvscope.engines.trtllm.whatif", "kv_budget"),
                 knobs=Knobs(kv_memory_flags=frozenset({"kv_cache_free_gpu_mem_fraction",
                                                        "--kv-cache-free-gpu-mem-fraction"})),
                 rank_facts=TrtRankFacts, capacity_facts=TrtCapacityFacts,
