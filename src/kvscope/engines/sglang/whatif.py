@@ -35,12 +35,13 @@ HOST_RESERVE_GIB = 10.0  # SGLang refuses host pools that leave less than this m
 SUPPORTED = {
     "mem_fraction_static", "kv_cache_dtype", "context_length", "max_total_tokens", "page_size",
     "max_running_requests", "speculative_algorithm", "enable_dp_attention", "dp_size", "tp_size",
-    "hicache_ratio", "hicache_size", "enable_hierarchical_cache",
+    "hicache_ratio", "hicache_size", "enable_hierarchical_cache", "swa_full_tokens_ratio",
 }
 
 
 ALIASES = {"mfs": "mem_fraction_static", "tp": "tp_size", "dp": "dp_size", "context_len": "context_length",
-           "enable_hicache": "enable_hierarchical_cache", "kv_dtype": "kv_cache_dtype"}
+           "enable_hicache": "enable_hierarchical_cache", "kv_dtype": "kv_cache_dtype",
+           "swa_ratio": "swa_full_tokens_ratio"}
 
 
 @dataclass
@@ -388,6 +389,13 @@ def build_prediction(startup: Startup, changes: dict[str, Any], context: int | N
         return assemble_prediction("sglang", cal4, lambda ch, label: p4.predict(cal4, ch, context, label=label),
                                    p4.standard_scenarios(cal4), changes,
                                    ("tokens_per_0_01_mfs", p4.tokens_per_step(cal4)), ("mfs_curve", []))
+    changes = {ALIASES.get(k, k): v for k, v in changes.items()}
+    if "swa_full_tokens_ratio" in changes:  # re-splits the hybrid's two pools: its own calibration
+        from kvscope.engines.sglang import whatif_swa
+
+        if len(changes) > 1:
+            raise PredictionError("swa_full_tokens_ratio is predicted on its own (it re-splits the same memory)")
+        return whatif_swa.build_prediction(startup, changes["swa_full_tokens_ratio"])
     changes = normalise_changes(changes, SUPPORTED, ALIASES, "SGLang")
     cal = calibrate(startup)
     return assemble_prediction("sglang", cal, lambda ch, label: predict(cal, ch, context, host_ram_gb, label=label),
@@ -398,6 +406,10 @@ def build_prediction(startup: Startup, changes: dict[str, Any], context: int | N
 def calibration_line(pred: dict[str, Any]) -> str:
     """What the prediction was calibrated on, in one line for the terminal."""
     cal = pred["calibration"]
+    if "bytes_per_swa_token" in cal:
+        return (f"Calibrated on the logged pools: full {cal['full_tokens']:,} tokens × {cal['bytes_per_full_token']:,} B, "
+                f"sliding-window {cal['swa_tokens']:,} × {cal['bytes_per_swa_token']:,} B "
+                f"(swa_full_tokens_ratio {cal['swa_full_tokens_ratio']})")
     return (f"Calibrated on the logged run: {cal['kv_tokens']:,} tokens × {cal['bytes_per_token']:,} B, "
             f"mem_fraction_static {cal['mem_fraction_static']}, free before weights "
             f"{cal['pre_load_free_gib_low']:.3f} – {cal['pre_load_free_gib_high']:.3f} GiB; "
