@@ -62,3 +62,15 @@ def test_a_log_without_capacity_is_named(tmp_path, capsys):
     empty.write_text("nothing here\n")
     code, _, err = _run(["diff", str(empty), str(PAIR / "b.txt")], capsys)
     assert code == 2 and "empty.log" in err
+
+
+def test_vllm_without_a_device_total_names_the_cards_that_fit(capsys):
+    """whatif on a vLLM log that prints no device total: the budget bounds it, the catalog names candidates, and
+    --assume gpu=… settles it (issue 20)."""
+    (case,) = (FIXTURES / "harvested" / "vllm").glob("208-*")
+    log = str(case / "log.txt")
+    args = ["whatif", log, "--set", "gpu_memory_utilization=0.95", "--assume", "gpu_memory_utilization=0.9"]
+    code, _, err = _run(args, capsys)
+    assert code == 2 and "need a GPU of at least 7.2 GiB" in err and "NVIDIA L4" in err and "--assume gpu=" in err
+    code, out, _ = _run([*args, "--assume", "gpu=L4"], capsys)
+    assert code == 0 and "--gpu-memory-utilization 0.95" in out

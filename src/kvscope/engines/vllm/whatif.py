@@ -65,6 +65,8 @@ class VllmCalibration:
     # max(max_model_len, 2048) when chunked prefill is off; V0 turns it on by default only above 32K)
     activation_gib: float | None = None
     batched_tokens_follow_max_len: bool = False
+    weights_gib: float | None = None  # what the log shows of the budget, to bound an unlogged device total
+    non_torch_gib: float | None = None
 
     @property
     def kv_tokens(self) -> int:
@@ -130,8 +132,38 @@ def calibrate(s: Startup) -> VllmCalibration:
         free_at_ready_gib=ref.avail_at_ready_gib if ref else None, notes=notes, mamba=mamba,
         model=vfinish.model_name(s), arch=arch, pp=vfinish.pp_size(s),
         activation_gib=ref.activation_peak_gib if ref else None,
+        weights_gib=ref.weights_gib if ref else None, non_torch_gib=ref.non_torch_gib if ref else None,
         batched_tokens_follow_max_len=_batched_follow_max_len(s),
     )
+
+
+CARDS_NAMED = 4
+
+
+def _total_unknown(cal: VllmCalibration) -> str:
+    """Why a utilization change cannot be priced, and what would settle it: without the device total, the budget
+    equation T × utilization = weights + activations + non-torch + KV bounds T from below by what the log shows,
+    and the GPU catalog names the smallest cards that hold it; --assume gpu=… settles which one it was."""
+    if cal.util is None:
+        return ("gpu_memory_utilization is not in the log and its default depends on the release: pass "
+                "--assume gpu_memory_utilization=… (and gpu=… if the device total is not logged either)")
+    from kvscope.model.catalog import gpus
+
+    shown = [x for x in (cal.weights_gib, cal.activation_gib, cal.non_torch_gib) if x is not None]
+    kv = cal.kv_low_bytes / GIB
+    floor = (sum(shown) + kv) / cal.util
+    what = " + ".join(name for name, x in (("weights", cal.weights_gib), ("activations", cal.activation_gib),
+                                            ("non-torch", cal.non_torch_gib)) if x is not None)
+    fits = []
+    for g in gpus():
+        total = (g.get("torch_total_bytes") or 0) / GIB or g.get("torch_total_gib_reported")
+        if isinstance(total, (int, float)) and total >= floor:
+            fits.append((total, g["name"]))
+    named = ", ".join(f"{name} ({total:.1f} GiB)" for total, name in sorted(fits)[:CARDS_NAMED])
+    return (f"the device total is not in the log: {what + ' + ' if what else ''}KV {kv:.2f} GiB at utilization "
+            f"{cal.util:g} need a GPU of at least {floor:.1f} GiB"
+            + (f"; the smallest catalog cards that hold it: {named}" if named else "")
+            + ". Pass --assume gpu=… (the card it ran on) to price a utilization change")
 
 
 V0_CHUNKED_BY_DEFAULT_ABOVE = 32768
@@ -228,7 +260,7 @@ def predict(cal: VllmCalibration, changes: dict[str, Any], host_ram_gb: float | 
         notes.append("--kv-cache-memory-bytes fixes the KV size; gpu_memory_utilization no longer sizes it")
     elif "gpu_memory_utilization" in changes:
         if cal.util is None or cal.total_gib is None:
-            raise PredictionError("utilization or device total not in the log: pass --assume gpu_memory_utilization=… and gpu=…")
+            raise PredictionError(_total_unknown(cal))
         delta = (float(changes["gpu_memory_utilization"]) - cal.util)
         low += delta * (cal.total_gib - 0.005) * GIB if delta >= 0 else delta * (cal.total_gib + 0.005) * GIB
         high += delta * (cal.total_gib + 0.005) * GIB if delta >= 0 else delta * (cal.total_gib - 0.005) * GIB
