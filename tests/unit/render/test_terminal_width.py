@@ -12,10 +12,10 @@ from rich.cells import cell_len
 
 from kvscope.cli import main
 from kvscope.examples import EXAMPLES
+from kvscope.render import console as term
 from tests.conftest import FIXTURES
 
 PAIRS = FIXTURES / "pairs"
-from kvscope.render import console as term
 
 # every bundled example through explain; whatif on each one it calibrates on (a failed startup too)
 VIEWS = {f"explain {name}": ["explain", "--example", name] for name in EXAMPLES}
