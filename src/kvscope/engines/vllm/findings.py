@@ -145,7 +145,7 @@ def _no_memory(s: Startup) -> Finding:
     u, total = util(s), total_gib(s)
     free, requested = f.data.get("free_gib"), f.data.get("requested_gib")
     if free is not None and requested is not None and total:
-        fits = _round_down(free / total) - 0.01
+        fits = round(_round_down(free / total) - 0.01, 2)  # a setting as typed: 0.81, not 0.8099999999999999
         device = "node" if f.data.get("device") == "CPU" else "GPU"
         detail = (f"vLLM asks for gpu_memory_utilization × total = {requested:.2f} GiB up front, but only {free:.2f} of "
                   f"{total:.2f} GiB was free on the {device} at startup. The budget is a fraction of the total, not of free "
@@ -221,7 +221,7 @@ def _contention(s: Startup) -> Finding:
               "utilizations must add up to less than about 0.95, or give each --kv-cache-memory-bytes.")
     if used is not None and free is not None and total:
         detail = f"{used:.2f} GiB of the {total:.2f} GiB was already in use when this instance started. " + detail
-        fits = _round_down(free / total) - 0.01
+        fits = round(_round_down(free / total) - 0.01, 2)  # a setting as typed: 0.81, not 0.8099999999999999
         return Finding("multi-instance-contention", "error", "Startup failed: the GPU is shared with another process", detail,
                        Suggestion("--gpu-memory-utilization", u, fits, _kv_tokens_at(s, fits)))
     if f.data.get("held_by_startup"):
