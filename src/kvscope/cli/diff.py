@@ -12,7 +12,8 @@ from kvscope.core.errors import InputError
 def _with_capacity(startups):
     from kvscope.analysis.diff import side
 
-    return [s for i, s in enumerate(startups) if side(s, i + 1).kv_tokens is not None or side(s, i + 1).kv_gib is not None]
+    sides = [(s, side(s, i + 1)) for i, s in enumerate(startups)]  # side() reads the ledger once per startup
+    return [s for s, x in sides if x.kv_tokens is not None or x.kv_gib is not None]
 
 
 @click.command("diff")

@@ -38,6 +38,24 @@ def _running(d: Diff, running: int) -> str:
     return "—" if d.observed_tokens is None else f"{running:,}"
 
 
+def _rows(d: Diff) -> list[tuple[Term, int, int]]:
+    """Each term with the running total before and after it: the one walk every view draws."""
+    out, running = [], d.a.kv_tokens or 0
+    for term in d.terms:
+        out.append((term, running, running + term.tokens))
+        running += term.tokens
+    return out
+
+
+def _ab_table(title: str, first: str, rows: list[tuple[str, str, str]]) -> Table:
+    t = Table(title=title, title_justify="left", header_style="bold")
+    for col in (first, "A", "B"):
+        t.add_column(col, overflow="fold")
+    for row in rows:
+        t.add_row(*row)
+    return t
+
+
 def _sums(d: Diff) -> str:
     if d.observed_tokens is None:
         return "A token count is not in both logs: the rows compare the KV memory (GiB into (+) or out of (−) the cache)."
@@ -97,19 +115,9 @@ def render_terminal(diffs: list[Diff]) -> str:
         if d.terms:
             console.print(_waterfall(d, console.width))
         if d.changes:
-            t = Table(title="What changed", title_justify="left", header_style="bold")
-            for col in ("what", "A", "B"):
-                t.add_column(col, overflow="fold")
-            for c in d.changes:
-                t.add_row(c.what, c.a, c.b)
-            console.print(t)
+            console.print(_ab_table("What changed", "what", [(c.what, c.a, c.b) for c in d.changes]))
         if d.rule_changes:
-            t = Table(title="Release rules that differ", title_justify="left", header_style="bold")
-            for col in ("rule", "A", "B"):
-                t.add_column(col, overflow="fold")
-            for r in d.rule_changes:
-                t.add_row(r.rule, r.a, r.b)
-            console.print(t)
+            console.print(_ab_table("Release rules that differ", "rule", [(r.rule, r.a, r.b) for r in d.rule_changes]))
         for n in d.notes:
             console.print(Text("  · " + n, style="dim"))
     return buf.getvalue().rstrip() + "\n"
@@ -133,9 +141,7 @@ def _waterfall(d: Diff, width: int) -> Table:
         t.add_column("", no_wrap=True)
     t.add_column("cause", overflow="fold")
     largest = max((abs(x.tokens) for x in d.terms), default=0) or 1
-    running = d.a.kv_tokens or 0
-    for term in d.terms:
-        running += term.tokens
+    for term, _, running in _rows(d):
         cells: list[Any] = [f"{term.kind.value}: {term.label}", _gib(term.gib), _tokens(term.tokens), _running(d, running)]
         if wide:
             cells.append(_bar(term, 1 / largest, 16))
@@ -153,10 +159,8 @@ def render_markdown(diffs: list[Diff]) -> str:
                 f"A: {md_code(_where(d, 'a'))}  ", f"B: {md_code(_where(d, 'b'))}", ""]
         out += [f"- {'**' + md_escape(x) + '**' if j == 0 else md_escape(x)}" for j, x in enumerate(headline(d))] + [""]
         if d.terms:
-            running = d.a.kv_tokens or 0
             rows = []
-            for term in d.terms:
-                running += term.tokens
+            for term, _, running in _rows(d):
                 rows.append([md_escape(f"{term.kind.value}: {term.label}"), _gib(term.gib), _tokens(term.tokens),
                              _running(d, running), md_escape(term.cause or "—")])
             out += ["### Waterfall", ""] + _table(["term", "GiB", "tokens", "running total", "cause"], rows,
@@ -175,13 +179,12 @@ def render_markdown(diffs: list[Diff]) -> str:
 
 def _chart(d: Diff) -> dict[str, Any]:
     """Floating bars: A's tokens, each term from the running total before it to after it, B's tokens."""
-    bars, running = [], d.a.kv_tokens or 0
-    bars.append({"label": "A", "from": 0, "to": running, "kind": "total", "cause": ""})
-    for term in d.terms:
-        bars.append({"label": term.kind.value, "from": running, "to": running + term.tokens,
-                     "kind": "up" if term.tokens >= 0 else "down", "cause": term.cause, "gib": term.gib})
-        running += term.tokens
-    bars.append({"label": "B", "from": 0, "to": running, "kind": "total", "cause": ""})
+    walk = _rows(d)
+    bars = [{"label": "A", "from": 0, "to": d.a.kv_tokens or 0, "kind": "total", "cause": ""}]
+    bars += [{"label": term.kind.value, "from": before, "to": after, "kind": "up" if term.tokens >= 0 else "down",
+              "cause": term.cause, "gib": term.gib} for term, before, after in walk]
+    bars.append({"label": "B", "from": 0, "to": walk[-1][2] if walk else d.a.kv_tokens or 0, "kind": "total",
+                 "cause": ""})
     return {"bars": bars}
 
 
@@ -197,9 +200,8 @@ def render_html(diffs: list[Diff]) -> str:
            "img-src data:; font-src data:; base-uri 'none'; form-action 'none'")
     views = []
     for d in diffs:
-        running, rows = d.a.kv_tokens or 0, []
-        for term in d.terms:
-            running += term.tokens
+        rows = []
+        for term, _, running in _rows(d):
             rows.append({"term": f"{term.kind.value}: {term.label}", "gib": _gib(term.gib), "tokens": _tokens(term.tokens),
                          "running": _running(d, running), "cause": term.cause or "—"})
         views.append({"engine": engines.get(d.b.engine).label, "a": _where(d, "a"), "b": _where(d, "b"),

@@ -126,8 +126,8 @@ def _ranks(s: Startup) -> list[str]:
     rows = [[md_code(g.label)] + [md_escape(g.cells[i]) for i in shown] for g in found]
     right = {n + 1 for n, i in enumerate(shown) if i != 3}
     out = ["### Memory per GPU (GiB)", ""] + _table(["rank"] + [header[i] for i in shown], rows, right=right)
-    out += [f"- {md_escape(line)}" for line in differences(found, header)]
-    out += [""] if differences(found, header) else []
+    named = differences(found, header)
+    out += [f"- {md_escape(line)}" for line in named] + ([""] if named else [])
     for sym, meaning in mark_legend(s):
         out += [f"{md_escape(sym)} {meaning}", ""]
     return out

@@ -118,7 +118,8 @@ def _rank_table(s: Startup) -> Table:
     if len(runs) > MAX_ROWS:
         captions.append(f"… {sum(len(r) for r, _ in runs[MAX_ROWS:])} more ranks in --format json")
     captions += differences([RankGroup(tuple(r), tuple(c)) for r, c in runs], [name for name, _ in COLUMNS])
-    captions += ["; ".join(f"{sym} {meaning}" for sym, meaning in mark_legend(s))] if mark_legend(s) else []
+    legend = mark_legend(s)
+    captions += ["; ".join(f"{sym} {meaning}" for sym, meaning in legend)] if legend else []
     t.caption = "\n".join(captions) or None
     t.caption_justify = "left"
     return t
