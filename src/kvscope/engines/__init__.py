@@ -9,10 +9,12 @@ order (see ``dispatch``).
 
 from __future__ import annotations
 
-from kvscope.engines import llamacpp, sglang, trtllm, vllm
+from kvscope.engines import llamacpp, ollama, sglang, trtllm, vllm
 from kvscope.engines.base import Engine
 
-REGISTRY: dict[str, Engine] = {e.name: e for e in (sglang.ENGINE, vllm.ENGINE, llamacpp.ENGINE, trtllm.ENGINE)}
+# ollama before llama.cpp: in an ollama log its reader takes the llama.cpp runner's lines too
+REGISTRY: dict[str, Engine] = {e.name: e for e in (sglang.ENGINE, vllm.ENGINE, ollama.ENGINE, llamacpp.ENGINE,
+                                                   trtllm.ENGINE)}
 NEUTRAL = Engine(name="unknown", label="the engine")  # a startup no registered engine claimed
 
 

@@ -69,6 +69,7 @@ class LineContext:
 
     state: dict[str, Any] = field(default_factory=dict)
     file: str | None = None  # the file the line being parsed came from (state about one log must not leak to the next)
+    raw: str = ""  # the line as read, before its prefixes were stripped (a journald prefix names the program)
 
 
 class EngineLines(Protocol):
@@ -212,6 +213,9 @@ class Engine:
     # the setting names its rules read: what `--assume KEY=…` may name for it (anything else has no effect,
     # so the CLI refuses it with a did-you-mean instead of giving a silently unchanged answer)
     settings: frozenset[str] = frozenset()
+    # engines whose lines this one's logs embed (ollama's runner is llama.cpp): a startup of one of them that this
+    # engine's own line then claims, in the same file, is this engine's
+    embeds: frozenset[str] = frozenset()
     # the typed views of what its ranks and capacity show beyond the contract fields (core/facts.py)
     rank_facts: type[RankFacts] = RankFacts
     capacity_facts: type[CapacityFacts] = CapacityFacts

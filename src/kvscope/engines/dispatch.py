@@ -124,6 +124,7 @@ def parse_lines(lines: Iterable[Line | Bulk]) -> Iterator[ev.Event]:
 
     def emit(text: str, line: Line) -> Iterator[ev.Event]:
         ctx.file = line.file
+        ctx.raw = line.text
         engine, parsed = _parse_one(text, order, ctx)
         if engine is None:
             return

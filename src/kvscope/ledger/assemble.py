@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from kvscope import engines
 from kvscope.core import events as ev
 from kvscope.core.facts import CapacityFacts, RankFacts
 from kvscope.core.startup import CAPACITY_FIELDS, RANK_FIELDS, Failure, KvPool, Rank, SourceRef, Startup
@@ -70,6 +71,11 @@ def _is_restart(b: _Builder, s: Startup, e: ev.Event) -> bool:
         # whose engine only the later line names (SGLang's "Scheduler hit an exception" under the error it reports).
         # Before any other engine line they are a run the input does not show, dropped with their startup.
         s.engine = e.engine
+        return False
+    if e.file == s.file and e.engine != s.engine and s.engine in engines.get(e.engine).embeds:
+        s.engine = e.engine  # the embedded engine's lines so far were this one's (ollama's llama.cpp runner)
+        return False
+    if e.file == s.file and e.engine in engines.get(s.engine).embeds:
         return False
     if (e.engine != s.engine or e.file != s.file) and s.has_content() and e.engine != "common":
         return True

@@ -141,11 +141,22 @@ def clean_line(text: str) -> list[str]:
     return _clean(text)
 
 
+# A poster quoting several log lines inline, each in its own code span: "`[gpu_worker.py:298] Available KV cache
+# memory: 57.18 GiB`, `[kv_cache_utils.py:1091] Maximum concurrency for …`". Spans this long are log lines, not
+# flag names; each is read as a line of its own, when the line is only the spans (and a list marker or commas
+# between them): a log line that itself quotes a flag in backticks stays one line.
+_SPAN = re.compile(r"`([^`]{24,})`")
+
+
 def _clean(text: str) -> list[str]:
     if "\x1b" in text or ("m" in text and "[" in text):  # every colour code has ESC, or '[' and 'm'
         text = _ANSI.sub("", text)
     if not text.isascii():
         text = text.translate(_SMART)
+    if text.count("`") >= 4:
+        spans = _SPAN.findall(text)
+        if len(spans) >= 2 and len(_SPAN.sub("", text).strip(" \t,.;:[]()0123456789-*")) <= 8:
+            return [line for span in spans for line in _clean(span)]
     parts = text.split("\r") if "\r" in text else [text]
     out = [strip_prefixes(p).rstrip() for p in parts if p.strip()]
     return out if all(out) else [p for p in out if p]  # a line that was only a margin or a prefix says nothing

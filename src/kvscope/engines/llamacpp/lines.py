@@ -96,9 +96,6 @@ _KV_UNIFIED_SRV = lazy_compile(r"kv_unified\s*=\s*'?(true|false)")
 _PIPELINE = lazy_compile(r"pipeline parallelism enabled \(n_copies=(\d+)\)")
 _OFFLOADED = lazy_compile(r"offloaded (\d+)/(\d+) layers to GPU")
 _OUTPUT_ON_CPU = lazy_compile(r"offloading output layer to CPU")
-# ollama's device discovery: msg="inference compute" id=GPU-… name="Tesla M60" total="7.9 GiB" available="7.9 GiB"
-_OLLAMA_DEVICE = lazy_compile(rf'msg="inference compute".*?\bid=(\S+).*?\btotal="{G}\s*(B|KiB|MiB|GiB)"'
-                              rf'(?:.*?\bavailable="{G}\s*(B|KiB|MiB|GiB)")?')
 _USING_DEVICE = lazy_compile(r"using device (\S+) \((.*?)\)(?: \([^)]*\))? - (\d+) MiB free")
 _FOUND = lazy_compile(r"found (\d+) (CUDA|ROCm|SYCL|MUSA|Vulkan) devices")
 _GPU_LINE = lazy_compile(r"^\s*Device (\d+): ([^,]+), (?:compute capability|gfx)")
@@ -108,30 +105,9 @@ _BREAKDOWN = lazy_compile(
 _FIT_CTX = lazy_compile(r"context size reduced from (\d+) to (\d+)")
 _FIT_PROJECTED = lazy_compile(r"projected to use (\d+) MiB of device memory vs\. (\d+) MiB of free device memory")
 
-# --- ollama's own GGML engine (2025+): logfmt records, one per device buffer ---------------------------
-# time=… level=INFO source=backend.go:321 msg="kv cache" device=CUDA0 size="936.0 MiB"
-_OLLAMA_BUF = lazy_compile(
-    rf'msg="(kv cache|compute graph|model weights)"(?:\s+device=(\S+))?\s+size="{G}\s*(B|KiB|MiB|GiB)"'
-)
-_UNIT_MIB = {"B": 1 / (1 << 20), "KiB": 1 / 1024, "MiB": 1.0, "GiB": 1024.0}
-# ollama's scheduler before it starts the runner: its own estimate (msg=offload … memory.required.kv="19.5 GiB")
-# and the runner's command line (--ctx-size is the whole cache: num_ctx × --parallel)
-_OLLAMA_FIELD = lazy_compile(rf'\b(layers\.model|layers\.offload|memory\.required\.kv|memory\.weights\.total|'
-                             rf'memory\.required\.full|memory\.required\.partial|memory\.graph\.full|'
-                             rf'memory\.graph\.partial)="?{G}(?:\s*(B|KiB|MiB|GiB))?')
-_OLLAMA_AVAILABLE = lazy_compile(r'memory\.available="\[([^\]]*)\]"')
-_OLLAMA_SPLIT = lazy_compile(r'layers\.split="?([\d,]+)')
-_OLLAMA_EXTRA = lazy_compile(rf'\b(memory\.weights\.repeating|memory\.weights\.nonrepeating|projector\.weights|'
-                             rf'projector\.graph|memory\.gpu_overhead)="?{G}(?:\s*(B|KiB|MiB|GiB))?')
-_OLLAMA_LIBRARY = lazy_compile(r"\blibrary=(\w+)")
-# a record ollama's logfmt wrapped (or a poster did): a continuation line starts with a space and its fields
-_OLLAMA_CONTINUED = lazy_compile(r"^\s+(?:layers|memory|projector)\.\w")
-_OLLAMA_SIZE = lazy_compile(rf"(?<![\d.,]){G}\s*(B|KiB|MiB|GiB)")
-# ollama's DEBUG verdict on one GPU: the terms of the room it wants before it places a single layer there
-_OLLAMA_TOO_SMALL = lazy_compile(r'gpu has too little memory to allocate any layers"')
-_OLLAMA_TERM = lazy_compile(r'\b(name|available|minimum_memory|layer_size|gpu_zer_overhead|partial_offload|full_offload)='
-                            r'(?:"([^"]*)"|(\S+))')
-_OLLAMA_FLAG = lazy_compile(r"--(ctx-size|parallel|n-gpu-layers|batch-size) (\d+)")
+# a runner's command line, however it was pasted (llama-server's, or the one ollama starts): --ctx-size is the
+# whole cache, --parallel its slots
+_FLAG = lazy_compile(r"--(ctx-size|parallel|n-gpu-layers|batch-size) (\d+)")
 _TRUNCATED = lazy_compile(r"input truncated\b")
 _TRUNC_FIELD = lazy_compile(r"\b(n_ctx|n_erase|n_keep|n_left|n_shift)\s*=\s*(\d+)")
 
@@ -208,7 +184,6 @@ ANCHORS: tuple[bytes, ...] = (
     b"pipeline parallelism",
     b"offloaded",
     b"output layer to CPU",
-    b"inference compute",
     b"using device",
     b"devices:",
     b"Device ",
@@ -224,16 +199,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"unable to",
     b"error loading model",
     b"Free memory",
-    b'msg="kv cache"',
-    b'msg="compute graph"',
-    b'msg="model weights"',
-    b"msg=offload",
-    b'msg="offload to',
-    b"too little memory to allocate any layers",
-    b"memory.available=", b"memory.required.", b"memory.weights.", b"memory.graph.", b"projector.weights=",
-    b"projector.graph=", b"layers.offload=",
     b"CUDA error: out of memory",
-    b"starting llama server",
     b"--ctx-size",
     b"input truncated",
 )
@@ -286,8 +252,6 @@ class LlamaCppLines:
         if st is None:
             st = ctx.state["llamacpp"] = _fresh_state()
         split = st.pop("split_header", None)
-        if not text[:1].isspace():
-            st["ollama_offload_open"] = False  # a wrapped ollama record continues only on indented lines
         if split is None and not _GATE.search(text):
             return []  # one C-speed scan rejects the other engines' lines
         msg = _WRAPPER.sub("", text, count=1)
@@ -313,6 +277,24 @@ def _fresh_state() -> dict[str, Any]:
 def _reset(st: dict[str, Any]) -> None:
     st.clear()
     st.update(_fresh_state())
+
+
+# What a reader that embeds llama.cpp's runner (ollama) uses of this one: its per-input state, and the events of a
+# buffer it logs in its own words, so both readers' lines fold into one ledger.
+fresh_state = _fresh_state
+reset_state = _reset
+
+
+def kv_buffer_event(st: dict[str, Any], buffer: str, gib: float) -> Parsed:
+    """One device's share of the KV cache, named by ``buffer`` (CUDA0, CPU…)."""
+    st["ctx_seen"] = True
+    rank = device_label(buffer)
+    return Parsed(ev.POOL, {"name": _buffer_cache(st, rank), "gib": gib, "what": _kind(st)}, rank=rank)
+
+
+def buffer_event(st: dict[str, Any], kind: str, buffer: str, mib: float) -> Parsed:
+    """One non-KV buffer (``model``, ``compute``) on its device."""
+    return _buffer(st, kind, buffer, repr(mib))
 
 
 # --- handlers: each returns [] when the line is not its kind ------------------------------------------------
@@ -597,16 +579,6 @@ def _server(msg: str, st: dict[str, Any]) -> list[Parsed]:
                                      "n_layers_offloadable": to_int(m.group(2))})]
     if _OUTPUT_ON_CPU.search(msg):
         return [Parsed(ev.SETTINGS, {"output_layer_on_cpu": True})]
-    m = _OLLAMA_DEVICE.search(msg)
-    if m:
-        seen = st.setdefault("ollama_devices", [])
-        if m.group(1) not in seen:
-            seen.append(m.group(1))
-        total = (to_float(m.group(2)) or 0.0) * _UNIT_MIB[m.group(3)] / 1024
-        free = (to_float(m.group(4)) or 0.0) * _UNIT_MIB[m.group(5)] / 1024 if m.group(4) else None
-        return [Parsed(ev.RANK, {"total_gib": total, "pre_load_free_gib": free},
-                       rank=f"GPU{seen.index(m.group(1))}"),
-                Parsed(ev.SETTINGS, {"ollama_gpus_found": len(seen)})]
     m = _SPLIT_HEADER.search(msg)
     if m:
         st["split_header"] = "kv" if m.group(1) == "KV cache" else "weights"
@@ -645,76 +617,13 @@ def _devices(msg: str, st: dict[str, Any]) -> list[Parsed]:
     return []
 
 
-def _ollama(msg: str, st: dict[str, Any]) -> list[Parsed]:
-    """ollama's Go engine logs each device buffer as a logfmt record; the same buffers llama.cpp prints."""
-    m = _OLLAMA_BUF.search(msg)
-    if not m:
-        return []
-    what, device = m.group(1), m.group(2) or "CPU"
-    mib = (to_float(m.group(3)) or 0.0) * _UNIT_MIB[m.group(4)]
-    st["ctx_seen"] = True
-    if what == "kv cache":
-        rank = device_label(device)
-        return [Parsed(ev.POOL, {"name": _buffer_cache(st, rank), "gib": mib / 1024, "what": _kind(st)}, rank=rank)]
-    return [_buffer(st, "compute" if what == "compute graph" else "model", device, repr(mib))]
-
-
-def _ollama_scheduler(msg: str, st: dict[str, Any]) -> list[Parsed]:
-    """ollama's offload estimate and runner command: the context, slots and layers it launched with."""
-    data: dict[str, Any] = {}
-    offload = "msg=offload" in msg or 'msg="offload to' in msg  # 2025: msg=offload; 2024: msg="offload to cuda"
-    continued = not offload and st.get("ollama_offload_open") and _OLLAMA_CONTINUED.match(msg)
-    st["ollama_offload_open"] = bool(offload or continued)
-    if offload or continued:
-        available = _OLLAMA_AVAILABLE.search(msg)
-        per_gpu = [(to_float(v) or 0.0) * _UNIT_MIB[u] / 1024 for v, u in _OLLAMA_SIZE.findall(available.group(1))] \
-            if available else []
-        if available:
-            data["ollama_memory_available_gib"] = sum(per_gpu)
-        for key, value, unit in _OLLAMA_FIELD.findall(msg):
-            if key.startswith("layers"):
-                data["n_layers_offloadable" if key == "layers.model" else "n_gpu_layers_offloaded"] = to_int(value)
-            else:
-                gib = (to_float(value) or 0.0) * _UNIT_MIB[unit or "B"] / 1024
-                data[f"ollama_{key.replace('.', '_')}_gib"] = gib  # ollama's estimate, not an allocation
-        if available:
-            data["ollama_memory_available_list_gib"] = per_gpu
-        split = _OLLAMA_SPLIT.search(msg)
-        if split:
-            data["ollama_layers_split"] = [to_int(x) for x in split.group(1).split(",") if x]
-        library = _OLLAMA_LIBRARY.search(msg)
-        if library:
-            data["ollama_library"] = library.group(1)
-        for key, value, unit in _OLLAMA_EXTRA.findall(msg):
-            data[f"ollama_{key.replace('.', '_')}_gib"] = (to_float(value) or 0.0) * _UNIT_MIB[unit or "B"] / 1024
-    elif "starting llama server" in msg or "--ctx-size" in msg:  # the runner's command line, however it was pasted
-        names = {"ctx-size": "ctx_size", "parallel": "n_slots", "n-gpu-layers": "n_gpu_layers", "batch-size": "n_batch"}
-        data = {names[k]: to_int(v) for k, v in _OLLAMA_FLAG.findall(msg)}
-        if data and "ollama" in msg:
-            data["ollama_runner"] = True  # slots are OLLAMA_NUM_PARALLEL, --ctx-size is num_ctx × slots
-        if "n_slots" in data:
-            data["slots_from_command"] = True  # --parallel N given explicitly: private slots unless kv_unified
+def _command(msg: str, st: dict[str, Any]) -> list[Parsed]:
+    """A runner's command line: the context, slots, layers and batch it was launched with."""
+    names = {"ctx-size": "ctx_size", "parallel": "n_slots", "n-gpu-layers": "n_gpu_layers", "batch-size": "n_batch"}
+    data: dict[str, Any] = {names[k]: to_int(v) for k, v in _FLAG.findall(msg)}
+    if "n_slots" in data:
+        data["slots_from_command"] = True  # --parallel N given explicitly: private slots unless kv_unified
     return [Parsed(ev.SETTINGS, data)] if data else []
-
-
-def _ollama_gpu_too_small(msg: str, st: dict[str, Any]) -> list[Parsed]:
-    """'gpu has too little memory to allocate any layers': one GPU ollama's scheduler skipped, with its terms."""
-    if not _OLLAMA_TOO_SMALL.search(msg):
-        return []
-    data: dict[str, Any] = {"code": "ollama-gpu-too-small", "message": msg.strip()[:600]}
-    for key, quoted, bare in _OLLAMA_TERM.findall(msg):
-        value = quoted or bare
-        if key == "name":
-            data["gpu"] = value
-            continue
-        if key == "minimum_memory" and value.isdigit():  # printed in bytes
-            data["minimum_gib"] = int(value) / (1 << 30)
-            continue
-        size = _OLLAMA_SIZE.fullmatch(value.strip())
-        if size:
-            data[f"{key.replace('gpu_zer_overhead', 'gpu_zero_overhead')}_gib"] = (
-                (to_float(size.group(1)) or 0.0) * _UNIT_MIB[size.group(2)] / 1024)
-    return [Parsed(ev.WARNING, data), Parsed(ev.SETTINGS, {"ollama_runner": True})]
 
 
 def _truncated(msg: str, st: dict[str, Any]) -> list[Parsed]:
@@ -857,18 +766,14 @@ def failure_events(msg: str, backend: str = "CUDA") -> list[Parsed]:
 
 _HANDLERS = (
     (("buffer size",), _buffers),
-    (('msg="kv cache"', 'msg="compute graph"', 'msg="model weights"'), _ollama),
-    (("msg=offload", 'msg="offload to', "starting llama server", "--ctx-size", "memory.available=", "memory.required.",
-      "memory.weights.", "memory.graph.", "projector.weights=", "projector.graph=", "layers.offload="), _ollama_scheduler),
+    (("--ctx-size",), _command),
     (("input truncated",), _truncated),
-    (("too little memory to allocate any layers",), _ollama_gpu_too_small),
     (("cells", "self size", "KV self indexer"), _summaries),
     (("n_ctx", "n_seq_max", "n_batch", "n_ubatch", "flash_attn", "kv_unified", "causal_attn", "mla_attn", "type_k",
       "type_v", "n_rs_seq", "print_info", "llm_load_print_meta", "llama_model_load_internal", "n_embd_k_gqa",
       "n_kv_max", "kv_size", "ctx_size"), _params),
     (("n_slots", "n_ctx_slot", "max context", "new slot", "slot context", "pipeline parallelism", "offloaded",
-      "output layer to CPU", 'msg="inference compute"',
-      "size per device"), _server),
+      "output layer to CPU", "size per device"), _server),
     (("using device", " devices", "Device ", "memory_breakdown", "llama_params_fit"), _devices),
     (("VRAM", "mem required", "system memory used", "compute buffer total"), _old_era),
     (("build", "loaded meta data", "draft", "loading model", "general.name"), _boundary),
