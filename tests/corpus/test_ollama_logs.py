@@ -103,3 +103,141 @@ def test_whatif_num_ctx_scales_the_kv_estimate_and_places_more_layers():
     assert layers and 44 < layers[0] < 81
     assert quarter.flags == ["num_ctx 16000"]
     assert "19.50" in now.risk_words or any("19.50" in n for n in now.notes)
+
+
+# --- every printed figure comes back (tests/fixtures/ollama/GROUND_TRUTH.md) -------------------------------------
+
+_SET, _RANK, _EXTRA, _POOL, _WARN, _CAP = "settings", "rank", "extra", "pool", "warning", "capacity"
+# ground-truth key → where kvscope's JSON holds it: (scope, key); a list value is read at the figure's index
+WHERE: dict[str, list[tuple[str, str]]] = {
+    "layers.requested": [(_SET, "ollama_layers_requested")],
+    "layers.model": [(_SET, "n_layers_offloadable")],
+    "layers.offload": [(_SET, "n_gpu_layers_offloaded")],
+    "layers.split": [(_SET, "ollama_layers_split")],
+    "memory.available": [(_SET, "ollama_memory_available_list_gib")],
+    "memory.required.allocations": [(_SET, "ollama_memory_required_allocations_list_gib")],
+    **{k: [(_SET, f"ollama_{k.replace('.', '_')}_gib")] for k in (
+        "memory.gpu_overhead", "memory.required.full", "memory.required.partial", "memory.required.kv",
+        "memory.weights.total", "memory.weights.repeating", "memory.weights.nonrepeating", "memory.graph.full",
+        "memory.graph.partial", "projector.weights", "projector.graph")},
+    "model weights": [(_RANK, "weights_gib")],
+    "kv cache": [(_POOL, "gib")],
+    "compute graph": [(_EXTRA, "compute_gib")],
+    "total memory": [(_SET, "ollama_total_memory_gib")],
+    "inference compute total": [(_RANK, "total_gib"), (_SET, "ollama_system_total_gib")],
+    "inference compute available": [(_RANK, "pre_load_free_gib")],
+    "gpu memory available": [(_EXTRA, "scheduler_available_gib")],
+    "gpu memory free": [(_RANK, "pre_load_free_gib")],
+    "gpu memory minimum": [(_EXTRA, "scheduler_minimum_gib")],
+    "gpu memory overhead": [(_EXTRA, "gpu_overhead_gib")],
+    "updated vram total": [(_RANK, "total_gib")],
+    "updated vram available": [(_RANK, "pre_load_free_gib")],
+    "os vram overhead": [(_EXTRA, "os_vram_overhead_gib")],
+    "system memory total": [(_SET, "ollama_system_total_gib")],
+    "system memory free": [(_SET, "ollama_system_free_gib")],
+    "system memory free_swap": [(_SET, "ollama_system_free_swap_gib")],
+    "fit required": [(_SET, "ollama_fit_required_gib")],
+    "fit available": [(_SET, "ollama_fit_available_gib")],
+    "fit parallel": [(_SET, "ollama_parallel")],
+    "model layers": [(_SET, "n_layers_offloadable")],
+    "model layers requested": [(_SET, "ollama_layers_requested")],
+    "KvSize": [(_SET, "ollama_kv_size")],
+    "BatchSize": [(_SET, "n_batch")],
+    "Parallel": [(_SET, "n_slots")],
+    "GPULayers": [(_SET, "n_gpu_layers")],
+    "NumThreads": [(_SET, "n_threads")],
+    "--ctx-size": [(_SET, "ctx_size")],
+    "--batch-size": [(_SET, "n_batch")],
+    "--n-gpu-layers": [(_SET, "n_gpu_layers")],
+    "--parallel": [(_SET, "n_slots")],
+    "--threads": [(_SET, "n_threads")],
+    **{k: [(_SET, k.lower())] for k in ("OLLAMA_CONTEXT_LENGTH", "OLLAMA_NUM_PARALLEL", "OLLAMA_GPU_OVERHEAD",
+                                        "OLLAMA_MAX_LOADED_MODELS", "OLLAMA_FLASH_ATTENTION", "OLLAMA_KV_CACHE_TYPE",
+                                        "OLLAMA_SCHED_SPREAD")},
+    "version": [("version", "engine_version")],
+    "predicted": [(_WARN, "predicted_gib")],
+    "predicted_num_ctx": [(_WARN, "predicted_num_ctx")],
+    "predicted available": [(_WARN, "available_gib")],
+    "offloaded": [(_SET, "n_gpu_layers_offloaded")],
+    "offloadable": [(_SET, "n_layers_offloadable")],
+    "n_ctx": [(_SET, "n_ctx"), (_CAP, "kv_tokens")],
+    "n_ctx_per_seq": [(_SET, "n_ctx_seq"), (_CAP, "context_len")],
+    "n_seq_max": [(_SET, "n_seq_max")],
+    "n_batch": [(_SET, "n_batch")],
+    "n_ubatch": [(_SET, "n_ubatch")],
+    "KV buffer": [(_POOL, "gib")],
+    "KV self size": [(_POOL, "gib")],
+    "model buffer": [(_EXTRA, "model_buffers_mib"), (_EXTRA, "model_buffer_lines_mib"), (_RANK, "weights_gib")],
+    "compute buffer": [(_EXTRA, "compute_buffers_mib"), (_EXTRA, "compute_buffer_lines_mib"), (_EXTRA, "compute_gib")],
+}
+_UNIT = {"B": 1 / (1 << 30), "KiB": 1 / (1 << 20), "MiB": 1 / 1024, "MB": 1 / 1024, "GiB": 1.0}
+_PRINTED = re.compile(r"^(-?[\d.]+)\s*(B|KiB|MiB|MB|GiB)?$")
+
+
+def _values(startup: dict, scope: str, key: str, device: str | None) -> list:
+    ranks = startup.get("ranks") or []
+    if device is not None and any(r["rank"] == device for r in ranks):
+        ranks = [r for r in ranks if r["rank"] == device]
+    if scope == _SET:
+        return [startup["settings"].get(key)]
+    if scope == _CAP:
+        return [startup["capacity"].get(key)]
+    if scope == "version":
+        return [startup.get("engine_version")]
+    if scope == _WARN:
+        return [w.get(key) for w in startup.get("warnings") or []]
+    if scope == _RANK:
+        return [r.get(key) for r in ranks]
+    if scope == _EXTRA:
+        out = []
+        for r in ranks:
+            value = (r.get("extras") or {}).get(key)
+            values = list(value.values()) if isinstance(value, dict) else [value]
+            out += [x for v in values for x in (v if isinstance(v, list) else [v])]
+        return out
+    return [p.get(key) for r in ranks for p in r.get("kv_pools") or []]
+
+
+def _matches(got, printed: str, key: str, in_mib: bool) -> bool:
+    if isinstance(got, bool) or printed in ("true", "false"):
+        return got is (printed == "true")
+    if isinstance(got, str):
+        return got == printed or got.endswith(printed)
+    m = _PRINTED.match(printed)
+    if not m or not isinstance(got, (int, float)):
+        return False
+    number, unit = float(m.group(1)), m.group(2)
+    decimals = len(m.group(1).split(".")[1]) if "." in m.group(1) else 0
+    half = 0.5 * 10 ** -decimals + 1e-9
+    if unit is None and key == "fit available":  # bytes
+        return abs(got - number / (1 << 30)) < 1e-6
+    if unit is None:
+        return abs(got - number) <= half if decimals else got == number
+    scale = 1.0 if in_mib else _UNIT[unit]  # a *_mib figure is already in the printed MiB
+    return abs(got - number * scale) <= half * scale
+
+
+def _found(doc: dict, figure: dict) -> bool:
+    load = figure.get("load")
+    startups = doc["startups"]
+    chosen = [startups[load - 1]] if load and load <= len(startups) else startups
+    for s in chosen:
+        for scope, key in WHERE[figure["key"]]:
+            for got in _values(s, scope, key, figure.get("device")):
+                if isinstance(got, list):
+                    got = got[figure.get("index", 0)] if figure.get("index", 0) < len(got) else None
+                if got is not None and _matches(got, figure["printed"], figure["key"], key.endswith("_mib")):
+                    return True
+    return False
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if "ground_truth" in json.loads((c / "meta.json").read_text())],
+                         ids=lambda p: p.name)
+def test_every_printed_figure_comes_back(case: Path):
+    truth = json.loads((case / "meta.json").read_text())["ground_truth"]
+    doc = _explain(case / "log.txt")
+    missed = [f"{f['key']}={f['printed']}" + (f"@{f['device']}" if f.get("device") else "") + f" (load {f.get('load')})"
+              for f in truth["figures"] if not _found(doc, f)]
+    assert not missed, missed
+    if truth.get("startup_fails"):
+        assert any(s.get("failure") for s in doc["startups"])

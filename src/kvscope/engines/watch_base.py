@@ -25,6 +25,27 @@ class ServerClient(Protocol):
     def get_json(self, path: str) -> Any: ...
 
 
+class MetricsAdapter:
+    """What every adapter shares: where its usage is read each interval and how that page is parsed.
+    vLLM and SGLang serve Prometheus text at /metrics; an engine without metrics (ollama) names its own page."""
+
+    engine = ""
+    metric_prefix = ""  # a /metrics page with this prefix is this engine's
+    scrape_path = "/metrics"
+
+    @staticmethod
+    def answers(client: ServerClient) -> bool:
+        """Whether the server is this engine's, when its /metrics did not say (no page, or no prefix)."""
+        return False
+
+    def parse(self, text: str) -> Any:
+        return prom.parse(text)
+
+    def first_page(self, client: ServerClient) -> Any:
+        """The first usage page of a server found by ``answers`` (None: it serves none)."""
+        return None
+
+
 @dataclass
 class Capacity:
     """What the server said, once, about how much KV cache it has."""
@@ -87,6 +108,7 @@ class WatchCapacityFacts(Facts):
     enable_metrics: Fact[bool] = Fact("False: the server serves no usage metrics")
     kv_tokens_estimated_from: Fact[str] = Fact("how the pool size was worked out where no figure said it")
     num_gpu_blocks_per_engine: Fact[int] = Fact()
+    loaded_models: Fact[list[dict[str, Any]]] = Fact("ollama's loaded models when the watch began")
     unread: Fact[list[str]] = Fact("auxiliary endpoints that could not be read, and why")
 
     def note_unread(self, why: str) -> None:
@@ -98,6 +120,7 @@ class ReadingFacts(Facts):
 
     __slots__ = ()
     gen_throughput: Fact[float] = Fact("tokens generated per second, as SGLang's gauge says")
+    loaded_models: Fact[list[dict[str, Any]]] = Fact("ollama's loaded models: name, size, size in VRAM, context")
     swapped: Fact[int] = Fact("vLLM v0's swapped requests")
     malformed_lines: Fact[int] = Fact("exposition lines the scrape could not parse")
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 from kvscope import engines
 from kvscope.engines.sglang.watch import SGLangAdapter
 from kvscope.engines.vllm.watch import VLLMAdapter
-from kvscope.engines.watch_base import Capacity, Reading, server_info
+from kvscope.engines.watch_base import Capacity, MetricsAdapter, Reading, server_info
 from kvscope.reading import prom
 from kvscope.watch.http import Client, NotFound, WatchError
 
 __all__ = ["Adapter", "Capacity", "NotAnEngine", "Reading", "SGLangAdapter", "VLLMAdapter", "detect", "server_info"]
 
 
-Adapter = VLLMAdapter | SGLangAdapter
+Adapter = MetricsAdapter
 
 
 class NotAnEngine(WatchError):
@@ -43,8 +43,10 @@ def detect(client: Client) -> tuple[Adapter, prom.Metrics | None]:
             return adapter(), metrics
     for adapter in adapters:
         if adapter.answers(client):
-            return adapter(), None
+            found = adapter()
+            return found, found.first_page(client)
     if metrics is not None:
-        raise NotAnEngine(f"{client.shown}/metrics has no vllm: or sglang: metrics: not a vLLM or SGLang server "
-                          "(or vLLM started with --disable-log-stats, which turns its metrics off)")
-    raise NotAnEngine(f"{client.shown}: no /metrics and no SGLang server info: not a vLLM or SGLang server")
+        raise NotAnEngine(f"{client.shown}/metrics has no vllm: or sglang: metrics: not a vLLM, SGLang or ollama "
+                          "server (or vLLM started with --disable-log-stats, which turns its metrics off)")
+    raise NotAnEngine(f"{client.shown}: no /metrics, no SGLang server info and no ollama /api/version: not a vLLM, "
+                      "SGLang or ollama server")

@@ -201,8 +201,8 @@ class Watch:
                 return self._finish(EXIT_OK, f"--duration {self.opts.duration:g} s reached")
             if metrics is None:
                 try:
-                    resp = self.client.get("/metrics")
-                    metrics, scrape_s = prom.parse(resp.text()), resp.elapsed_s
+                    resp = self.client.get(self.adapter.scrape_path)
+                    metrics, scrape_s = self.adapter.parse(resp.text()), resp.elapsed_s
                 except WatchError as exc:
                     if not exc.retry:
                         return self._finish(EXIT_LOST, "the server refused us mid-watch", exc.message)

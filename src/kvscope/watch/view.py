@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kvscope import engines
-from kvscope.engines.watch_base import WatchCapacityFacts
+from kvscope.engines.watch_base import ReadingFacts, WatchCapacityFacts
 from kvscope.watch.adapters import Capacity
 from kvscope.watch.sampler import Sample
 from kvscope.watch.summary import HIGH, Summary
@@ -88,6 +88,11 @@ def capacity_lines(cap: Capacity) -> list[str]:
     if cap.model:
         lines.append(f"model {cap.model}")
     parts = []
+    loaded = WatchCapacityFacts(cap).loaded_models
+    if loaded is not None:  # ollama: no KV figures, only where each loaded model sits
+        lines.extend(loaded_lines(loaded) or ["no model loaded"])
+        lines.append("ollama reports no KV usage: each sample shows the loaded models and their share in VRAM")
+        return lines
     if cap.kv_tokens is not None:
         estimated = WatchCapacityFacts(cap).kv_tokens_estimated_from
         text = f"KV capacity {'≈' if estimated else ''}{cap.kv_tokens:,} tokens"
@@ -121,6 +126,23 @@ def capacity_lines(cap: Capacity) -> list[str]:
     if more:
         lines.append(" · ".join(more))
     return lines
+
+
+def loaded_lines(models: list[dict[str, Any]]) -> list[str]:
+    """ollama's loaded models in words: size, share in VRAM (the rest of its layers run on the CPU), context."""
+    out = []
+    for m in models:
+        text = str(m.get("name"))
+        if m.get("size_bytes"):
+            text += f" · {_bytes(m['size_bytes'])}"
+        share = m.get("vram_share")
+        if share is not None:
+            text += (" · all in VRAM" if share >= 0.995 else
+                     f" · {share:.0%} in VRAM, {1 - share:.0%} on the CPU" if share > 0 else " · all on the CPU")
+        if m.get("context_length"):
+            text += f" · context {m['context_length']:,}"
+        out.append(text)
+    return out
 
 
 class LiveView:
@@ -179,7 +201,15 @@ class LiveView:
         grid.add_column(style="cyan", no_wrap=True)
         grid.add_column(no_wrap=True)
         grid.add_column(no_wrap=True)
-        if s is not None:
+        loaded = ReadingFacts(s).loaded_models if s is not None else None
+        if loaded is not None:
+            for m in loaded:
+                grid.add_row(str(m.get("name")), bar(m.get("vram_share"), 20) + Text(f" in VRAM {_pct(m.get('vram_share'))}"),
+                             Text(" · ".join(loaded_lines([m])[0].split(" · ")[1:])))
+            if not loaded:
+                grid.add_row("models", "none loaded", "")
+            rows.append(grid)
+        elif s is not None:
             used = f"{_n(s.tokens_used)} / {_n(s.tokens_capacity)} tokens" if s.tokens_capacity else _n(s.tokens_used)
             grid.add_row("KV usage", bar(s.kv_usage) + Text(f" {_pct(s.kv_usage)}  {used}"),
                          Text(sparkline(list(self.usage), hi=1.0), style="magenta"))
@@ -222,6 +252,11 @@ class PlainView:
 
     def sample(self, s: Sample) -> None:
         stamp = time.strftime("%H:%M:%S", time.localtime(s.t))
+        loaded = ReadingFacts(s).loaded_models
+        if loaded is not None:  # ollama: the loaded models and their share in VRAM are the whole sample
+            self.console.print("  ".join([stamp, *(loaded_lines(loaded) or ["no model loaded"])]), markup=False,
+                               highlight=False)
+            return
         parts = [stamp, f"kv {_pct(s.kv_usage)}"]
         if s.tokens_capacity:
             parts.append(f"{_n(s.tokens_used)}/{_n(s.tokens_capacity)} tok")
@@ -232,6 +267,8 @@ class PlainView:
             parts.append(f"hit {_pct(s.prefix_hit_rate)}")
         if s.restarted:
             parts.append("(server restarted)")
+        for m in ReadingFacts(s).loaded_models or []:
+            parts.append(f"{m.get('name')} vram {_pct(m.get('vram_share'))}")
         for g in s.gpus:
             parts.append(f"gpu{g['index']} {_bytes(g['used_bytes'])}")
         self.console.print("  ".join(parts), markup=False, highlight=False)

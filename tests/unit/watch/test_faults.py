@@ -249,7 +249,7 @@ def test_not_an_engine(capsys):
     routes = {"/metrics": [Answer(200, b"# HELP up x\nup 1\nprocess_open_fds 12\n")]}
     with Replay(routes) as srv:
         code, out, err = watch([srv.url, *FAST], capsys)
-    assert code == 2 and "not a vLLM or SGLang server" in err
+    assert code == 2 and "not a vLLM, SGLang or ollama server" in err
 
 
 def test_bad_url(capsys):

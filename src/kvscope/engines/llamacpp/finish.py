@@ -49,6 +49,7 @@ def finish(s: Startup) -> None:
 def _fold_buffers(r: Rank) -> None:
     """Sum the per-line buffer figures into ``<kind>_buffers_mib`` / ``<kind>_gib`` and weights_gib."""
     sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    lines: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     counts: dict[str, int] = defaultdict(int)
     f = LlamaRankFacts(r)
     for key in [k for k in f.names() if k.startswith(BUF_PREFIX)]:
@@ -56,9 +57,13 @@ def _fold_buffers(r: Rank) -> None:
         kind, buffer, _ = key[len(BUF_PREFIX):].split("|", 2)
         if isinstance(value, (int, float)):
             sums[kind][buffer] += value
+            lines[kind][buffer].append(value)
             counts[kind] += 1
     for kind, per_buffer in sums.items():
         f.put(f"{kind}_buffers_mib", {k: round(v, 2) for k, v in per_buffer.items()})
+        repeated = {k: [round(v, 2) for v in vs] for k, vs in lines[kind].items() if len(vs) > 1}
+        if repeated:  # one buffer name on several lines (one per model context): each as printed, beside the sum
+            f.put(f"{kind}_buffer_lines_mib", repeated)
         total_gib = sum(per_buffer.values()) / 1024
         if kind == "model":
             if counts[kind] == 1:

@@ -139,6 +139,8 @@ _BUF_TYPE_FAIL = lazy_compile(r"(?<!\w)(\w+?)_buffer_type_alloc_buffer: failed t
 _V_NEEDS_FA = lazy_compile(r"V cache quantization requires flash.?attn")
 # Metal reports each allocation against the device's working set: "( 3772.66 / 49152.00)"
 _METAL_WORKING_SET = lazy_compile(rf"allocated buffer, size =\s*{G}{MIB},\s*\(\s*{G}\s*/\s*{G}\s*\)")
+# the Metal device's working set at init, before any buffer (macOS lets a process use this much of unified memory)
+_METAL_RECOMMENDED = lazy_compile(rf"recommendedMaxWorkingSetSize\s*=\s*{G}\s*MB")
 _VULKAN_ALLOC = lazy_compile(r"Device memory allocation of size (\d+) failed")
 # Vulkan caps one allocation (maxMemoryAllocationSize / maxBufferSize, often 2–4 GiB) below the device's memory
 _VULKAN_LIMIT = lazy_compile(r"exceeds device memory allocation limit")
@@ -196,6 +198,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"failed",
     b"requires flash",
     b"allocated buffer, size",
+    b"recommendedMaxWorkingSetSize",
     b"unable to",
     b"error loading model",
     b"Free memory",
@@ -723,6 +726,9 @@ FAILURE_SHAPES = Shapes((
           "ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size 805306368032"),
     Shape("v-cache-needs-flash-attn", _V_NEEDS_FA, _said("engine-init-failed", cause="quantized-v-needs-flash-attn"),
           (ev.FAILURE,), "undated", "llama_new_context_with_model: V cache quantization requires flash_attn"),
+    Shape("metal-recommended-working-set", _METAL_RECOMMENDED,
+          lambda m, msg: [Parsed(ev.SETTINGS, {"metal_working_set_mib": to_float(m.group(1))})], (ev.SETTINGS,),
+          "undated", "ggml_metal_device_init: recommendedMaxWorkingSetSize  = 11453.25 MB"),
     Shape("metal-working-set", _METAL_WORKING_SET,
           lambda m, msg: [Parsed(ev.SETTINGS, {"metal_working_set_mib": to_float(m.group(3))})], (ev.SETTINGS,),
           "undated", "ggml_backend_metal_log_allocated_size: allocated buffer, size =  3772.59 MiB, ( 3772.66 / 49152.00)"),
@@ -777,7 +783,8 @@ _HANDLERS = (
     (("using device", " devices", "Device ", "memory_breakdown", "llama_params_fit"), _devices),
     (("VRAM", "mem required", "system memory used", "compute buffer total"), _old_era),
     (("build", "loaded meta data", "draft", "loading model", "general.name"), _boundary),
-    (("alloc", "failed", "unable to", "error loading model", "Free memory", "CUDA error", "requires flash"),
+    (("alloc", "failed", "unable to", "error loading model", "Free memory", "CUDA error", "requires flash",
+      "recommendedMaxWorkingSetSize"),
      _failures),
 )
 _GATE = lazy_compile("|".join(re.escape(t) for triggers, _ in _HANDLERS for t in triggers))

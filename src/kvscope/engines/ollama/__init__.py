@@ -37,6 +37,7 @@ ENGINE = Engine(name="ollama", label="ollama", lines=OllamaLines(),
                 finish=deferred("kvscope.engines.ollama.finish", "finish"),
                 findings=deferred("kvscope.engines.ollama.findings", "findings"),
                 whatif=Deferred("kvscope.engines.ollama.whatif"),
+                watch=deferred("kvscope.engines.ollama.watch", "adapter"),
                 knobs=KNOBS, embeds=frozenset({"llamacpp"}),
                 rank_facts=OllamaRankFacts, capacity_facts=OllamaCapacityFacts,
                 settings=SETTINGS)

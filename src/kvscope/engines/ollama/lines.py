@@ -51,7 +51,7 @@ _FIELD = lazy_compile(rf'\b(layers\.requested|layers\.model|layers\.offload|memo
                       rf'memory\.weights\.repeating|memory\.weights\.nonrepeating|projector\.weights|projector\.graph|'
                       rf'memory\.gpu_overhead)="?{G}(?:\s*(B|KiB|MiB|GiB))?')
 _LIST = lazy_compile(r'\b(memory\.available|memory\.required\.allocations)="\[([^\]]*)\]"')
-_SPLIT = lazy_compile(r'layers\.split="?([\d,]+)')
+_SPLIT = lazy_compile(r'layers\.split="?\[?([\d,]+)')
 _LIBRARY = lazy_compile(r"\blibrary=(\w+)")
 _CONTINUED = lazy_compile(r"^\s+(?:layers|memory|projector)\.\w")
 _OFFLOAD = ("msg=offload", 'msg="offload to')
@@ -77,6 +77,8 @@ _COMMAND = lazy_compile(r'msg="starting llama server"|msg="starting runner"')
 _FLAG = lazy_compile(r"--(ctx-size|parallel|n-gpu-layers|batch-size|threads|kv-cache-type|tensor-split|flash-attn)"
                      r"(?:\s+([\w.,]+))?")
 _RUNNER_BINARY = lazy_compile(r"ollama(?:\.exe)?\s+runner\b|ollama_llama_server")  # the runner's command, pasted from ps
+_OFFLOADED = lazy_compile(r"offloaded \d+/\d+ layers to GPU")
+_LISTENING = lazy_compile(r'source=runner\.go:\d+ msg="Server listening on')
 _STARTED = lazy_compile(r'msg="llama runner started in ([\d.]+) seconds"')
 _FLASH_ON = lazy_compile(r'msg="enabling flash attention"')
 _LOADED = lazy_compile(r'msg="loaded runners"\s+count=(\d+)')
@@ -105,6 +107,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"new model will fit", b'msg="loading model"', b"load request", b"starting llama server", b"starting runner",
     b"--ctx-size",
     b"llama runner started", b"enabling flash attention", b"loaded runners", b"server config", b"Listening on",
+    b"Server listening on",
     b"predicted to exceed", b"evicting a model", b"didn't recover", b"too little memory to allocate any layers",
     b"error loading llama server", b"runner process has terminated",
 )
@@ -131,7 +134,7 @@ def _size_gib(text: str) -> float | None:
 
 def _fresh() -> dict[str, Any]:
     return {"file": None, "markers": set(), "weights_devices": set(), "server": {}, "version": None,
-            "offload_open": False, "labels": {}, "per_library": {}, "runner_context": False}
+            "offload_open": False, "command_open": False, "labels": {}, "per_library": {}, "runner_context": False}
 
 
 class OllamaLines:
@@ -154,7 +157,7 @@ class OllamaLines:
             st["file"] = ctx.file
         mine = st.get("seen", False)
         if not text[:1].isspace():
-            st["offload_open"] = False
+            st["offload_open"] = st["command_open"] = False
         out = _own(text, st, ctx)
         if out:
             st["seen"] = True
@@ -162,9 +165,14 @@ class OllamaLines:
         if not mine and not (_LOGFMT.search(text) or ("ollama" in ctx.raw and _JOURNALD.search(ctx.raw))):
             return []  # not (yet) an ollama file: the llama.cpp reader takes its lines
         st["seen"] = True
+        lead: list[Parsed] = []
+        if _OFFLOADED.search(text):  # the runner's layer summary a second time: the next load's
+            lead = _load_marker("offloaded", st, ctx)
+        elif st["command_open"]:  # the runner's command wrapped over lines (a continuation is indented)
+            return _flags(text, {})
         llama = ctx.state.get("llamacpp")
         before = bool(llama and llama.get("ctx_seen"))
-        parsed = self._llama.parse(text, ctx)
+        parsed = lead + self._llama.parse(text, ctx)
         llama = ctx.state.get("llamacpp") or {}
         if any(p.kind == ev.BOUNDARY for p in parsed):  # the runner itself began another load
             st["markers"], st["weights_devices"] = set(), set()
@@ -346,7 +354,9 @@ def _system(text: str, st: dict[str, Any], ctx: LineContext) -> list[Parsed]:
         return []
     q = _quoted(text)
     data = {f"ollama_system_{k}_gib": q.get(k) for k in ("total", "free", "free_swap") if q.get(k) is not None}
-    return [Parsed(ev.SETTINGS, data)] if data else []
+    if not data:
+        return []
+    return [*_load_marker("system", st, ctx), Parsed(ev.SETTINGS, data)]  # the scheduler reads it for each load
 
 
 def _fits(text: str, st: dict[str, Any], ctx: LineContext) -> list[Parsed]:
@@ -400,7 +410,14 @@ def _command(text: str, st: dict[str, Any], ctx: LineContext) -> list[Parsed]:
     if not (_COMMAND.search(text) or ("--ctx-size" in text and _RUNNER_BINARY.search(text))):
         return []
     out = _load_marker("server", st, ctx)
-    data: dict[str, Any] = {"ollama_runner": True}
+    st["command_open"] = True
+    data: dict[str, Any] = _flags(text, {"ollama_runner": True})[0].data
+    if "--ollama-engine" in text:
+        data["ollama_new_engine"] = True
+    return [*out, Parsed(ev.SETTINGS, data)]
+
+
+def _flags(text: str, data: dict[str, Any]) -> list[Parsed]:
     names = {"ctx-size": "ctx_size", "parallel": "n_slots", "n-gpu-layers": "n_gpu_layers", "batch-size": "n_batch",
              "threads": "n_threads"}
     for flag, value in _FLAG.findall(text):
@@ -414,12 +431,13 @@ def _command(text: str, st: dict[str, Any], ctx: LineContext) -> list[Parsed]:
             data["tensor_split"] = value
     if "n_slots" in data:
         data["slots_from_command"] = True
-    if "--ollama-engine" in text:
-        data["ollama_new_engine"] = True
-    return [*out, Parsed(ev.SETTINGS, data)]
+    return [Parsed(ev.SETTINGS, data)] if data else []
 
 
 def _runner_events(text: str, st: dict[str, Any], ctx: LineContext) -> list[Parsed]:
+    if _LISTENING.search(text):  # the runner process (runner.go) is up: this load has its runner
+        st["runner_context"] = True
+        return [Parsed(ev.SETTINGS, {"ollama_runner": True})]
     m = _STARTED.search(text)
     if m:
         return [Parsed(ev.SETTINGS, {"ollama_runner_started_s": to_float(m.group(1))})]
@@ -480,7 +498,9 @@ def _predicted(text: str, st: dict[str, Any], ctx: LineContext) -> list[Parsed]:
                             "predicted_gib": q.get("predicted"), "available_gib": q.get("available"),
                             "gpu_free_gib": q.get("gpu_free"), "system_free_gib": q.get("system_free"),
                             "predicted_num_ctx": to_int(n_ctx.group(1)) if n_ctx else None}
-    return [Parsed(ev.WARNING, data)]
+    out = _load_marker("predicted", st, ctx)
+    settings = {"ollama_predicted_gib": data["predicted_gib"], "ollama_predicted_num_ctx": data["predicted_num_ctx"]}
+    return [*out, Parsed(ev.WARNING, data), Parsed(ev.SETTINGS, {k: v for k, v in settings.items() if v is not None})]
 
 
 def _warnings(text: str, st: dict[str, Any], ctx: LineContext) -> list[Parsed]:
@@ -522,10 +542,11 @@ def _load_error(text: str, st: dict[str, Any], ctx: LineContext) -> list[Parsed]
     if "out of memory" in low or "cudamalloc failed" in low or "failed to allocate" in low:
         kind = "compute-buffer-oom" if "compute" in low or "graph" in low else "not-enough-memory"
         data: dict[str, Any] = {"kind": kind, "message": text.strip()[:600], "unsized": True}
-    elif "timed out waiting for llama runner" in low:
-        return [Parsed(ev.WARNING, {"code": "ollama-runner-timeout", "message": text.strip()[:600]})]
+    elif "timed out waiting for llama runner" in low:  # the runner never answered: the load failed
+        data = {"kind": "engine-init-failed", "message": text.strip()[:600], "cause": "ollama-runner-timeout"}
     else:
         data = {"kind": "engine-init-failed", "message": text.strip()[:600], "weak": True}
+    st["runner_context"] = True  # this load is over: the next decision is the next load's
     return [Parsed(ev.FAILURE, data)]
 
 
@@ -540,7 +561,7 @@ _HANDLERS = (
     (('msg="loading model"',), _loading),
     (("load request",), _request),
     (("starting llama server", "starting runner", "--ctx-size"), _command),
-    (("llama runner started", "enabling flash attention", "loaded runners"), _runner_events),
+    (("llama runner started", "enabling flash attention", "loaded runners", "Server listening on"), _runner_events),
     (("server config",), _config),
     (("Listening on",), _version),
     (("predicted to exceed",), _predicted),

@@ -10,6 +10,7 @@ from typing import Any
 
 from kvscope.engines.watch_base import (
     Capacity,
+    MetricsAdapter,
     Reading,
     ReadingFacts,
     ServerClient,
@@ -23,7 +24,7 @@ from kvscope.engines.watch_base import (
 from kvscope.reading import prom
 
 
-class SGLangAdapter:
+class SGLangAdapter(MetricsAdapter):
     engine = "sglang"
     metric_prefix = "sglang:"
 

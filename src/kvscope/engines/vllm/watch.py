@@ -10,6 +10,7 @@ from __future__ import annotations
 from kvscope.core.errors import WatchError
 from kvscope.engines.watch_base import (
     Capacity,
+    MetricsAdapter,
     Reading,
     ReadingFacts,
     ServerClient,
@@ -25,7 +26,7 @@ from kvscope.engines.watch_base import (
 from kvscope.reading import prom
 
 
-class VLLMAdapter:
+class VLLMAdapter(MetricsAdapter):
     engine = "vllm"
     metric_prefix = "vllm:"
 
