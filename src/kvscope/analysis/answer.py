@@ -58,7 +58,7 @@ def contract_kind(s: Startup) -> str | None:
         if f.data.get("held_past_budget"):  # the process held more than the engine's static budget: past the pool
             return FailureKind.COMPUTE_BUFFER_OOM.value
         ref = s.reference_rank
-        if ref is None or ref.weights_gib is None and not _pool_allocated(s):
+        if (ref is None or ref.weights_gib is None) and not _pool_allocated(s):  # a pool means weights were in
             return FailureKind.WEIGHTS_OOM.value
         if _KV_WORDS.search(message):
             return FailureKind.KV_CACHE_OOM.value
