@@ -59,12 +59,22 @@ def test_ollama_startups_advise_in_ollama_knobs(case: Path):
 
 
 def test_every_ollama_fixture_is_read_as_ollama():
-    """The harvested logs show at least one ollama server line each (those that show only the runner's
-    llama.cpp lines with no ollama mark are named here, and stay llama.cpp's)."""
-    runner_only = {"025-2026-llama-server-5-quadro-pascal-skipped-cuda13-archs"}
+    """Every harvested log shows an ollama record or journald's ollama prefix: all its startups are ollama's."""
     engines = {c.name: {s["engine"] for s in _explain(c / "log.txt")["startups"]} for c in CASES}
-    wrong = {name: e for name, e in engines.items() if name not in runner_only and e and e != {"ollama"}}
+    wrong = {name: e for name, e in engines.items() if e and e != {"ollama"}}
     assert not wrong, wrong
+
+
+def test_a_gpu_left_out_at_discovery_is_named_with_its_architecture():
+    """025 (ollama/ollama#17766): the 2026 build skips the Quadro P4000 (cc 6.1) because its CUDA library was
+    compiled from 7.5 up; the answer says so, not memory, and the other four GPUs' memory is read from the
+    llama-server device table."""
+    doc = _explain(next(OLLAMA.glob("025-*")) / "log.txt")
+    (s,) = doc["startups"]
+    assert s["answer"]["situation"].startswith("ollama left out Quadro P4000: compute capability 6.1")
+    assert "oldest compiled is 7.5" in s["answer"]["cause"]
+    totals = {r["rank"]: r["total_gib"] for r in s["ranks"]}
+    assert totals["CUDA0"] == 22903 / 1024 and totals["CUDA3"] == 8107 / 1024
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if "ground_truth" in json.loads((c / "meta.json").read_text())],

@@ -96,6 +96,8 @@ _KV_UNIFIED_SRV = lazy_compile(r"kv_unified\s*=\s*'?(true|false)")
 _PIPELINE = lazy_compile(r"pipeline parallelism enabled \(n_copies=(\d+)\)")
 _OFFLOADED = lazy_compile(r"offloaded (\d+)/(\d+) layers to GPU")
 _OUTPUT_ON_CPU = lazy_compile(r"offloading output layer to CPU")
+# llama-server's "Available devices:" table (--list-devices, and the runner ollama starts in 2026)
+_DEVICE_ROW = lazy_compile(r"^\s*((?:CUDA|ROCm|Vulkan|SYCL|MUSA|Metal)\d*): (.+?) \((\d+) MiB, (\d+) MiB free\)\s*$")
 _USING_DEVICE = lazy_compile(r"using device (\S+) \((.*?)\)(?: \([^)]*\))? - (\d+) MiB free")
 _FOUND = lazy_compile(r"found (\d+) (CUDA|ROCm|SYCL|MUSA|Vulkan) devices")
 _GPU_LINE = lazy_compile(r"^\s*Device (\d+): ([^,]+), (?:compute capability|gfx)")
@@ -187,6 +189,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"offloaded",
     b"output layer to CPU",
     b"using device",
+    b"MiB free)",
     b"devices:",
     b"Device ",
     b"memory_breakdown",
@@ -590,6 +593,10 @@ def _server(msg: str, st: dict[str, Any]) -> list[Parsed]:
 
 
 def _devices(msg: str, st: dict[str, Any]) -> list[Parsed]:
+    m = _DEVICE_ROW.search(msg)
+    if m:
+        return [Parsed(ev.RANK, {"total_gib": _mib(m.group(3)), "pre_load_free_gib": _mib(m.group(4)),
+                                 "gpu_name": m.group(2)}, rank=m.group(1))]
     m = _USING_DEVICE.search(msg)
     if m:
         rank = device_label(m.group(1))
@@ -780,7 +787,7 @@ _HANDLERS = (
       "n_kv_max", "kv_size", "ctx_size"), _params),
     (("n_slots", "n_ctx_slot", "max context", "new slot", "slot context", "pipeline parallelism", "offloaded",
       "output layer to CPU", "size per device"), _server),
-    (("using device", " devices", "Device ", "memory_breakdown", "llama_params_fit"), _devices),
+    (("using device", " devices", "Device ", "memory_breakdown", "llama_params_fit", "MiB free)"), _devices),
     (("VRAM", "mem required", "system memory used", "compute buffer total"), _old_era),
     (("build", "loaded meta data", "draft", "loading model", "general.name"), _boundary),
     (("alloc", "failed", "unable to", "error loading model", "Free memory", "CUDA error", "requires flash",

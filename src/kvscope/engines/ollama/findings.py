@@ -359,8 +359,31 @@ class _Ollama(Host):
 HOST = _Ollama()
 
 
+def _skipped_arch(s: Startup) -> Finding | None:
+    """A GPU the 2026 runner's discovery left out: the build's CUDA library has no code for its architecture, so
+    the GPU is never offered to the scheduler (it appears in no memory line after discovery)."""
+    skipped = [w for w in s.warnings if w.get("code") == "ollama-gpu-skipped-arch"]
+    if not skipped:
+        return None
+    gpus = sorted({str(w.get("gpu") or "a GPU") for w in skipped})
+    cc = next((w.get("compute_capability") for w in skipped if w.get("compute_capability")), None)
+    archs = next((w.get("compiled_archs") for w in skipped if w.get("compiled_archs")), None) or []
+    def cc_text(n: int) -> str:  # ollama prints compute capability × 100: 610 is 6.1, 1200 is 12.0
+        return f"{n // 100}.{n % 100 // 10}"
+
+    version = cc_text(cc) if isinstance(cc, int) else "its"
+    oldest = f" (the oldest compiled is {cc_text(min(archs))})" if archs else ""
+    return Finding("ollama-gpu-skipped-arch", "warning",
+                   f"ollama left out {', '.join(gpus)}: compute capability {version} is not in this build's CUDA library",
+                   f"At discovery ollama skipped {', '.join(gpus)}: this release's CUDA library was compiled for "
+                   f"compute capabilities {', '.join(cc_text(a) for a in archs) or 'that exclude it'}{oldest}, not "
+                   f"{version}, so the GPU is not used for any layer (memory is not the cause). An "
+                   "ollama build whose CUDA library still includes that architecture (the CUDA 12 library of earlier "
+                   "releases covers Pascal, cc 6.x) uses it again; the other GPUs keep working meanwhile.")
+
+
 def findings(s: Startup) -> list[Finding]:
     unused_gpu = _ollama_unused_gpus(s)
     out = runner.findings(s, FLAGS, HOST, unused_gpu)
-    out += [f for f in (_ollama_devices(s), _ollama_too_small(s)) if f is not None]
+    out += [f for f in (_skipped_arch(s), _ollama_devices(s), _ollama_too_small(s)) if f is not None]
     return out

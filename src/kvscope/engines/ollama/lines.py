@@ -96,6 +96,9 @@ _NOT_RECOVERED = lazy_compile(r"gpu VRAM usage didn't recover within timeout")
 _TOO_SMALL = lazy_compile(r'gpu has too little memory to allocate any layers"')
 _TERM = lazy_compile(r'\b(name|available|minimum_memory|layer_size|gpu_zer_overhead|partial_offload|full_offload)='
                      r'(?:"([^"]*)"|(\S+))')
+# 2026 (llama-server runner): a GPU discovery leaves out because the build's CUDA library lacks its architecture
+_SKIPPED = lazy_compile(r'msg="skipping (\w+) device[^"]*compute capability not in compiled architectures"'
+                        r'(?:\s+device="([^"]*)")?(?:\s+cc=(\d+))?(?:\s+archs="\[([^\]]*)\]")?')
 _LOAD_ERROR = lazy_compile(r'msg="error loading llama server"\s+error="?(.*)')
 _TERMINATED = lazy_compile(r"llama runner process has terminated:?\s*(.*)")
 
@@ -109,7 +112,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"llama runner started", b"enabling flash attention", b"loaded runners", b"server config", b"Listening on",
     b"Server listening on",
     b"predicted to exceed", b"evicting a model", b"didn't recover", b"too little memory to allocate any layers",
-    b"error loading llama server", b"runner process has terminated",
+    b"error loading llama server", b"runner process has terminated", b"not in compiled architectures",
 )
 
 # a record cut mid-token by a terminal: its head is known, its last field is missing
@@ -532,6 +535,16 @@ def _too_small(text: str, st: dict[str, Any], ctx: LineContext) -> list[Parsed]:
     return [Parsed(ev.WARNING, data), Parsed(ev.SETTINGS, {"ollama_runner": True})]
 
 
+def _skipped(text: str, st: dict[str, Any], ctx: LineContext) -> list[Parsed]:
+    m = _SKIPPED.search(text)
+    if not m:
+        return []
+    archs = [to_int(a) for a in (m.group(4) or "").split() if to_int(a) is not None]
+    data: dict[str, Any] = {"code": "ollama-gpu-skipped-arch", "message": text.strip()[:600], "backend": m.group(1),
+                            "gpu": m.group(2), "compute_capability": to_int(m.group(3)), "compiled_archs": archs}
+    return [Parsed(ev.WARNING, data), Parsed(ev.SETTINGS, {"ollama_gpus_skipped": 1})]
+
+
 def _load_error(text: str, st: dict[str, Any], ctx: LineContext) -> list[Parsed]:
     """The server gave up on a load: the runner's own reason, when it printed one, names the kind."""
     m = _LOAD_ERROR.search(text) or _TERMINATED.search(text)
@@ -568,5 +581,6 @@ _HANDLERS = (
     (("evicting a model", "didn't recover"), _warnings),
     (("too little memory to allocate any layers",), _too_small),
     (("error loading llama server", "runner process has terminated"), _load_error),
+    (("not in compiled architectures",), _skipped),
 )
 
