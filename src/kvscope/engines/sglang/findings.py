@@ -198,11 +198,46 @@ def _default_fraction(s: Startup) -> tuple[float | None, str | None]:
     total = finite_number(s.assumptions.get("gpu_total_gib"))
     version = parse_version(s.engine_version) or min(log_version_range(s).high, NEWEST_BUILT)
     if total is None:
-        return None, None
+        return _default_fraction_bounded(s, version)
     choice = sgd.auto_mem_fraction_static(version, sgd.MemoryInputs(int(total * 1024), tp=tp_size(s)))
     value = round(choice.value, 2)
     return value, (f"from: SGLang's automatic value for this GPU at TP{tp_size(s)} ({choice.rule}) in the newest release "
                    f"the log can be from; pass --assume mem_fraction_static=… if it was set")
+
+
+BOUND_CLASS = 1.25  # catalog cards up to this many times the memory the log shows are the ones it could have run on
+
+
+def _default_fraction_bounded(s: Startup, version) -> tuple[float | None, str | None]:
+    """No device total in the log: what it does show on one GPU (weights, the KV pool, what was left after it)
+    is a floor on the total; when every catalog card between that floor and a quarter above it gets the same
+    automatic value, that value holds whichever card it was."""
+    from kvscope.model.catalog import gpus
+
+    ref = s.reference_rank
+    if ref is None or ref.avail_after_pool_gib is None:
+        return None, None
+    pool = sum(p.size_gib() or 0.0 for p in ref.kv_pools)
+    floor = (ref.weights_gib or 0.0) + pool + ref.avail_after_pool_gib
+    if pool <= 0:
+        return None, None
+    cards = []
+    for g in gpus():
+        total = (g.get("torch_total_bytes") or 0) / GIB or g.get("torch_total_gib_reported") or (
+            (g.get("nominal_gb") or 0) * 1e9 / GIB)  # a card known only by its nominal GB: near enough for a class
+        if isinstance(total, (int, float)) and floor <= total <= floor * BOUND_CLASS:
+            cards.append((total, str(g["name"])))
+    if not cards:
+        return None, None
+    choices = {round(sgd.auto_mem_fraction_static(version, sgd.MemoryInputs(int(t * 1024), tp=tp_size(s))).value, 2)
+               for t, _ in cards}
+    if len(choices) != 1:
+        return None, None
+    names = ", ".join(name.split(" (")[0] for _, name in sorted(cards)[:3])
+    return choices.pop(), (f"from: SGLang's automatic value at TP{tp_size(s)} for a GPU of at least {floor:.1f} GiB, "
+                           f"what the log shows on one (the catalog's cards of that size, {names}, all get it), in the "
+                           "newest release the log can be from; pass --assume gpu=… or mem_fraction_static=… to settle "
+                           "it")
 
 
 def _indexer_left_out(s: Startup) -> Finding | None:
