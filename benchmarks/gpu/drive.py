@@ -123,6 +123,8 @@ def main() -> int:
     if args.only:
         keep = set(args.only.split(","))
         runs = [r for r in runs if r["name"] in keep]
+    else:  # runs marked "done" (fixtures made in an earlier session) run again only through --only
+        runs = [r for r in runs if not r.get("done")]
     done_now, digest = [], []
     for r in runs:
         name = r["name"]
@@ -137,6 +139,11 @@ def main() -> int:
         os.makedirs(rdir)
         model_dir = os.path.join(HERE, "models", r["model_dir"])
         shutil.copy(os.path.join(model_dir, "config.json"), os.path.join(rdir, "config.json"))
+        llm_kwargs = json.loads(json.dumps(r["llm_kwargs"]))
+        if r.get("draft_model_dir"):  # a speculative drafter folder (config.json only, dummy weights too)
+            draft_dir = os.path.join(HERE, "models", r["draft_model_dir"])
+            shutil.copy(os.path.join(draft_dir, "config.json"), os.path.join(rdir, "draft_config.json"))
+            llm_kwargs.setdefault("speculative_config", {})["model"] = draft_dir
         env = dict(os.environ)
         run_env = {**BASE_ENV, **r.get("env", {})}
         env.update(run_env)
@@ -147,7 +154,7 @@ def main() -> int:
             time.sleep(1.0)
         before = nvml()
         before_smi = smi()
-        spec = {"model_dir": model_dir, "llm_kwargs": r["llm_kwargs"]}
+        spec = {"model_dir": model_dir, "llm_kwargs": llm_kwargs}
         spec_path = os.path.join(rdir, "spec.json")
         json.dump(spec, open(spec_path, "w"), indent=1)
         tmo = int(max(30, min(r.get("timeout_s", 360), left - 15)))
@@ -174,8 +181,9 @@ def main() -> int:
             pass
         info = {
             "name": name, "model": r["model"], "model_dir": r["model_dir"],
+            "draft_model_dir": r.get("draft_model_dir"),
             "llm_kwargs": {"model": model_dir, "load_format": "dummy", "skip_tokenizer_init": True,
-                           **r["llm_kwargs"]},
+                           **llm_kwargs},
             "env": run_env, "hold_gib": r.get("hold_gib"), "run_at": run_at,
             "nvml_idle_wait": idle, "nvml_before": before, "nvidia_smi_before": before_smi,
             "exit_code": rc, "timed_out": timed_out, "timeout_s": tmo, "wall_s": round(wall, 2),

@@ -43,7 +43,7 @@ CAVEATS_FAIL = ("the log ends with the engine core's traceback, then the Python 
                 "call as printed by the harness (traceback.print_exc), as an uncaught exception would print it")
 
 PAT = {
-    "available_kv_gib": (r"Available KV cache memory: ([\d.]+) GiB", float),
+    "available_kv_gib": (r"Available KV cache memory: (-?[\d.]+) GiB", float),
     "kv_tokens": (r"GPU KV cache size: ([\d,]+) tokens", lambda s: int(s.replace(",", ""))),
     "max_concurrency": (r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x", float),
     "concurrency_for_tokens": (r"Maximum concurrency for ([\d,]+) tokens per request", lambda s: int(s.replace(",", ""))),
@@ -126,6 +126,8 @@ def main() -> int:
         with open(os.path.join(case, "log.txt"), "wb") as f:
             f.write(log_bytes)
         shutil.copy(os.path.join(d, "config.json"), os.path.join(case, "config.json"))
+        if os.path.isfile(os.path.join(d, "draft_config.json")):  # speculative drafter's config.json
+            shutil.copy(os.path.join(d, "draft_config.json"), os.path.join(case, "draft_config.json"))
         obs = observe(log)
         resolved = res.get("resolved") or {}
         obs["num_gpu_blocks"] = resolved.get("num_gpu_blocks")
@@ -138,6 +140,9 @@ def main() -> int:
         source = open(os.path.join(HERE, "models", run["model_dir"], "SOURCE.txt")).read().split("\n")[1]
         caveats = list(CAVEATS_ALL)
         caveats.append(f"config.json: {source}")
+        if run.get("draft_model_dir"):
+            dsrc = open(os.path.join(HERE, "models", run["draft_model_dir"], "SOURCE.txt")).read().split("\n")[1]
+            caveats.append(f"draft_config.json (the speculative drafter's folder held only it; dummy weights): {dsrc}")
         if run.get("hold_gib"):
             caveats.append(f"on purpose, another process held {run['hold_gib']} GiB of GPU memory during the run "
                            "(a torch.empty on the same GPU), so free memory was short")
@@ -171,9 +176,24 @@ def main() -> int:
         rows.append((name, run["model"], changed(run["llm_kwargs"]) + (
             f"; {run['hold_gib']} GiB held by another process" if run.get("hold_gib") else ""),
             obs, failed, meta.get("failure"), run["run_at"][:10]))
-    write_readme(args.out, rows)
+    write_readme(args.out, all_rows(args.out, rows))
     shutil.rmtree(tmp, ignore_errors=True)
     return 0
+
+
+def all_rows(out: str, rows: list) -> list:
+    """The README lists every case folder under OUT (earlier sessions' too), not only this call's."""
+    made = {r[0] for r in rows}
+    for name in sorted(os.listdir(out)):
+        mp = os.path.join(out, name, "meta.json")
+        if name in made or not os.path.isfile(mp):
+            continue
+        m = json.load(open(mp))
+        held = (m.get("settings") or {}).get("other_process_holding_gib")
+        rows.append((name, m["model"], m["settings_changed_from_default"] + (
+            f"; {held} GiB held by another process" if held else ""),
+            m.get("observed", {}), m.get("failed"), m.get("failure"), m["run_at"][:10]))
+    return sorted(rows, key=lambda r: r[0])
 
 
 def write_readme(out: str, rows: list) -> None:

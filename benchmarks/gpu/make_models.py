@@ -15,6 +15,14 @@ Sources, per model (also written to models/<slug>/SOURCE.txt):
 - deepseek-ai/DeepSeek-V2-Lite: not in the catalog; written from the published config.json's
   fields (as printed by transformers for DeepSeek-V2-Lite-Chat, same architecture), without
   auto_map since no remote code travels (transformers' built-in deepseek_v2 config is used).
+
+Kept as files (make_models.py leaves their config.json and SOURCE.txt as they are; see each SOURCE.txt):
+- Qwen/Qwen3-30B-A3B-FP8: the published config.json (quantization_config quant_method fp8, 128x128
+  blocks) byte for byte as NVIDIA aiconfigurator vendors it (the catalog's source).
+- Qwen/Qwen3-VL-4B-Instruct: the published config.json as vendored in kohya-ss/musubi-tuner
+  (krea2_encoder.py, QWEN3_VL_4B_INSTRUCT_CONFIG), written back as JSON.
+- llama31-8b-eagle3-drafter: SpecForge's configs/llama3-8B-eagle3.json, the EAGLE-3 drafter config for
+  Llama-3.1-8B-Instruct (used as speculative_config.model; dummy weights there too).
 """
 
 from __future__ import annotations
@@ -79,6 +87,9 @@ MODELS = {
     "deepseek-v2-lite": ("deepseek-ai/DeepSeek-V2-Lite", "published"),
 }
 
+# Folders whose config.json is a copied file (not generated here); main() only checks they are there.
+FILES = ["qwen3-30b-a3b-fp8", "qwen3-vl-4b-instruct", "llama31-8b-eagle3-drafter"]
+
 
 def from_catalog(hf_id: str) -> dict:
     entry = next(m for m in json.load(open(CATALOG)) if m["hf_id"] == hf_id)
@@ -113,6 +124,10 @@ def main() -> None:
         with open(os.path.join(d, "SOURCE.txt"), "w") as f:
             f.write(f"{hf_id}\n{src}\n")
         print(slug, hf_id, len(cfg), "keys")
+    for slug in FILES:
+        d = os.path.join(OUT, slug)
+        cfg = json.load(open(os.path.join(d, "config.json")))
+        print(slug, open(os.path.join(d, "SOURCE.txt")).readline().strip(), len(cfg), "keys (kept as a file)")
 
 
 if __name__ == "__main__":
