@@ -6,7 +6,7 @@ import click
 
 from kvscope.cli.common import echo_listing
 from kvscope.core.errors import InputError
-from kvscope.model.catalog import gpus
+from kvscope.model.catalog import gpus, torch_total_gib
 
 
 @click.command("gpus")
@@ -24,7 +24,7 @@ def command(word: str | None) -> None:
         if word and word.lower() not in g["name"].lower() and not any(word.lower() in a.lower()
                                                                     for a in g.get("aliases") or []):
             continue
-        total = g["torch_total_bytes"] / 2**30 if g.get("torch_total_bytes") else g.get("torch_total_gib_reported")
+        total = torch_total_gib(g)
         nominal = g.get("nominal_gb")
         rows.append((g["name"], f"{nominal if nominal is not None else '?'} GB"
                      + (f" ({total:.2f} GiB to torch)" if isinstance(total, (int, float)) else "")))

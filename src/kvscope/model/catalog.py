@@ -30,6 +30,14 @@ def gpus() -> list[dict[str, Any]]:
     return json.loads(resources.files("kvscope.data").joinpath("gpus.json").read_text())
 
 
+def torch_total_gib(g: dict[str, Any]) -> float | None:
+    """A catalog card's memory as torch sees it (exact bytes, else a reported figure), GiB; None when unknown."""
+    if g.get("torch_total_bytes"):
+        return float(g["torch_total_bytes"]) / (1 << 30)
+    reported = g.get("torch_total_gib_reported")
+    return float(reported) if isinstance(reported, (int, float)) else None
+
+
 def _norm(name: str) -> str:
     return re.sub(r"[^a-z0-9.]+", "", name.lower())
 

@@ -128,21 +128,22 @@ def capacity_lines(cap: Capacity) -> list[str]:
     return lines
 
 
+def _model_parts(m: dict[str, Any]) -> list[str]:
+    """One loaded ollama model in words: size, share in VRAM (the rest of its layers run on the CPU), context."""
+    parts = []
+    if m.get("size_bytes"):
+        parts.append(_bytes(m["size_bytes"]))
+    share = m.get("vram_share")
+    if share is not None:
+        parts.append("all in VRAM" if share >= 0.995 else
+                     f"{share:.0%} in VRAM, {1 - share:.0%} on the CPU" if share > 0 else "all on the CPU")
+    if m.get("context_length"):
+        parts.append(f"context {m['context_length']:,}")
+    return parts
+
+
 def loaded_lines(models: list[dict[str, Any]]) -> list[str]:
-    """ollama's loaded models in words: size, share in VRAM (the rest of its layers run on the CPU), context."""
-    out = []
-    for m in models:
-        text = str(m.get("name"))
-        if m.get("size_bytes"):
-            text += f" · {_bytes(m['size_bytes'])}"
-        share = m.get("vram_share")
-        if share is not None:
-            text += (" · all in VRAM" if share >= 0.995 else
-                     f" · {share:.0%} in VRAM, {1 - share:.0%} on the CPU" if share > 0 else " · all on the CPU")
-        if m.get("context_length"):
-            text += f" · context {m['context_length']:,}"
-        out.append(text)
-    return out
+    return [" · ".join([str(m.get("name")), *_model_parts(m)]) for m in models]
 
 
 class LiveView:
@@ -205,7 +206,7 @@ class LiveView:
         if loaded is not None:
             for m in loaded:
                 grid.add_row(str(m.get("name")), bar(m.get("vram_share"), 20) + Text(f" in VRAM {_pct(m.get('vram_share'))}"),
-                             Text(" · ".join(loaded_lines([m])[0].split(" · ")[1:])))
+                             Text(" · ".join(_model_parts(m))))
             if not loaded:
                 grid.add_row("models", "none loaded", "")
             rows.append(grid)

@@ -13,8 +13,7 @@ from typing import Any
 from kvscope.core.startup import Finding, Startup, Suggestion
 from kvscope.engines.llamacpp import rules
 from kvscope.engines.llamacpp.facts import LlamaCapacityFacts, LlamaRankFacts
-from kvscope.engines.llamacpp.finish import AGGREGATE_RANK, cache_shape
-from kvscope.engines.llamacpp.lines import HOST_RANK
+from kvscope.engines.llamacpp.finish import AGGREGATE_RANK, allocated_gib, cache_shape, gpu_ranks
 
 BIG_COMPUTE_GIB = 1.0  # compute buffers above this per device are worth a word
 
@@ -112,10 +111,6 @@ def _costed_cache(s: Startup) -> tuple[dict[str, Any], int | None] | None:
         return None
     cache = max(others, key=_cache_gib)
     return cache, cache.get("tokens") or cache.get("cells") or _int(s, f"kv_cells_{cache.get('name')}")
-
-
-def _gpus(s: Startup) -> list:
-    return [r for r in s.ranks if r.rank not in (HOST_RANK, AGGREGATE_RANK)]
 
 
 def _element_bytes(s: Startup, per_cell: float) -> float | None:
@@ -270,8 +265,7 @@ def _offload(s: Startup, fl: Flags, host: Host, unused_gpu: Finding | None) -> F
             if replaced is not None:
                 return replaced
         elif free is not None:
-            used = sum((r.weights_gib or 0.0) + sum(p.gib or 0.0 for p in r.kv_pools) + (LlamaRankFacts(r).compute_gib or 0.0)
-                       for r in _gpus(s))
+            used = sum(allocated_gib(r) for r in gpu_ranks(s))
             kv_per_layer = sum(_cache_gib(c) for c in (LlamaCapacityFacts(s.capacity).kv_caches or [])) / total
             fits = max(0, min(total - done, int((free - used) // (per_layer + kv_per_layer))))
             detail += f" The log shows {free:,.1f} GiB free on the GPUs before loading, {used:,.1f} of it used now."
@@ -290,7 +284,7 @@ def _offload(s: Startup, fl: Flags, host: Host, unused_gpu: Finding | None) -> F
 def _gpu_free_gib(s: Startup, host: Host) -> float | None:
     """Free GPU memory before the load, summed over the GPUs: llama.cpp's "using device … MiB free" lines, or
     what the embedding server counted as available."""
-    free = [r.pre_load_free_gib for r in _gpus(s) if r.pre_load_free_gib is not None]
+    free = [r.pre_load_free_gib for r in gpu_ranks(s) if r.pre_load_free_gib is not None]
     return sum(free) if free else host.gpu_free_gib(s)
 
 
@@ -304,7 +298,7 @@ def _ubatch(s: Startup, fl: Flags) -> Suggestion:
 
 
 def _compute(s: Startup, fl: Flags) -> Finding | None:
-    heavy = [(r.rank, g) for r in _gpus(s) if (g := LlamaRankFacts(r).compute_gib) is not None and g >= BIG_COMPUTE_GIB]
+    heavy = [(r.rank, g) for r in gpu_ranks(s) if (g := LlamaRankFacts(r).compute_gib) is not None and g >= BIG_COMPUTE_GIB]
     if not heavy:
         return None
     total = sum(g for _, g in heavy)
@@ -488,7 +482,7 @@ def _kv_ahead(s: Startup, fl: Flags) -> Finding | None:
               f"({kv_mib / 1024:,.2f} GiB): {shape.layers} layers × ({shape.n_embd_k_gqa:,} K + {shape.n_embd_v_gqa:,} V) "
               f"× {types[0]}/{types[1]}, from {shape.source}. {fl.runner} allocates it in full at start.")
     ws = s.settings.get("metal_working_set_mib")
-    weights = sum(r.weights_gib or 0.0 for r in s.ranks if r.rank not in (AGGREGATE_RANK, HOST_RANK)) * 1024
+    weights = sum(r.weights_gib or 0.0 for r in gpu_ranks(s)) * 1024
     sug = None
     if isinstance(ws, float) and ws > 0 and kv_mib + weights > ws:
         room = ws - weights - COMPUTE_ALLOWANCE_MIB

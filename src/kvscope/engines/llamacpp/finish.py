@@ -43,6 +43,16 @@ def finish(s: Startup) -> None:
         r.ledger = ledger_rows(s, r)
 
 
+def gpu_ranks(s: Startup) -> list[Rank]:
+    """The GPU devices: every rank but host memory and the whole-cache summary."""
+    return [r for r in s.ranks if r.rank not in (HOST_RANK, AGGREGATE_RANK)]
+
+
+def allocated_gib(r: Rank) -> float:
+    """What the runner put on one device: weights, its KV pools, compute buffers."""
+    return (r.weights_gib or 0.0) + sum(p.gib or 0.0 for p in r.kv_pools) + (LlamaRankFacts(r).compute_gib or 0.0)
+
+
 # --- buffers -----------------------------------------------------------------------------------------
 
 

@@ -4,10 +4,9 @@ then ollama's own terms beside them: the scheduler's estimate for the GPUs again
 from __future__ import annotations
 
 from kvscope.core.startup import Startup
-from kvscope.engines.llamacpp.finish import AGGREGATE_RANK
+from kvscope.engines.llamacpp.finish import allocated_gib, gpu_ranks
 from kvscope.engines.llamacpp.finish import finish as llama_finish
-from kvscope.engines.llamacpp.lines import HOST_RANK
-from kvscope.engines.ollama.facts import OllamaCapacityFacts, OllamaRankFacts
+from kvscope.engines.ollama.facts import OllamaCapacityFacts
 
 
 def finish(s: Startup) -> None:
@@ -15,16 +14,6 @@ def finish(s: Startup) -> None:
     _estimate_vs_allocation(s)
     if s.capacity.max_running_requests is None and isinstance(s.setting("ollama_parallel"), int):
         s.capacity.max_running_requests = s.setting("ollama_parallel")
-
-
-def gpu_ranks(s: Startup) -> list:
-    return [r for r in s.ranks if r.rank not in (HOST_RANK, AGGREGATE_RANK)]
-
-
-def allocated_gib(r) -> float:
-    """What the runner put on one device: weights, its KV pools, compute buffers."""
-    return ((r.weights_gib or 0.0) + sum(p.gib or 0.0 for p in r.kv_pools)
-            + (OllamaRankFacts(r).compute_gib or 0.0))
 
 
 def _estimate_vs_allocation(s: Startup) -> None:

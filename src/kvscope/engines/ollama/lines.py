@@ -178,8 +178,7 @@ class OllamaLines:
         parsed = lead + self._llama.parse(text, ctx)
         llama = ctx.state.get("llamacpp") or {}
         if any(p.kind == ev.BOUNDARY for p in parsed):  # the runner itself began another load
-            st["markers"], st["weights_devices"] = set(), set()
-            st["runner_context"] = False
+            _clear_load(st)
             return parsed + _server_events(st)
         if parsed and not before and llama.get("ctx_seen"):
             st["runner_context"] = True
@@ -187,13 +186,15 @@ class OllamaLines:
 
 
 def _own(text: str, st: dict[str, Any], ctx: LineContext) -> list[Parsed]:
+    if st["offload_open"] and _CONTINUED.match(text):
+        return _offload(text, st, ctx, continued=True)
+    if not _GATE.search(text):
+        return []  # one C-speed scan rejects the lines no handler reads (every candidate line of other engines)
     for triggers, handler in _HANDLERS:
         if any(t in text for t in triggers):
             out = handler(text, st, ctx)
             if out:
                 return out
-    if st["offload_open"] and _CONTINUED.match(text):
-        return _offload(text, st, ctx, continued=True)
     return []
 
 
@@ -209,10 +210,15 @@ def _load_marker(kind: str, st: dict[str, Any], ctx: LineContext) -> list[Parsed
     return []
 
 
-def _new_load(st: dict[str, Any], ctx: LineContext, kind: str | None = None) -> list[Parsed]:
+def _clear_load(st: dict[str, Any], kind: str | None = None) -> None:
+    """What one load has seen, forgotten: the next starts with ``kind`` (the marker that began it) alone."""
     st["markers"] = {kind} if kind else set()
     st["weights_devices"] = set()
     st["runner_context"] = False
+
+
+def _new_load(st: dict[str, Any], ctx: LineContext, kind: str | None = None) -> list[Parsed]:
+    _clear_load(st, kind)
     llama = ctx.state.get("llamacpp")
     if llama is not None:
         reset_state(llama)
@@ -583,4 +589,4 @@ _HANDLERS = (
     (("error loading llama server", "runner process has terminated"), _load_error),
     (("not in compiled architectures",), _skipped),
 )
-
+_GATE = lazy_compile("|".join(re.escape(t) for triggers, _ in _HANDLERS for t in triggers))

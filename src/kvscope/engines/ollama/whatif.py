@@ -167,7 +167,7 @@ def predict(cal: OllamaCalibration, changes: dict[str, Any], label: str | None =
         sc = _from_estimate(cal, inner, label)
     sc.changes = changes
     sc.label = label or (", ".join(f"{k}={v}" for k, v in changes.items()) or "as logged")
-    sc.flags = [f"{FLAGS[k]}={v}" if k.isupper() or FLAGS[k].startswith("OLLAMA") else f"{FLAGS[k]} {v}"
+    sc.flags = [f"{FLAGS[k]}={v}" if FLAGS[k].startswith("OLLAMA") else f"{FLAGS[k]} {v}"  # env vars are K=V
                 for k, v in changes.items()]
     sc.context_tokens = num_ctx
     sc.concurrency_at_context = float(parallel)

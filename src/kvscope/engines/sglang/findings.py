@@ -212,7 +212,7 @@ def _default_fraction_bounded(s: Startup, version) -> tuple[float | None, str | 
     """No device total in the log: what it does show on one GPU (weights, the KV pool, what was left after it)
     is a floor on the total; when every catalog card between that floor and a quarter above it gets the same
     automatic value, that value holds whichever card it was."""
-    from kvscope.model.catalog import gpus
+    from kvscope.model.catalog import gpus, torch_total_gib
 
     ref = s.reference_rank
     if ref is None or ref.avail_after_pool_gib is None:
@@ -223,9 +223,8 @@ def _default_fraction_bounded(s: Startup, version) -> tuple[float | None, str | 
         return None, None
     cards = []
     for g in gpus():
-        total = (g.get("torch_total_bytes") or 0) / GIB or g.get("torch_total_gib_reported") or (
-            (g.get("nominal_gb") or 0) * 1e9 / GIB)  # a card known only by its nominal GB: near enough for a class
-        if isinstance(total, (int, float)) and floor <= total <= floor * BOUND_CLASS:
+        total = torch_total_gib(g) or (g.get("nominal_gb") or 0) * 1e9 / GIB  # nominal GB: near enough for a class
+        if floor <= total <= floor * BOUND_CLASS:
             cards.append((total, str(g["name"])))
     if not cards:
         return None, None

@@ -147,7 +147,7 @@ def _total_unknown(cal: VllmCalibration) -> str:
     if cal.util is None:
         return ("gpu_memory_utilization is not in the log and its default depends on the release: pass "
                 "--assume gpu_memory_utilization=… (and gpu=… if the device total is not logged either)")
-    from kvscope.model.catalog import gpus
+    from kvscope.model.catalog import gpus, torch_total_gib
 
     shown = [x for x in (cal.weights_gib, cal.activation_gib, cal.non_torch_gib) if x is not None]
     kv = cal.kv_low_bytes / GIB
@@ -156,8 +156,8 @@ def _total_unknown(cal: VllmCalibration) -> str:
                                             ("non-torch", cal.non_torch_gib)) if x is not None)
     fits = []
     for g in gpus():
-        total = (g.get("torch_total_bytes") or 0) / GIB or g.get("torch_total_gib_reported")
-        if isinstance(total, (int, float)) and total >= floor:
+        total = torch_total_gib(g)
+        if total is not None and total >= floor:
             fits.append((total, g["name"]))
     named = ", ".join(f"{name} ({total:.1f} GiB)" for total, name in sorted(fits)[:CARDS_NAMED])
     return (f"the device total is not in the log: {what + ' + ' if what else ''}KV {kv:.2f} GiB at utilization "
