@@ -16,14 +16,14 @@ LAYERS: list[tuple[str, ...]] = [
     ("core",),
     ("reading", "model", "data"),
     ("engines",),
-    ("runtime", "ledger", "findings", "watch"),
+    ("runtime", "ledger", "findings", "watch", "fleet"),
     ("analysis", "api", "examples"),
     ("render",),
     ("cli", "__main__"),
 ]
 RANK = {pkg: (i, j) for i, layer in enumerate(LAYERS) for j, pkg in enumerate(layer)}
 ENGINE_NAMES = ("sglang", "vllm", "llamacpp", "trtllm", "ollama")
-OPTIONAL = {"kvscope._bulk", "kvscope", "pynvml"}  # "kvscope": `from kvscope import _bulk`  # the C helper and NVML may be absent; nothing else
+OPTIONAL = {"kvscope._bulk", "kvscope", "kvscope.fleet._grid", "pynvml"}  # "kvscope": `from kvscope import _bulk`  # the C helper and NVML may be absent; nothing else
 
 
 def _modules() -> list[tuple[Path, str, ast.Module]]:

@@ -16,7 +16,7 @@ from kvscope import __version__
 from kvscope.core.errors import InputError
 from kvscope.core.text import visible
 
-VERBS = ("explain", "examples", "whatif", "plan", "diff", "watch", "models", "gpus")  # one module each: kvscope.cli.<verb>
+VERBS = ("explain", "examples", "whatif", "plan", "diff", "watch", "fleet", "models", "gpus")  # one module each: kvscope.cli.<verb>
 
 
 class _Verbs(click.Group):

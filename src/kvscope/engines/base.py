@@ -185,6 +185,32 @@ class Knobs:
 
 
 @dataclass(frozen=True)
+class FleetMetrics:
+    """Where an engine's Prometheus metrics say what ``kvscope fleet`` reads, every era's name in order
+    (the first a replica exports is the one used: releases rename metrics and some export both for a while).
+
+    Gauges are read on the step grid; counters as increases (a drop is a restart); the capacity from the
+    labels of an info metric (vLLM's cache_config_info) or from a gauge of tokens (SGLang's)."""
+
+    usage: tuple[str, ...]  # KV pool usage, 0..1
+    waiting: tuple[str, ...]  # requests queued
+    running: tuple[str, ...]  # requests running
+    preemptions: tuple[str, ...] = ()  # counters: requests evicted from a full pool (preempted / retracted)
+    preemption_gauges: tuple[str, ...] = ()  # where only a per-interval gauge exists
+    prefix_hits: tuple[str, ...] = ()  # counters: prompt tokens served from the prefix cache …
+    prefix_queries: tuple[str, ...] = ()  # … of the prompt tokens looked up
+    hit_rate: tuple[str, ...] = ()  # a 0..1 hit-rate gauge, where no counters exist
+    capacity_info: tuple[str, ...] = ()  # an info metric whose labels carry the cache configuration
+    capacity_tokens: tuple[str, ...] = ()  # a gauge of the pool's tokens
+    scheduler_labels: tuple[str, ...] = ()  # labels that tell one server's schedulers (pools) apart
+    repeat_labels: tuple[str, ...] = ()  # labels whose other values repeat the first's numbers (SGLang TP ranks)
+
+    def names(self) -> tuple[str, ...]:
+        return (*self.usage, *self.waiting, *self.running, *self.preemptions, *self.preemption_gauges,
+                *self.prefix_hits, *self.prefix_queries, *self.hit_rate, *self.capacity_info, *self.capacity_tokens)
+
+
+@dataclass(frozen=True)
 class Engine:
     """Everything kvscope knows about one inference engine, behind one object.
 
@@ -201,6 +227,7 @@ class Engine:
     whatif: Any = None  # module-like: can_calibrate(startup), build_prediction(startup, changes, context, host_ram_gb)
     plan: Callable[[Any], dict] | None = None  # kvscope.model.planning.Context → the plan body
     watch: Callable[[], type] | None = None  # → the adapter class kvscope watch uses
+    fleet: FleetMetrics | None = None  # its Prometheus metric names, for kvscope fleet
     knobs: Knobs = field(default_factory=Knobs)
     runtime_advice: Callable[..., Any] | None = None  # scheduler-limit advice for the runtime verdict
     weights: WeightRules = field(default_factory=WeightRules)  # how it lays a checkpoint out in memory

@@ -148,6 +148,10 @@ class Client:
         timeout: float = 10.0,
         insecure: bool = False,
         max_bytes: int = MAX_BODY_BYTES,
+        basic_auth: tuple[str, str] | None = None,
+        ca_file: str | None = None,
+        key_option: str = "--api-key KEY (or set KVSCOPE_API_KEY)",
+        key_name: str = "API key",
     ) -> None:
         given = normalise_url(base_url)
         parts = urllib.parse.urlsplit(given)
@@ -156,15 +160,20 @@ class Client:
         self.base = display_url(given)
         self.shown = self.base
         self.api_key = api_key
-        self._basic = (base64.b64encode(f"{userinfo[0]}:{userinfo[1]}".encode()).decode()
-                       if parts.username is not None else None)
+        if basic_auth is None and parts.username is not None:
+            basic_auth = userinfo
+        self._basic = base64.b64encode(f"{basic_auth[0]}:{basic_auth[1]}".encode()).decode() if basic_auth else None
+        self.key_option, self.key_name = key_option, key_name
         self.timeout = timeout
         self.max_bytes = max_bytes
         handlers: list[urllib.request.BaseHandler] = [_SameOriginRedirects(bool(api_key or self._basic))]
         if is_loopback(self.base):
             handlers.append(urllib.request.ProxyHandler({}))  # a proxy never reaches our loopback
         if self.base.startswith("https://"):
-            ctx = ssl.create_default_context()
+            try:
+                ctx = ssl.create_default_context(cafile=ca_file)
+            except (OSError, ssl.SSLError) as exc:
+                raise InputError(f"{ca_file}: not a readable CA certificate file ({_reason_text(exc)})") from None
             if insecure:
                 ctx.check_hostname = False
                 ctx.verify_mode = ssl.CERT_NONE
@@ -264,11 +273,11 @@ class Client:
         where = f"{self.shown}{path}"
         if code in (401, 403):
             if self.api_key:
-                return AuthFailed(f"{where}: HTTP {code}: the server refused the API key given with --api-key")
+                return AuthFailed(f"{where}: HTTP {code}: the server refused the {self.key_name} given with "
+                                  f"{self.key_option.split()[0]}")
             if self._basic:
-                return AuthFailed(f"{where}: HTTP {code}: the server refused the user name and password in the URL")
-            return AuthFailed(f"{where}: HTTP {code}: the server wants an API key; pass --api-key KEY "
-                              "(or set KVSCOPE_API_KEY)")
+                return AuthFailed(f"{where}: HTTP {code}: the server refused the user name and password")
+            return AuthFailed(f"{where}: HTTP {code}: the server wants {'an' if self.key_name[0] in 'AEIOU' else 'a'} {self.key_name}; pass {self.key_option}")
         if code == 404:
             return NotFound(f"{where}: HTTP 404 (this server has no such endpoint)")
         if code >= 500:

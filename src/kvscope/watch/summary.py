@@ -76,6 +76,23 @@ class Summary:
                 idx = int(g.get("index", 0))
                 self.gpu_peak_bytes[idx] = max(self.gpu_peak_bytes.get(idx, 0), int(g["used_bytes"]))
 
+    @classmethod
+    def of_counts(cls, *, step_s: float, samples: int, watched_s: float, peak_usage: float | None,
+                  usage_hist: list[float], above_high_steps: int, waiting_steps: int, waiting_peak: int,
+                  waiting_while_high_steps: int, running_peak: int, preemptions: int | None, restarts: int,
+                  prefix_hit_rate: float | None) -> Summary:
+        """A summary of samples counted elsewhere on a grid of ``step_s`` (kvscope fleet reads Prometheus'
+        range answers), so that a replica in a fleet gets the verdict watch would give it."""
+        out = cls(samples=samples, watched_s=watched_s, usage_time_s=samples * step_s, peak_usage=peak_usage,
+                  above_high_s=above_high_steps * step_s, waiting_time_s=waiting_steps * step_s,
+                  waiting_peak=waiting_peak, waiting_while_high_s=waiting_while_high_steps * step_s,
+                  running_peak=running_peak, preemptions=preemptions or 0, preemptions_seen=preemptions is not None,
+                  restarts=restarts)
+        out._hist = [c * step_s for c in usage_hist]
+        if prefix_hit_rate is not None:
+            out.hit_num, out.hit_den = prefix_hit_rate, 1.0
+        return out
+
     def percentile(self, q: float) -> float | None:
         if self.usage_time_s <= 0:
             return None

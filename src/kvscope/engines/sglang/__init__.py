@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from kvscope.engines.base import Deferred, Engine, FractionBasis, Knobs, MemoryKnob, deferred
 from kvscope.engines.sglang.facts import SGLangCapacityFacts, SGLangRankFacts
+from kvscope.engines.sglang.fleet import FLEET
 from kvscope.engines.sglang.lines import SGLangLines
 from kvscope.engines.sglang.rules import SGLANG_WEIGHTS
 
@@ -47,6 +48,7 @@ ENGINE = Engine(
     whatif=Deferred("kvscope.engines.sglang.whatif"),
     plan=deferred("kvscope.engines.sglang.plan", "plan_sglang"),
     watch=deferred("kvscope.engines.sglang.watch", "_adapter_class"),
+    fleet=FLEET,
     knobs=Knobs(
         memory=MemoryKnob("mem_fraction_static", "--mem-fraction-static", FractionBasis.FREE_BEFORE_WEIGHTS),
         request_cap=("--max-running-requests", "max_running_requests"),

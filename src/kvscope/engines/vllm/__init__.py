@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from kvscope.engines.base import Deferred, Engine, FractionBasis, Knobs, MemoryKnob, deferred
 from kvscope.engines.vllm.facts import VllmCapacityFacts, VllmRankFacts
+from kvscope.engines.vllm.fleet import FLEET
 from kvscope.engines.vllm.lines import VLLMLines
 from kvscope.engines.vllm.rules import VLLM_WEIGHTS
 
@@ -46,6 +47,7 @@ ENGINE = Engine(
     whatif=Deferred("kvscope.engines.vllm.whatif"),
     plan=deferred("kvscope.engines.vllm.plan", "plan_vllm"),
     watch=deferred("kvscope.engines.vllm.watch", "_adapter_class"),
+    fleet=FLEET,
     knobs=Knobs(
         memory=MemoryKnob("gpu_memory_utilization", "--gpu-memory-utilization", FractionBasis.DEVICE_TOTAL,
                           default=0.9, reserve_label="outside the budget (GiB)"),
