@@ -30,7 +30,8 @@ def render(analysis, fmt: str, redact: bool, extra=None) -> str:
 @click.command("explain")
 @click.argument("logs", nargs=-1)
 @click.option("--example", "example", metavar="NAME", shell_complete=complete_example, help="Explain a bundled example (see `kvscope examples`).")
-@click.option("--format", "fmt", type=FORMATS, default="terminal", show_default=True)
+@click.option("--format", "fmt", type=click.Choice([*FORMATS.choices, "prometheus"]), default="terminal", show_default=True,
+              help="prometheus: the ledger as Prometheus text, for node_exporter's textfile collector.")
 @click.option("-o", "--output", metavar="FILE", help="Write the report to FILE instead of stdout.")
 @click.option("--assume", "assume", multiple=True, metavar="KEY=VALUE",
               help="A fact the log lacks: mem_fraction_static=0.88, gpu='RTX PRO 6000', model=…, tp_size=8.")

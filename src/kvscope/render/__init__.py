@@ -1,4 +1,4 @@
-"""Renderers: the same analysis as terminal text, JSON, markdown or self-contained HTML.
+"""Renderers: the same analysis as terminal text, JSON, markdown, self-contained HTML or Prometheus text.
 
 Redaction happens here, once, for every format: on the *document* before rendering (so JSON
 stays valid and HTML escaping is never undone), then on the finished text of the plain-text
@@ -12,7 +12,7 @@ from typing import Any
 
 from kvscope.core.errors import InputError
 
-MODULES = {"terminal": "terminal", "json": "json_out", "markdown": "markdown", "html": "html"}
+MODULES = {"terminal": "terminal", "json": "json_out", "markdown": "markdown", "html": "html", "prometheus": "prometheus"}
 TEXT_PASS = ("terminal", "markdown")  # formats whose finished text holds no code or escaping to protect
 
 
