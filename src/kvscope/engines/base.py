@@ -202,12 +202,14 @@ class FleetMetrics:
     hit_rate: tuple[str, ...] = ()  # a 0..1 hit-rate gauge, where no counters exist
     capacity_info: tuple[str, ...] = ()  # an info metric whose labels carry the cache configuration
     capacity_tokens: tuple[str, ...] = ()  # a gauge of the pool's tokens
+    used_tokens: tuple[str, ...] = ()  # a gauge of the tokens in use: with usage, it sizes a pool no gauge states
     scheduler_labels: tuple[str, ...] = ()  # labels that tell one server's schedulers (pools) apart
     repeat_labels: tuple[str, ...] = ()  # labels whose other values repeat the first's numbers (SGLang TP ranks)
 
     def names(self) -> tuple[str, ...]:
         return (*self.usage, *self.waiting, *self.running, *self.preemptions, *self.preemption_gauges,
-                *self.prefix_hits, *self.prefix_queries, *self.hit_rate, *self.capacity_info, *self.capacity_tokens)
+                *self.prefix_hits, *self.prefix_queries, *self.hit_rate, *self.capacity_info, *self.capacity_tokens,
+                *self.used_tokens)
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,8 @@ SPARK_BUCKETS = 120
 CAPACITY_STEPS = 500  # the capacity is read on a coarse grid: this many steps over the range
 GAUGES = ("usage", "waiting", "running")
 COUNTERS = ("preemptions", "prefix_hits", "prefix_queries")
-OTHER_GAUGES = ("hit_rate", "preemption_gauges")
+OTHER_GAUGES = ("hit_rate", "preemption_gauges", "used_tokens")
+ESTIMATE_FROM = 0.05  # usage below this: used ÷ usage is noise (SGLang rounds usage to two decimals)
 _LOW_PRECISION = ("fp8", "int8", "fp4", "int4", "nvfp4")
 
 
@@ -104,6 +105,7 @@ class _Replica:
     evict_gauge_steps: int | None = None
     capacity: dict[tuple[str, ...], tuple[int, dict[str, str], float]] = field(default_factory=dict)
     capacities_seen: set[int] = field(default_factory=set)
+    pool_estimates: dict[tuple[str, ...], tuple[float, float]] = field(default_factory=dict)  # sched → (usage, used)
 
 
 class _Names:
@@ -146,6 +148,7 @@ def _repeat_rank(labels: dict[str, str], fm: FleetMetrics) -> tuple[int, ...]:
 def scan(api: API, q: Query, progress: Callable[[str], None] | None = None) -> FleetReport:
     """The whole fleet report: every question asked of ``api`` in bounded pages and windows."""
     sel = selector_matchers(q.selector)
+    version = api.check()
     all_fm = _fleet_engines()
     usage_names = tuple(n for fm in all_fm.values() for n in fm.usage)
     found = api.series(vector(names_matcher(usage_names), sel), q.start, q.end)
@@ -187,7 +190,7 @@ def scan(api: API, q: Query, progress: Callable[[str], None] | None = None) -> F
                      "so what their queue needed cannot be sized in tokens")
     return FleetReport(prometheus=api.client.shown, selector=q.selector,
                        range=Range(q.start, q.end, q.step_s, steps), replicas=tuple(out), summary=_summary(out),
-                       requests=api.requests, bytes_read=api.bytes, prometheus_version=None, notes=tuple(notes))
+                       requests=api.requests, bytes_read=api.bytes, prometheus_version=version, notes=tuple(notes))
 
 
 def _pages(per_value: dict[str, int], steps: int, max_points: int) -> list[list[str]]:
@@ -250,10 +253,28 @@ def _read_window(api: API, names: _Names, replicas: dict, vector_parts: tuple[st
             f = grid.fold(hit, None, None, 2.0, grid.new_hist(), grid.new_hist(), bytearray(), 0, 0, 0)
             rep.hit_gauge_sum += f.usage_sum
             rep.hit_gauge_n += f.usage_n
+        used = gauges.get("used_tokens", {}).get(key)
+        if used:
+            _estimate_pool(rep, gauges.get("usage", {}).get(key) or [], used, fm)
         ev = _one(gauges.get("preemption_gauges", {}).get(key), fm, grid.SUM)
         if ev is not None:
             f = grid.fold(None, ev, None, 2.0, grid.new_hist(), grid.new_hist(), bytearray(), 0, 0, 0)
             rep.evict_gauge_steps = (rep.evict_gauge_steps or 0) + f.waiting_pos_n
+
+
+def _estimate_pool(rep: _Replica, usage: list, used: list, fm: FleetMetrics) -> None:
+    """Each scheduler's pool ≈ tokens used ÷ usage, at the step where its usage was highest (most digits)."""
+    by_sched = {(_scheduler(lab, fm), _repeat_rank(lab, fm)): g for _, lab, g in used}
+    for _, labels, g in usage:
+        sched, rank = _scheduler(labels, fm), _repeat_rank(labels, fm)
+        u = grid.fold(g, None, None, 2.0, grid.new_hist(), grid.new_hist(), bytearray(), 0, 0, 0)
+        tokens = by_sched.get((sched, rank))
+        if tokens is None or u.usage_peak_i < 0 or not u.usage_peak >= ESTIMATE_FROM:
+            continue
+        at = grid.values(tokens)[u.usage_peak_i]
+        best = rep.pool_estimates.get(sched)
+        if at == at and (best is None or u.usage_peak > best[0]):
+            rep.pool_estimates[sched] = (u.usage_peak, at)
 
 
 def _one(items: list | None, fm: FleetMetrics, op: int) -> bytes | None:
@@ -380,6 +401,10 @@ def _matching(replicas: dict, labels: dict[str, str], engine: str) -> list[_Repl
 
 def _capacity(rep: _Replica) -> Capacity:
     if not rep.capacity:
+        if rep.pool_estimates:
+            est = round(sum(used / usage for usage, used in rep.pool_estimates.values()))
+            return Capacity(kv_tokens=est, schedulers=len(rep.pool_estimates),
+                            source="estimate: tokens used ÷ usage (no capacity gauge)")
         return Capacity()
     items = list(rep.capacity.values())
     tokens = [int(t) for _, _, t in items if t == t]

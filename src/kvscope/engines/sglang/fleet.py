@@ -16,6 +16,7 @@ FLEET = FleetMetrics(
     prefix_queries=("sglang:prompt_tokens_total",),
     hit_rate=("sglang:cache_hit_rate",),  # a percentage before 0.4, a fraction since
     capacity_tokens=("sglang:max_total_num_tokens",),
+    used_tokens=("sglang:num_used_tokens",),  # releases that export no max_total_num_tokens: pool ≈ used / usage
     scheduler_labels=("dp_rank", "pp_rank"),
     repeat_labels=("tp_rank", "moe_ep_rank"),
 )
