@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -182,3 +183,27 @@ def test_nothing_listening_is_one_line():
 def test_bad_usage(args, words):
     code, out, err = _cli("http://127.0.0.1:9", *args)
     assert code == 2 and words in err
+
+
+@pytest.fixture(scope="module")
+def cert(tmp_path_factory) -> tuple[str, str]:
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed: cannot make a self-signed certificate for the TLS tests")
+    d = tmp_path_factory.mktemp("tls")
+    key, crt = d / "key.pem", d / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(crt)],
+                   check=True, capture_output=True)
+    return str(crt), str(key)
+
+
+def test_tls(cert):
+    with FakePrometheus(scenario.build(), tls=cert) as p:
+        code, out, err = _cli(p.url)
+        assert code == 2 and "TLS certificate not trusted" in err and "--insecure" in err
+        code, out, err = _cli(p.url, "--ca-cert", cert[0], "--format", "json")
+        assert code == 0 and json.loads(out)["summary"]["replicas"] == 5
+        code, out, err = _cli(p.url, "--insecure", "--format", "json")
+        assert code == 0
+        code, out, err = _cli(p.url, "--ca-cert", "/nonexistent.pem")
+    assert code == 2 and "not a readable CA certificate" in err
