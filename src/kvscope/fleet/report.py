@@ -39,6 +39,7 @@ class Capacity:
     memory_fraction: float | None = None
     prefix_caching: bool | None = None
     kv_cache_memory_bytes: int | None = None
+    max_concurrency: float | None = None  # requests of max_model_len the pool holds, where the engine exports it
     earlier_kv_tokens: tuple[int, ...] = ()  # other capacities it had in the range (a restart with other flags)
     source: str | None = None  # the metric it was read from
 

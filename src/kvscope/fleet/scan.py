@@ -180,6 +180,9 @@ def scan(api: API, q: Query, progress: Callable[[str], None] | None = None) -> F
         for win in wins:
             _read_window(api, names, replicas, vector_parts=(sel, page_sel), win=win, q=q, total=steps)
         _read_capacity(api, present, replicas, (sel, page_sel), q)
+    if not page_label and len(found) * steps > q.max_points:
+        notes.append("the series carry neither an instance nor a pod label, so the fleet could not be paged: each "
+                     "answer held every replica")
     if not grid.NATIVE:
         notes.append("the C reader did not build on this machine, so answers were read in Python (same numbers, "
                      "slower on large fleets)")
@@ -422,6 +425,7 @@ def _capacity(rep: _Replica) -> Capacity:
         memory_fraction=_num(labels.get("gpu_memory_utilization")) or _num(labels.get("mem_fraction_static")),
         prefix_caching=None if prefix is None else prefix == "True",
         kv_cache_memory_bytes=int(sum(m for m in memory if m)) if memory and all(memory) else None,
+        max_concurrency=_num(labels.get("kv_cache_max_concurrency")),
         earlier_kv_tokens=tuple(sorted(t for t in rep.capacities_seen
                                        if len(items) == 1 and t != total)),
         source=labels.get("__source__"),

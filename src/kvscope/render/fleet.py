@@ -98,12 +98,16 @@ def _short_fix(rep: Replica) -> str:
 def _row(rep: Replica, short: bool = True) -> list[str]:
     fix = _short_fix(rep) if short else (rep.fix.text if rep.fix else "—")
     return [rep.name, engines.get(rep.engine).label, _n(rep.capacity.kv_tokens), _pct(rep.usage.peak), _pct(rep.usage.p95),
-            _dur(rep.usage.above_90_s) if rep.usage.samples else "—", _n(rep.queue.peak), str(rep.queue.episodes),
+            _dur(rep.usage.above_90_s) if rep.usage.samples else "—", _n(rep.queue.running_peak), _n(rep.queue.peak),
+            str(rep.queue.episodes),
             _n(rep.preemptions), _pct(rep.prefix_hit_rate), rep.verdict.value, fix]
 
 
-COLUMNS = ["replica", "engine", "KV tokens", "peak", "p95", "≥ 90 %", "queue peak", "queue episodes", "evicted",
-           "prefix hits", "verdict", "cheapest fix"]
+COLUMNS = ["replica", "engine", "KV tokens", "peak", "p95", "≥ 90 %", "running", "queued", "episodes", "evicted",
+           "hits", "verdict", "cheapest fix"]
+# what the short headers mean, under the table
+LEGEND = ("peak / p95 / ≥ 90 %: KV usage and the time at or above 90 %; running / queued: peak requests; episodes: "
+          "stretches with a queue; evicted: preempted / retracted requests; hits: prefix-cache hit rate")
 
 
 def render_terminal(report: FleetReport, top: int = DEFAULT_TOP) -> str:
@@ -115,7 +119,7 @@ def render_terminal(report: FleetReport, top: int = DEFAULT_TOP) -> str:
         console.print(Text(("→ " if j == 0 else "  ") + line, style="bold" if j == 0 else ""))
     t = Table(header_style="bold", title_justify="left")
     for i, c in enumerate(COLUMNS):
-        t.add_column(c, justify="right" if 2 <= i <= 9 else "left", overflow="fold", no_wrap=2 <= i <= 9)
+        t.add_column(c, justify="right" if 2 <= i <= 10 else "left", overflow="fold", no_wrap=i <= 10)
     rows = ranked(report)
     for rep in rows[:top]:
         style = "bold red" if rep.verdict.kv_bound else ""
@@ -150,7 +154,7 @@ def _why(rows: list[Replica]) -> list[str]:
 
 def _notes(report: FleetReport) -> list[str]:
     changed = [r for r in report.replicas if r.capacity.earlier_kv_tokens]
-    out = list(report.notes)
+    out = [LEGEND, *report.notes]
     if changed:
         out.append(f"{len(changed)} replica(s) restarted with another capacity in the range (the table shows the last): "
                    + ", ".join(f"{r.name} {'/'.join(f'{t:,}' for t in r.capacity.earlier_kv_tokens)} → "
@@ -169,7 +173,7 @@ def render_markdown(report: FleetReport, top: int = DEFAULT_TOP) -> str:
     out += [f"- {'**' + md_escape(x) + '**' if j == 0 else md_escape(x)}" for j, x in enumerate(headline(report))] + [""]
     rows = ranked(report)
     out += _table(COLUMNS, [[md_escape(c) if i != 0 else md_code(c) for i, c in enumerate(_row(r))] for r in rows[:top]],
-                  right=set(range(2, 10)))
+                  right=set(range(2, 11)))
     why = _why(rows[:top])
     if why:
         out += ["### KV-bound replicas", ""] + [f"- {md_escape(w)}" for w in why] + [""]
