@@ -737,6 +737,18 @@ def stage_layers(num_layers: int, pp: int, stage: int) -> range:
     return range(start, start + sizes[stage])
 
 
+# Model types whose transformers config class ties the output layer to the embeddings when config.json says
+# nothing (Gemma*Config, GPT2Config and OPTConfig default tie_word_embeddings=True; Llama, Qwen, Mistral… False).
+# gemma-2-9b-it's published config.json has no such key: its 1.71 GiB lm_head is the embedding (17.22 GiB of
+# weights on vLLM 0.26, tests/fixtures/gpu/011).
+TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text", "gpt2", "opt"})
+
+
+def ties_embeddings(cfg: dict[str, Any]) -> bool:
+    value = cfg.get("tie_word_embeddings")
+    return bool(value) if value is not None else str(cfg.get("model_type") or "") in TIED_BY_DEFAULT
+
+
 def rank_tensors(cfg: dict[str, Any], par: Parallel, stage: int = 0) -> list[Tensor]:
     """Every tensor on one rank of a pipeline stage (embeddings on the first, lm_head on the last)."""
     h, vocab = int(cfg["hidden_size"]), int(cfg.get("vocab_size") or 32000)
@@ -750,7 +762,7 @@ def rank_tensors(cfg: dict[str, Any], par: Parallel, stage: int = 0) -> list[Ten
         out += decoder_layer(cfg, i, par)
     if stage == par.pp - 1:
         out.append(Tensor("norms", "model.norm", "norm", h, 1))
-        if not cfg.get("tie_word_embeddings") or par.pp > 1:
+        if not ties_embeddings(cfg) or par.pp > 1:
             out.append(Tensor("lm_head", "lm_head", "linear", vocab_rows, h))
     return out
 

@@ -36,6 +36,7 @@ SETTINGS = frozenset({
     "speculative_config",
     "tensor_parallel_size",
     "tp_size",
+    "use_v2_model_runner",  # VLLM_USE_V2_MODEL_RUNNER: which GPU model runner profiles the memory
 })
 
 ENGINE = Engine(

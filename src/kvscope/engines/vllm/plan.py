@@ -45,6 +45,46 @@ VLLM_GRAPH_GIB = 0.5  # typical CUDA-graph estimate vLLM ≥0.20 subtracts; assu
 # per logit; this count gives 40.
 VLLM_SAMPLER_BYTES_PER_LOGIT = 40
 
+# Model Runner V2 (vllm/v1/worker/gpu/model_runner.py), the default runner for most models in our v0.26.0
+# truth runs (tests/fixtures/gpu: "Using V2 Model Runner"). Its profile differs from V1's in two rules:
+# - the dummy sampler run skips top-k / top-p / logprobs ("During the initial memory profiling, the sampler may
+#   skip top_k, top_p, and logprobs", _dummy_sampler_run): about two fp32 copies of the logits, 8 B per logit
+#   (run 022: a 1.01 GiB peak for 1,024 rows × 128,256 at 2,048 batched tokens, where the forward is 0.2 GiB);
+# - on v0.26–v0.27, no CUDA-graph estimate is profiled or charged: K = T·u − W − A − N, the graphs are captured after the KV
+#   cache, outside the budget (every V2 run: "Actual usage is … 0.99 GiB for CUDAGraph memory" with K equal to
+#   the budget minus weights, activation and non-torch; V1 runs of the same release log "Estimated CUDA graph
+#   memory" and subtract it).
+VLLM_V2_SAMPLER_BYTES_PER_LOGIT = 8
+VLLM_V2_RUNNER_FROM = (0, 26, 0)  # the earliest release measured with it as the default
+# MoE architectures V2 takes by default (vllm/config/vllm.py _is_default_v2_model_runner_model: a listed
+# architecture, or any model that is not MoE); measured: DeepSeek-V2-Lite on V2 (truth 010, 030), Qwen3-MoE on V1
+# (009, 028). Other MoE architectures are taken to run on V1.
+VLLM_V2_MOE_ARCHITECTURES = frozenset({"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"})
+# V1 runner of v0.26 with the PyTorch sampler path: 3.21 GiB for 1,024 × 151,936 logits (truth 009, 028), 21.6 B
+VLLM_V1_026_SAMPLER_BYTES_PER_LOGIT = 22
+# Non-torch memory v0.26.0 charges on one H200: 0.22 GiB dense, 0.23–0.24 MoE, compiled or eager (every truth
+# run's "Free memory on device" line); more than cuBLAS's workspace alone (the earlier releases' figure)
+VLLM_026_NON_TORCH_GIB = 0.22
+
+
+def vllm_model_runner(version: tuple[int, int, int], engine: str, cfg: dict[str, Any], settings: dict[str, Any]
+                      ) -> tuple[str, str]:
+    """("V2" | "V1", why): which GPU model runner a V1-engine release picks for this model."""
+    forced = settings.get("use_v2_model_runner")
+    if forced is not None:
+        return ("V2" if _truthy(forced) else "V1"), "given (VLLM_USE_V2_MODEL_RUNNER)"
+    if engine != "V1" or version < VLLM_V2_RUNNER_FROM:
+        return "V1", "the release's only GPU model runner"
+    archs = set(cfg.get("architectures") or [])
+    moe = bool(cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts"))
+    hybrid = any(k in cfg for k in ("mamba_d_state", "ssm_state_size", "linear_attn_config", "layers_block_type")) \
+        or "linear_attention" in str(cfg.get("layer_types") or "")
+    if hybrid and not archs & VLLM_V2_MOE_ARCHITECTURES:
+        return "V1", "hybrid model: not a default V2 architecture"
+    if moe and not archs & VLLM_V2_MOE_ARCHITECTURES:
+        return "V1", "MoE architecture not on V2's default list"
+    return "V2", "default for this architecture from v0.26"
+
 
 def vllm_non_torch_parts(version: tuple[int, int, int], engine: str) -> tuple[tuple[str, ...], str]:
     """Which non-torch memory vLLM charges to its budget, by where its snapshot sits (doc §1.2–1.3)."""
@@ -78,7 +118,8 @@ def vllm_batch_defaults(version: tuple[int, int, int], engine: str, gpu_gib: flo
     return (8192, 1024) if big else (2048, 256)
 
 
-def vllm_activation_gib(cfg: dict[str, Any], tp: int, tokens: int, seqs: int) -> float:
+def vllm_activation_gib(cfg: dict[str, Any], tp: int, tokens: int, seqs: int,
+                        bytes_per_logit: int = VLLM_SAMPLER_BYTES_PER_LOGIT) -> float:
     """Peak torch memory of the profile run beyond the weights (first principles, per rank).
 
     Forward: the MLP holds gate_up (2I) and its activation (I) next to ~3 hidden-size buffers per
@@ -87,18 +128,20 @@ def vllm_activation_gib(cfg: dict[str, Any], tp: int, tokens: int, seqs: int) ->
     once. (On the V0 RTX 3090 Llama-3.1-8B log the forward gives 2.06 GiB at 20,000 tokens and 2.99
     at 29,000 vs the logged 2.07 and 2.99.)
     """
-    forward_bytes, sampler_bytes = _vllm_profile_bytes(cfg, tp, tokens, seqs)
+    forward_bytes, sampler_bytes = _vllm_profile_bytes(cfg, tp, tokens, seqs, bytes_per_logit)
     return max(forward_bytes, sampler_bytes) / GIB
 
 
-def vllm_sampler_dominates(cfg: dict[str, Any], tp: int, tokens: int, seqs: int) -> bool:
+def vllm_sampler_dominates(cfg: dict[str, Any], tp: int, tokens: int, seqs: int,
+                           bytes_per_logit: int = VLLM_SAMPLER_BYTES_PER_LOGIT) -> bool:
     """Whether the dummy sampler run, not the forward pass, sets the profile's activation peak (its spread
     is wider: which sampler path a deployment takes is not in the launch)."""
-    forward_bytes, sampler_bytes = _vllm_profile_bytes(cfg, tp, tokens, seqs)
+    forward_bytes, sampler_bytes = _vllm_profile_bytes(cfg, tp, tokens, seqs, bytes_per_logit)
     return sampler_bytes > forward_bytes
 
 
-def _vllm_profile_bytes(cfg: dict[str, Any], tp: int, tokens: int, seqs: int) -> tuple[int, int]:
+def _vllm_profile_bytes(cfg: dict[str, Any], tp: int, tokens: int, seqs: int,
+                        bytes_per_logit: int = VLLM_SAMPLER_BYTES_PER_LOGIT) -> tuple[int, int]:
     """(forward, dummy sampler run) bytes of vLLM's profile run on one rank."""
     h = int(cfg["hidden_size"])
     vocab = int(cfg.get("vocab_size") or 32000)
@@ -107,9 +150,14 @@ def _vllm_profile_bytes(cfg: dict[str, Any], tp: int, tokens: int, seqs: int) ->
         n = int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or h) // tp
         topk = int(cfg.get("num_experts_per_tok") or 8)
         dense = mlp_values_per_token if cfg.get("first_k_dense_replace") else 0
-        mlp_values_per_token = max(dense, topk * (3 * n + h))
+        # shared experts (DeepSeek's n_shared_experts × moe_intermediate_size, Qwen2-MoE's
+        # shared_expert_intermediate_size) run in the same layer as the routed ones: their gate_up and activation
+        # are alive beside the fused-MoE caches (DeepSeek-V2-Lite on v0.26: 1.66 GiB measured, 1.34 without them)
+        shared = int(cfg.get("n_shared_experts") or 0) * n + int(cfg.get("shared_expert_intermediate_size") or 0) // tp
+        mlp_values_per_token = max(dense, topk * (3 * n + h) + 3 * shared)
     forward_bytes = tokens * (mlp_values_per_token + 3 * h) * 2
-    sampler_bytes = seqs * vocab * VLLM_SAMPLER_BYTES_PER_LOGIT + seqs * h * 2
+    rows = min(seqs, tokens)  # the dummy batch has at most one request per token
+    sampler_bytes = rows * vocab * bytes_per_logit + rows * h * 2
     return forward_bytes, sampler_bytes
 
 
@@ -163,15 +211,24 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
     seqs = _int(s.get("max_num_seqs")) or seqs
     w = _weights(ctx, Parallel(tp=req.tp, ep=req.ep, pp=req.pp))
     rope = rope_cache_bytes(ctx.mc.cfg, 2) / GIB
-    act = vllm_activation_gib(ctx.mc.cfg, req.tp, tokens_b, seqs)
+    runner, runner_why = vllm_model_runner(version, engine, ctx.mc.cfg, s)
+    per_logit = (VLLM_V2_SAMPLER_BYTES_PER_LOGIT if runner == "V2" else
+                 VLLM_V1_026_SAMPLER_BYTES_PER_LOGIT if (0, 26, 0) <= version < (0, 27, 0) else VLLM_SAMPLER_BYTES_PER_LOGIT)
+    act = vllm_activation_gib(ctx.mc.cfg, req.tp, tokens_b, seqs, per_logit)
     act_what = f"{tokens_b:,} batched tokens, {seqs} seqs"
     encoder = vllm_encoder_profile(ctx.mc.cfg, s, tokens_b) if engine == "V1" else None
     if encoder is not None and encoder[0] > act:
         act, act_what = encoder
     non_torch, nt_how = vllm_non_torch_gib(version, engine, b)
+    if (0, 26, 0) <= version < (0, 27, 0) and engine == "V1":
+        non_torch, nt_how = max(non_torch, VLLM_026_NON_TORCH_GIB), "v0.26: measured on an H200 (cuBLAS and the rest)"
+    # V2 of v0.26–v0.27 profiles no CUDA-graph estimate (measured on v0.26.0); later V2 releases profile one
+    graphs_charged = era.graphs_in_budget and not (runner == "V2" and version < (0, 28, 0))
     graphs = _float(s.get("cuda_graph_gib"))
     if graphs is None:
-        graphs = VLLM_GRAPH_GIB if (era.graphs_in_budget and not _truthy(s.get("enforce_eager"))) else 0.0
+        graphs = VLLM_GRAPH_GIB if (graphs_charged and not _truthy(s.get("enforce_eager"))) else 0.0
+    elif not graphs_charged:
+        graphs = 0.0  # captured after the KV cache, outside the budget
     kv_dtype = str(s.get("kv_cache_dtype") or "auto")
     kvb = dtype_bytes(kv_dtype, arch.torch_dtype)
     block = _int(s.get("block_size")) or (64 if arch.attention == "mla" and (ctx.sm_major or 0) >= 9 else 16)
@@ -193,7 +250,7 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
         cap = layout.capacity(K, block, max_len, tokens_b, era.capacity_rule)
         page = layout.page
         outside = T - budget - (b.cuda_context.value + b.nccl.value if version >= (0, 11, 0) else 0.0)
-        if not era.graphs_in_budget:
+        if not graphs_charged:
             outside -= 0.5  # graphs are captured outside the budget
         return {"K": K, "blocks": cap.blocks, "tokens": cap.tokens, "concurrency": cap.concurrency,
                 "page": page, "reserve_left_gib": outside, "mamba": layout.mamba}
@@ -202,7 +259,7 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
     spread = Spread() if kv_override else vllm_spread(
         b, util, w.as_dict(), act, vllm_non_torch_parts(version, engine)[0],
         bool(graphs) and not s.get("cuda_graph_gib"),
-        sampler_peak=encoder is None and vllm_sampler_dominates(ctx.mc.cfg, req.tp, tokens_b, seqs))
+        sampler_peak=encoder is None and vllm_sampler_dominates(ctx.mc.cfg, req.tp, tokens_b, seqs, per_logit))
     token_range = [scenario(util, kvb, -spread.gib)["tokens"], scenario(util, kvb, spread.gib)["tokens"]]
     warnings = list(ctx.notes) + list(w.notes) + b.notes + (draft.notes if draft else [])
     if base["mamba"] is not None:
@@ -233,11 +290,11 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
     T = b.torch_total.value
     bar = fill(b.smi_total_gib, [
         BarPart(Part.CONTEXT, "driver-reserved slice, CUDA context, NCCL (outside the budget)",
-                b.smi_total_gib - util * T - base["reserve_left_gib"] - (0.0 if era.graphs_in_budget else 0.5)),
+                b.smi_total_gib - util * T - base["reserve_left_gib"] - (0.0 if graphs_charged else 0.5)),
         BarPart(Part.WEIGHTS, "weights", w.gib),
         BarPart(Part.DRAFT, "draft weights", draft_gib),
         BarPart(Part.OTHER, f"activation peak ({act_what}), rope cache, non-torch memory", act + rope + non_torch),
-        BarPart(Part.GRAPHS, "CUDA graphs", graphs + (0.0 if era.graphs_in_budget else 0.5)),
+        BarPart(Part.GRAPHS, "CUDA graphs", graphs + (0.0 if graphs_charged else 0.5)),
         BarPart(Part.KV, f"KV cache ({base['tokens']:,} tokens)", base["K"]),
         BarPart(Part.FREE, "left outside the budget", base["reserve_left_gib"]),
     ])
@@ -261,12 +318,15 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
         ("rope cos/sin cache (model dtype)", -rope, "computed"),
         (f"activation peak ({act_what})", -act, "estimated"),
         ("non-torch memory charged", -non_torch, nt_how),
-        ("CUDA graphs (in budget)", -graphs, "assumed typical" if graphs and not s.get("cuda_graph_gib") else "given"),
+        ("CUDA graphs (in budget)" if graphs_charged else f"CUDA graphs (outside the budget: model runner {runner})",
+         -graphs, "assumed typical" if graphs and not s.get("cuda_graph_gib") else "given" if graphs_charged
+         else runner_why),
         ("= KV cache memory (K)", base["K"], "derived"),
         ("left outside the budget", base["reserve_left_gib"], "derived"),
     ]
     return {
         "engine": "vllm", "engine_version": v_eras.fmt(version), "era": era.name,
+        "model_runner": {"value": runner, "from": runner_why},
         "settings": {"engine_version": {"value": v_eras.fmt(version), "from": vhow},
                      "gpu_memory_utilization": {"value": util, "from": "given" if s.get("gpu_memory_utilization")
                                                 else "default"},
