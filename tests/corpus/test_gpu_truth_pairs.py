@@ -81,3 +81,19 @@ def test_v2_model_runner_is_what_the_truth_logs_say():
         cfg = json.loads((d / "config.json").read_text())
         runner, _ = vllm_model_runner((0, 26, 0), "V1", cfg, {})
         assert runner == ("V2" if "Using V2 Model Runner" in log else "V1"), d.name
+
+
+@pytest.mark.parametrize("run", sorted(p.name for p in GPU.iterdir() if (p / "meta.json").is_file()) if GPU.is_dir()
+                         else [])
+def test_explain_reconciles_every_truth_run(run):
+    """Every startup that reached its KV pool reconciles exactly with the release's rules (the budget line, the
+    --kv-cache-memory suggestion, the blocks and tokens), both model runners; a failed one names its kind."""
+    d = GPU / run
+    meta = json.loads((d / "meta.json").read_text())
+    s = analyze([str(d / "log.txt")], model=str(d / "config.json")).startups[-1]
+    if (meta.get("observed") or {}).get("kv_tokens"):
+        assert s.capacity.kv_tokens == meta["observed"]["kv_tokens"]
+        assert s.reconciliation is not None and s.reconciliation.consistent, s.reconciliation.detail
+    else:
+        assert s.failure is not None and s.failure.kind in ("max-len-too-large", "not-enough-memory",
+                                                            "multi-instance-contention", "weights-oom"), run

@@ -143,6 +143,10 @@ def _layer_split(cfg: dict[str, Any], layers: int) -> tuple[int | None, int, int
     window_pattern = cfg.get("sliding_window_pattern")  # Gemma-3: every N-th layer keeps full context
     if isinstance(window_pattern, int) and window_pattern > 1 and cfg.get("sliding_window"):
         return layers // window_pattern, layers - layers // window_pattern, 0
+    if cfg.get("model_type") == "gemma2" and cfg.get("sliding_window"):
+        # Gemma-2's published config.json has neither layer_types nor a pattern: transformers' Gemma2Config makes
+        # every other layer a sliding-window one, the first included ("sliding_attention" if (i + 1) % 2)
+        return layers // 2, layers - layers // 2, 0
     interval = cfg.get("full_attention_interval")
     if isinstance(interval, int) and interval > 1:
         return layers // interval, 0, layers - layers // interval

@@ -30,6 +30,7 @@ SETTINGS = frozenset({
     "max_num_batched_tokens",
     "max_num_seqs",
     "model",
+    "model_runner",  # "V2" when the log says "Using V2 Model Runner"
     "num_gpu_blocks_override",
     "pipeline_parallel_size",
     "pp_size",

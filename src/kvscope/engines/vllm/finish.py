@@ -100,6 +100,10 @@ def graphs_inside(s: Startup) -> bool | None:
         return said  # the log's own advisory says whether the estimate was applied in this run
     if ref is not None and VllmRankFacts(ref).util_equivalent_without_graph_profiling is not None:
         return True  # the advisory is printed only when the estimate is applied
+    if s.setting("model_runner") == "V2" and era_of(s).last < (0, 28, 0):
+        # Model Runner V2 of v0.26–v0.27 profiles no CUDA-graph estimate: its graphs are captured after the KV
+        # cache, outside the budget (every V2 truth run on v0.26.0: K = budget − weights − activation − non-torch)
+        return False
     return state(s).graphs_inside
 
 
@@ -589,7 +593,7 @@ def _budget_checks(s: Startup, era: Era, checks: list[str], verdicts: list[bool]
     budget = r.usable_gib
     if k is None or budget is None:
         return
-    terms, names = budget_terms(r)
+    terms, names = budget_terms(r, graphs_inside(s))
     if not terms:
         return
     rest = budget - sum(terms)
@@ -610,8 +614,10 @@ def _budget_checks(s: Startup, era: Era, checks: list[str], verdicts: list[bool]
                       f"{want / GIB:.2f} GiB, log prints {fit:,} B ({fit / GIB:.2f} GiB) → {'matches' if ok else 'DOES NOT match'}")
 
 
-def budget_terms(r: Rank) -> tuple[list[float], list[str]]:
-    """Non-KV terms the log printed for this rank, in the order vLLM subtracts them."""
+def budget_terms(r: Rank, inside: bool | None = None) -> tuple[list[float], list[str]]:
+    """Non-KV terms the log printed for this rank, in the order vLLM subtracts them. ``inside``: whether the
+    release's CUDA-graph estimate was subtracted (then the estimate is the term, not the graphs' actual size;
+    False: no graph term; None: the actual size where the --kv-cache-memory suggestion line gives it)."""
     x = VllmRankFacts(r)
     if x.peak_torch_gib is not None and r.non_torch_gib is not None:  # v0.6.4: absolute peak
         return [x.peak_torch_gib, r.non_torch_gib], ["torch peak (incl. weights)", "non-torch"]
@@ -621,7 +627,10 @@ def budget_terms(r: Rank) -> tuple[list[float], list[str]]:
         return [], []
     terms = [r.weights_gib, r.activation_peak_gib, r.non_torch_gib]
     names = ["weights", "activation", "non-torch"]
-    if x.kv_cache_memory_fit_bytes is not None and r.cuda_graph_gib is not None:
+    if inside is True and x.cuda_graph_estimate_gib is not None:
+        terms.append(x.cuda_graph_estimate_gib)
+        names.append("CUDA graphs")
+    elif inside is not False and x.kv_cache_memory_fit_bytes is not None and r.cuda_graph_gib is not None:
         terms.append(r.cuda_graph_gib)
         names.append("CUDA graphs")
     return [t for t in terms if t is not None], names
@@ -869,7 +878,7 @@ def ledger_rows(s: Startup, r: Rank, era: Era) -> list[LedgerRow]:  # noqa: C901
         add(f"CUDA graphs (estimate) — {where}", estimate, how=How.DERIVED if x.has(VllmRankFacts.cuda_graph_estimate_from) else How.READ)
     kv = x.available_kv_gib
     add("KV cache", kv, note="as logged")
-    terms, names = budget_terms(r)
+    terms, names = budget_terms(r, inside)
     if budget is not None and kv is None and terms and x.has(VllmRankFacts.kv_cache_memory_fit_bytes):
         non_kv = sum(t for t, n in zip(terms, names, strict=True) if n != "CUDA graphs")
         add("left for KV" + (" and the CUDA-graph estimate" if inside is not False else ""), budget - non_kv,

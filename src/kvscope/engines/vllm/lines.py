@@ -207,7 +207,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"Requested memory", b"amba", b"exceeds available", b"hit an exception", b"Exception in worker", b"Error executing method",
     b"Traceback (most recent", b'File "', b"Killed", b"worker_base.py:", b"multiproc_executor.py:",
     b"multiproc_worker_utils.py:", b"hbm=[", b"loading model weights", b"Application startup complete", b"Uvicorn running on",
-    b"Started server process", b"Starting vLLM API server", b"Avg prompt throughput",
+    b"Started server process", b"Starting vLLM API server", b"Avg prompt throughput", b"Model Runner",
 )
 
 # Event kinds that mean "this startup has begun doing memory work" (a later banner is then a restart).
@@ -581,6 +581,8 @@ def _capacity(msg: str) -> list[Parsed]:
 
 def _settings(msg: str) -> list[Parsed]:
     """Configuration lines; the ones that open a new engine also emit BOUNDARY (gated in ``parse``)."""
+    if msg.rstrip().endswith("Using V2 Model Runner"):  # gpu_worker.py, v0.26+: which runner profiles the memory
+        return [Parsed(ev.SETTINGS, {"model_runner": "V2"})]
     m = _NON_DEFAULT.search(msg)
     if m:
         return _with_model([Parsed(ev.BOUNDARY, {"why": "non-default args"})], vargs.parse_non_default_args(m.group(1)))
