@@ -97,3 +97,24 @@ def test_explain_reconciles_every_truth_run(run):
     else:
         assert s.failure is not None and s.failure.kind in ("max-len-too-large", "not-enough-memory",
                                                             "multi-instance-contention", "weights-oom"), run
+
+
+# sibling → (the change whatif is asked, the most it may miss by): the profile's batch limits and eager mode, from the
+# default run calibrated with its config.json; torch.compile's cold/warm peak (1.78 vs 1.72 GiB) is ~480 tokens
+KNOB_SIBLINGS = {"005-": ({"enforce_eager": True}, 0.001), "006-": ({"max_num_seqs": 64}, 0.0),
+                 "020-": ({"max_num_seqs": 16}, 0.0), "021-": ({"max_num_seqs": 512}, 0.001),
+                 "022-": ({"max_num_batched_tokens": 2048}, 0.001), "026-": ({"max_num_batched_tokens": 16384}, 0.001),
+                 "007-": ({"block_size": 32}, 0.0), "024-": ({"block_size": 64}, 0.001)}
+
+
+@pytest.mark.parametrize("sibling", sorted(KNOB_SIBLINGS))
+def test_whatif_predicts_the_batch_eager_and_block_siblings(sibling):
+    from kvscope.engines.vllm.whatif import calibrate, predict
+
+    base_dir = next(GPU.glob(f"{BASE}*"))
+    base = analyze([str(base_dir / "log.txt")], model=str(base_dir / "config.json")).startups[-1]
+    changes, tolerance = KNOB_SIBLINGS[sibling]
+    observed = _run(sibling).capacity.kv_tokens
+    sc = predict(calibrate(base), changes)
+    error = min(abs(sc.kv_tokens_low - observed), abs(sc.kv_tokens_high - observed)) / observed
+    assert error <= tolerance, (changes, sc.kv_tokens_low, sc.kv_tokens_high, observed)

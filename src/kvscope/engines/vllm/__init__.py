@@ -19,6 +19,7 @@ SETTINGS = frozenset({
     "dtype",
     "enable_chunked_prefill",
     "enable_prefix_caching",
+    "enforce_eager",
     "gpu_memory_utilization",
     "kv_cache_dtype",
     "kv_cache_memory_bytes",

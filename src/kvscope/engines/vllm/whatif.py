@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvscope.core.startup import Startup, finite_number
+from kvscope.core.versions import parse_version
 from kvscope.engines.vllm import finish as vfinish
+from kvscope.engines.vllm import plan as vplan
 from kvscope.engines.vllm import rules as vrules
-from kvscope.engines.vllm.facts import VllmCapacityFacts
+from kvscope.engines.vllm.facts import VllmCapacityFacts, VllmRankFacts
 from kvscope.engines.whatif_base import (
     PredictionError,
     Scenario,
@@ -24,18 +26,36 @@ from kvscope.engines.whatif_base import (
     normalise_changes,
 )
 from kvscope.model.arch import dtype_bytes
-from kvscope.model.weights import Parallel, weights_delta_gib
+from kvscope.model.weights import Parallel, load_model_config, weights_delta_gib
 
 GIB = 1 << 30
 SUPPORTED = {"gpu_memory_utilization", "kv_cache_dtype", "max_model_len", "block_size", "kv_cache_memory_bytes",
-             "kv_offloading_size", "tensor_parallel_size", "max_num_seqs"}
+             "kv_offloading_size", "tensor_parallel_size", "max_num_seqs", "max_num_batched_tokens", "enforce_eager"}
 ALIASES = {"util": "gpu_memory_utilization", "context_length": "max_model_len", "max_len": "max_model_len",
            "tp_size": "tensor_parallel_size", "tp": "tensor_parallel_size", "kv_cache_memory": "kv_cache_memory_bytes",
            "mem_fraction_static": "gpu_memory_utilization"}
 FLAGS = {"gpu_memory_utilization": "--gpu-memory-utilization", "kv_cache_dtype": "--kv-cache-dtype",
          "max_model_len": "--max-model-len", "block_size": "--block-size", "kv_cache_memory_bytes": "--kv-cache-memory-bytes",
          "kv_offloading_size": "--kv-offloading-size", "tensor_parallel_size": "--tensor-parallel-size",
-         "max_num_seqs": "--max-num-seqs"}
+         "max_num_seqs": "--max-num-seqs", "max_num_batched_tokens": "--max-num-batched-tokens",
+         "enforce_eager": "--enforce-eager"}
+
+
+@dataclass(frozen=True)
+class ProfileShape:
+    """What the logged profile run was: its batch limits and the model's shape, so that a change of
+    max_num_batched_tokens / max_num_seqs moves the logged activation peak by what plan's model says it moves
+    (the calibrated figure keeps what the model does not capture, such as torch.compile's buffers)."""
+
+    cfg: dict[str, Any]
+    tp: int
+    batched_tokens: int
+    num_seqs: int
+    bytes_per_logit: int
+    from_defaults: tuple[str, ...]  # which of the two were the release's defaults, not logged
+
+    def activation_gib(self, tokens: int, seqs: int) -> float:
+        return vplan.vllm_activation_gib(self.cfg, self.tp, tokens, seqs, self.bytes_per_logit)
 
 
 @dataclass
@@ -67,6 +87,11 @@ class VllmCalibration:
     batched_tokens_follow_max_len: bool = False
     weights_gib: float | None = None  # what the log shows of the budget, to bound an unlogged device total
     non_torch_gib: float | None = None
+    # the profile run's shape (V1 engine), to move its activation peak when the batch limits change
+    profile: ProfileShape | None = None
+    graphs_inside: bool | None = None  # the release subtracted its CUDA-graph estimate from the budget
+    graph_estimate_gib: float | None = None
+    eager: bool = False
 
     @property
     def kv_tokens(self) -> int:
@@ -133,8 +158,74 @@ def calibrate(s: Startup) -> VllmCalibration:
         model=vfinish.model_name(s), arch=arch, pp=vfinish.pp_size(s),
         activation_gib=ref.activation_peak_gib if ref else None,
         weights_gib=ref.weights_gib if ref else None, non_torch_gib=ref.non_torch_gib if ref else None,
-        batched_tokens_follow_max_len=_batched_follow_max_len(s),
+        batched_tokens_follow_max_len=_batched_follow_max_len(s), profile=_profile_shape(s),
+        graphs_inside=vfinish.graphs_inside(s), eager=bool(_truthy(s.setting("enforce_eager"))),
+        graph_estimate_gib=finite(VllmRankFacts(ref).cuda_graph_estimate_gib) if ref else None,
     )
+
+
+def _profile_shape(s: Startup) -> ProfileShape | None:
+    """The V1 engine's profile run as the log and the release's defaults give it; None when the model's config
+    is not at hand (pass --model) or the engine is V0 (its profile follows max_model_len: handled apart)."""
+    version = parse_version(s.engine_version)
+    era = vfinish.era_of(s)
+    name = vfinish.model_name(s)
+    mc = load_model_config(name) if name else None
+    if era.engine != "V1" or mc is None:
+        return None
+    defaults: list[str] = []
+    tokens = vfinish.setting_int(s, "max_num_batched_tokens")
+    seqs = vfinish.setting_int(s, "max_num_seqs")
+    if tokens is None or seqs is None:
+        total = vfinish.total_gib(s) or 0.0
+        d_tokens, d_seqs = vplan.vllm_batch_defaults(version or era.first, "V1", total, "", s.capacity.max_model_len or 0,
+                                                     offline=False)
+        if tokens is None:
+            tokens, defaults = d_tokens, [*defaults, "max_num_batched_tokens"]
+        if seqs is None:
+            seqs, defaults = d_seqs, [*defaults, "max_num_seqs"]
+    runner = "V2" if s.setting("model_runner") == "V2" else "V1"
+    per_logit = (vplan.VLLM_V2_SAMPLER_BYTES_PER_LOGIT if runner == "V2" else vplan.VLLM_V1_026_SAMPLER_BYTES_PER_LOGIT
+                 if version is not None and (0, 26, 0) <= version < (0, 27, 0) else vplan.VLLM_SAMPLER_BYTES_PER_LOGIT)
+    return ProfileShape(cfg=mc.cfg, tp=vfinish.tp_size(s), batched_tokens=int(tokens), num_seqs=int(seqs),
+                        bytes_per_logit=per_logit, from_defaults=tuple(defaults))
+
+
+def _activation_shift(cal: VllmCalibration, changes: dict[str, Any], notes: list[str]) -> float:
+    """GiB more (+) or less (−) activation peak under the new batch limits (the model's difference, added to the
+    logged peak)."""
+    p = cal.profile
+    if p is None:
+        raise PredictionError("the profile run's activation peak depends on the model's shape: pass --model (a "
+                              "config.json or model id) to predict max_num_batched_tokens / max_num_seqs")
+    tokens = int(changes.get("max_num_batched_tokens") or p.batched_tokens)
+    seqs = int(changes.get("max_num_seqs") or p.num_seqs)
+    before, after = p.activation_gib(p.batched_tokens, p.num_seqs), p.activation_gib(tokens, seqs)
+    shift = after - before
+    if abs(shift) >= 0.005:
+        base = cal.activation_gib
+        moved = f"{base:.2f} → {base + shift:.2f} GiB" if base is not None else f"{shift:+.2f} GiB"
+        notes.append(f"profile run at {tokens:,} batched tokens, {seqs:,} sequences: activation peak {moved}"
+                     + (f" ({', '.join(p.from_defaults)} taken at the release default)" if p.from_defaults else ""))
+    return shift
+
+
+def _graph_shift(cal: VllmCalibration, eager: bool, notes: list[str]) -> float:
+    """GiB more (+) or less (−) charged for CUDA graphs when enforce_eager changes."""
+    if eager == cal.eager:
+        return 0.0
+    if cal.graphs_inside is False or (cal.graphs_inside is None and cal.graph_estimate_gib is None):
+        notes.append("this release and runner charge no CUDA-graph estimate to the budget: the pool does not change "
+                     "(the graphs come out of the memory outside it)" if cal.graphs_inside is False else
+                     "whether the release charges its CUDA-graph estimate is not pinned: the pool is taken as unchanged")
+        return 0.0
+    if eager:  # graphs off: the estimate is no longer subtracted
+        g = cal.graph_estimate_gib if cal.graph_estimate_gib is not None else vplan.VLLM_GRAPH_GIB
+        notes.append(f"--enforce-eager: the {g:.2f} GiB CUDA-graph estimate is no longer subtracted")
+        return -g
+    notes.append(f"graphs on: vLLM would subtract its CUDA-graph estimate (typically ~{vplan.VLLM_GRAPH_GIB:.1f} GiB; "
+                 "the eager log cannot say)")
+    return vplan.VLLM_GRAPH_GIB
 
 
 CARDS_NAMED = 4
@@ -285,6 +376,15 @@ def predict(cal: VllmCalibration, changes: dict[str, Any], host_ram_gb: float | 
                                                     block_bytes, mamba, notes)
         if "kv_cache_memory_bytes" not in changes:  # a fixed K stays fixed; only the block changes
             low, high = new_low, new_high
+    if ("max_num_batched_tokens" in changes or "max_num_seqs" in changes or "enforce_eager" in changes) \
+            and "kv_cache_memory_bytes" not in changes:
+        shift = 0.0
+        if "max_num_batched_tokens" in changes or "max_num_seqs" in changes:
+            shift += _activation_shift(cal, changes, notes)
+        if "enforce_eager" in changes:
+            shift += _graph_shift(cal, bool(_truthy(changes["enforce_eager"])), notes)
+        low, high = low - shift * GIB, high - shift * GIB
+        approximate = approximate or shift != 0.0
     m = int(changes.get("max_model_len") or cal.max_model_len or 0) or None
     if "max_model_len" in changes and m and cal.max_model_len and cal.activation_gib and cal.batched_tokens_follow_max_len \
             and m <= V0_CHUNKED_BY_DEFAULT_ABOVE and "kv_cache_memory_bytes" not in changes:
