@@ -79,6 +79,10 @@ def failure_line(log: str) -> str | None:
         m = re.search(r"\] (ValueError: .*)$", line)
         if m:
             return m.group(1)
+    for line in log.splitlines():  # the engine core's root cause of another type (torch.OutOfMemoryError, ...)
+        m = re.search(r"\[core\.py:\d+\] ((?:\w+\.)*\w+(?:Error|Exception): .*)$", line)
+        if m:
+            return m.group(1)
     for line in reversed(log.splitlines()):
         if re.match(r"^(\w+Error|RuntimeError): ", line):
             return line
