@@ -14,12 +14,14 @@ from kvscope.core.startup import Finding, Rank, Startup, Suggestion, finite_numb
 from kvscope.core.text import excerpt
 from kvscope.engines.base import typical_fits
 from kvscope.engines.common import held_by_earlier
-from kvscope.engines.vllm import eras, rules
+from kvscope.engines.vllm import eras, fit, rules
 from kvscope.engines.vllm.facts import VllmCapacityFacts, VllmRankFacts
 from kvscope.engines.vllm.finish import (
+    arch_context,
     block_size,
     era_of,
     graphs_inside,
+    kv_plan,
     setting_int,
     total_gib,
     tp_size,
@@ -29,7 +31,8 @@ from kvscope.engines.vllm.rules import GIB
 
 DEFAULT_UTIL = 0.9  # vLLM's default gpu_memory_utilization, every release
 MAX_SANE_UTIL = 0.97  # above this nothing is left for the CUDA context, graphs and the sampler
-GRAPH_HEADROOM_GIB = 2.0  # what to leave outside the budget when graphs are captured there
+GRAPH_HEADROOM_GIB = 2.0
+SHORTEST_USEFUL_CONTEXT = 4096  # a shorter max_model_len is no way to serve a model, only to start it  # what to leave outside the budget when graphs are captured there
 
 
 def _bytes_per_token(s: Startup) -> int | None:
@@ -94,6 +97,9 @@ def _util_for_need(s: Startup, need: float | None, k: float | None, short_by: fl
     logged_u = u
     if u is None and s.settings.get("gpu_memory_utilization") is None:
         u = DEFAULT_UTIL  # not printed: the default the engine used
+    card = None
+    if not total and logged_u is not None and (bound := fit.bounded_total(s, logged_u)) is not None:
+        total, card = bound  # the smallest GPU the log's own budget equation fits: a safe (high) utilization
     if (need is not None and k is not None or short_by) and u is not None and (not total or k is None) and u < 0.95:
         # the GPU's total (or the KV memory) is not in the log: the direction is sure, the amount is not
         to = 0.95
@@ -108,7 +114,9 @@ def _util_for_need(s: Startup, need: float | None, k: float | None, short_by: fl
         return None
     to = rules.util_for_kv(need, k, total, u)
     after = rules.kv_after_util(k, total, u, to)
-    detail = (f"K grows by exactly ΔU × total ({total:.2f} GiB): reaching {need:.2f} GiB needs "
+    basis = (f"{total:.2f} GiB: {card}, the smallest GPU the log's figures fit; on a larger one less is needed"
+             if card else f"{total:.2f} GiB")
+    detail = (f"K grows by exactly ΔU × total ({basis}): reaching {need:.2f} GiB needs "
               f"gpu_memory_utilization ≥ {to} (K ≈ {after:.2f} GiB).")
     if era_of(s).engine == "V0" and not s.setting("enable_chunked_prefill"):
         detail += (" V0 without chunked prefill profiles max(max_model_len, 2048) tokens, so a longer max_model_len "
@@ -118,7 +126,8 @@ def _util_for_need(s: Startup, need: float | None, k: float | None, short_by: fl
                    "fp8 (halves KV bytes per token), more GPUs (--tensor-parallel-size), or a shorter context instead.")
         return Finding("raise-utilization", "warning", f"gpu_memory_utilization would have to reach {to}", detail)
     return Finding("raise-utilization", "info", f"Or raise gpu_memory_utilization to {to}", detail,
-                   Suggestion("--gpu-memory-utilization", u, to, _tokens_for(s, after)))
+                   Suggestion("--gpu-memory-utilization", u, to, _tokens_for(s, after),
+                              note=f"sized on the smallest GPU the log fits ({total:.1f} GiB)" if card else ""))
 
 
 def _mamba_blocks_short(s: Startup, seqs: int, blocks: int) -> Finding:
@@ -156,6 +165,12 @@ def _no_memory(s: Startup) -> Finding:
                        "so no other process has to be holding the GPU.")
         return Finding("not-enough-memory", "error", f"Startup failed: {requested:.2f} GiB requested, {free:.2f} GiB free",
                        detail, Suggestion("--gpu-memory-utilization", u, fits, _kv_tokens_at(s, fits)))
+    too_big = _weights_too_big(s)
+    if too_big is not None:
+        return too_big
+    sized = _util_for_one_request(s)
+    if sized is not None:
+        return sized
     ref = s.reference_rank
     terms = [x for x in (ref.weights_gib, ref.activation_peak_gib, ref.non_torch_gib) if x is not None] if ref else []
     graphs, where = _graph_estimate(s)
@@ -193,6 +208,92 @@ def _no_memory(s: Startup) -> Finding:
         sug = Suggestion("--gpu-memory-utilization", u, DEFAULT_UTIL,
                          note="vLLM's default; the log lacks the figures to size it exactly")
     return Finding("not-enough-memory", "error", "Startup failed: no memory left for the KV cache", detail, sug)
+
+
+def _util_for_one_request(s: Startup) -> Finding | None:
+    """The KV memory came out ≤ 0 and the log printed it: K grows by exactly ΔU × total, so the utilization that
+    holds one max_model_len request is K's shortfall over the total (a total the log does not print is bounded
+    by its budget equation, fit.bounded_total, and said so)."""
+    f = s.failure
+    k = s.capacity.available_kv_gib
+    if k is None and f is not None:
+        k = finite_number(f.data.get("available_kv_gib"))
+    u, total = util(s), total_gib(s)
+    card = None
+    if not total and (bound := fit.bounded_total(s, u)) is not None:
+        total, card = bound
+    arch, _ = arch_context(s)
+    layout = kv_plan(s, arch) if arch is not None else None
+    m = s.capacity.max_model_len or setting_int(s, "max_model_len")
+    if k is None or u is None or not total or layout is None or layout.linear or not m:
+        return None
+    bs = block_size(s)
+    block = layout.block_bytes(bs)
+    need = rules.cdiv(m, bs) * block / GIB
+    to = min(1.0, math.ceil(round((u + (need - k) / total) * 100, 6)) / 100)
+    after = k + (to - u) * total
+    tokens = rules.blocks_for(after, block) * bs if after > 0 else 0
+    basis = (f"{total:.2f} GiB ({card}, the smallest GPU the log's figures fit: pass --assume gpu=… for yours)"
+             if card else f"{total:.2f} GiB")
+    detail = (f"After weights, the profiling run's activation peak and non-torch memory, the budget left {k:.2f} GiB "
+              f"for KV; one {m:,}-token request needs {need:.2f} GiB. K grows by exactly ΔU × the device total, "
+              f"{basis}: gpu_memory_utilization {to} leaves ≈ {after:.2f} GiB ≈ {tokens:,} tokens.")
+    if to > MAX_SANE_UTIL:
+        detail += (" That leaves too little outside the budget for the CUDA context and graphs: use fp8 KV "
+                   "(--kv-cache-dtype fp8), a shorter --max-model-len, more GPUs or a quantized checkpoint.")
+        return Finding("not-enough-memory", "error", "Startup failed: no memory left for the KV cache", detail,
+                       Suggestion("--max-model-len", m, None, note="shorter requests need less KV each"))
+    return Finding("not-enough-memory", "error", "Startup failed: no memory left for the KV cache", detail,
+                   Suggestion("--gpu-memory-utilization", u, to, tokens,
+                              note=f"sized on the smallest GPU the log fits ({total:.1f} GiB)" if card else ""))
+
+
+def _weights_too_big(s: Startup) -> Finding | None:
+    """The weights fill the GPU: no utilization step holds one max_model_len request, so the fix is a split
+    (--tensor-parallel-size) or a smaller weight format, each with what it leaves for KV (fit.py)."""
+    p = fit.placement(s, MAX_SANE_UTIL)
+    if p is None or p.context <= 0 or (p.at_max_util is not None and p.at_max_util.fits(p.context)):
+        return None
+    card = (f" (the log does not print the device total: {p.total_card}, {p.total_gib:.1f} GiB, is the smallest GPU "
+            "its figures fit; pass --assume gpu=… for yours)") if p.total_card else ""
+    how = "loaded" if p.weights_logged else "estimated from the model's config"
+    share = f"{p.weights_share:.0%} of the" if p.weights_share < 1 else f"{p.weights_share:.1f}× the"
+    detail = (f"The weights take {p.weights_gib:.2f} GiB per GPU ({how}), {share} "
+              f"{p.total_gib:.2f} GiB device{card}; gpu_memory_utilization {p.util:g} gives vLLM "
+              f"{p.util * p.total_gib:.2f} GiB for weights, activations and the KV cache together.")
+    here = p.at_max_util
+    if here is not None:
+        detail += (f" Even at {p.max_util} the KV cache would hold {here.kv_tokens:,} tokens, "
+                   f"less than one {p.context:,}-token request: no utilization fixes this.")
+    moves: list[Suggestion] = []
+    tp = tp_size(s)
+    if p.split is not None:
+        sp = p.split
+        detail += (f" --tensor-parallel-size {sp.tp} puts {sp.weights_gib:.2f} GiB of weights on each of {sp.tp} GPUs and "
+                   f"leaves about {sp.kv_gib:.2f} GiB per GPU for KV ≈ {sp.kv_tokens:,} tokens "
+                   f"({sp.kv_tokens / p.context:.1f} requests of {p.context:,}).")
+        moves.append(Suggestion("--tensor-parallel-size", tp, sp.tp, sp.kv_tokens,
+                                note=f"{sp.tp} GPUs of this size: {sp.weights_gib:.2f} GiB of weights each"))
+    if p.quantized is not None:
+        q = p.quantized
+        where = "on this GPU" if q.tp == tp else f"at --tensor-parallel-size {q.tp}"
+        detail += (f" FP8 weights (--quantization fp8 on Hopper/Ada, or a published FP8 checkpoint) take "
+                   f"{q.weights_gib:.2f} GiB per GPU {where} and leave ≈ {q.kv_tokens:,} tokens.")
+        moves.append(Suggestion("--quantization", None, "fp8", q.kv_tokens,
+                                note=f"{q.weights_gib:.2f} GiB of weights per GPU {where}; some quality cost"))
+    if here is not None and here.kv_tokens >= SHORTEST_USEFUL_CONTEXT:
+        fits_len = here.kv_tokens // block_size(s) * block_size(s)
+        moves.append(Suggestion("--max-model-len", p.context, fits_len, here.kv_tokens,
+                                note=f"only with --gpu-memory-utilization {p.max_util}: one short request at a time"))
+    if not moves:
+        detail += " Use more GPUs (--tensor-parallel-size, --pipeline-parallel-size) or a quantized checkpoint."
+    primary = moves[0] if moves else None
+    if primary is not None:
+        primary.alternatives = moves[1:]
+    title = (f"Startup failed: the weights ({p.weights_gib:.2f} GiB per GPU) leave no room for the KV cache"
+             if p.weights_logged else f"Startup failed: the weights ({p.weights_gib:.2f} GiB per GPU) do not fit the GPU")
+    kind = "not-enough-memory" if s.failure is not None and s.failure.kind == "not-enough-memory" else "weights-oom"
+    return Finding(kind, "error", title, detail, primary)
 
 
 def _graph_estimate(s: Startup) -> tuple[float | None, str]:
@@ -324,6 +425,9 @@ def _failure(s: Startup) -> list[Finding]:
     if f.kind == "cuda-oom":
         ref = s.reference_rank
         loading = ref is not None and ref.weights_gib is None
+        too_big = _weights_too_big(s) if loading else None
+        if too_big is not None:
+            return [too_big]
         return [Finding("cuda-oom", "error", "CUDA out of memory " + ("while loading weights" if loading else "during startup"),
                         f"{excerpt(f.message, 240)}. " + ("The weights do not fit: more GPUs (--tensor-parallel-size) or a quantized "
                                                  "checkpoint." if loading else "Lower --gpu-memory-utilization."))]
