@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvscope.core.startup import Startup
+from kvscope.core.text import excerpt
 from kvscope.engines import ANCHORS, BULK_LANE, parse_lines
 from kvscope.ledger.assemble import assemble
 from kvscope.reading import ReadStats, iter_candidate_lines
@@ -55,8 +56,13 @@ def analyze(paths: Iterable[str], assumptions: dict[str, Any] | None = None, mod
     from kvscope.analysis.assumptions import implied_engine
 
     lines = iter_candidate_lines(list(paths), ANCHORS, stats, BULK_LANE)
+    unclaimed: list[Startup] = []
     with no_cycle_collection():
-        startups = list(assemble(parse_lines(lines), implied_engine(assumptions)))
+        startups = list(assemble(parse_lines(lines), implied_engine(assumptions), unclaimed))
+    if not startups and unclaimed:  # a pasted out of memory alone: say how to read it
+        stats.warnings.append(f"it holds a failure ({excerpt(unclaimed[0].failure.message if unclaimed[0].failure else '', 80)}) but no engine's own "
+                              "line: pass --assume engine=vllm (or sglang, llamacpp, trtllm, ollama) to read it as "
+                              "that engine's failed startup")
     for i, s in enumerate(startups):
         finish_startup(s, assumptions, startups[i - 1] if i else None, i + 1)
     compare_startups(startups)

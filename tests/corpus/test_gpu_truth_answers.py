@@ -16,10 +16,12 @@ from tests.conftest import FIXTURES
 GPU = FIXTURES / "gpu"
 # run → (flag of the primary move, its target, the contract's failure kind); why each is the expert's answer:
 EXPECTED = {
-    # Llama-3.1-405B: 756 GiB of bf16 weights; TP must divide its 128 heads, and at TP 4 each GPU would hold 189 GiB
-    "037-": ("--tensor-parallel-size", 8, "weights-oom"),
-    # Llama-3.1-70B: 131.45 GiB of weights on a 139.8 GiB GPU; even at 0.97 a 131,072-token request does not fit
-    "038-": ("--tensor-parallel-size", 2, "not-enough-memory"),
+    # Llama-3.1-405B: 756 GiB of bf16 weights; fp8 fits 4 H200s, bf16 needs 8 (TP must divide its 128 heads, and at
+    # TP 4 each GPU would hold 189 GiB): the move needing the fewest GPUs first
+    "037-": ("--quantization", "fp8", "weights-oom"),
+    # Llama-3.1-70B: 131.45 GiB of weights on a 139.8 GiB GPU; even at 0.97 a 131,072-token request does not fit;
+    # fp8 weights (~68 GiB) fit this one GPU, bf16 needs two
+    "038-": ("--quantization", "fp8", "not-enough-memory"),
     # the utilization itself was too low: sized to hold one request, on the GPU the log's budget equation implies
     "034-": ("--gpu-memory-utilization", 0.26, "not-enough-memory"),
     "027-": ("--gpu-memory-utilization", None, "not-enough-memory"),
@@ -73,8 +75,15 @@ def test_a_split_leaves_room_the_log_can_check():
     """038 printed its K (-9.32 GiB): TP 2 moves it by the weights each GPU sheds (131.45 → 65.71 GiB, both config
     estimates of the same checkpoint) less NCCL's buffers, and a token's KV per GPU halves with the 8 KV heads."""
     _, _, s = _case("038-")
-    sug = s.answer.suggestion
+    fp8 = s.answer.suggestion
+    assert fp8.to_value == "fp8" and "on this GPU" in fp8.note  # ~68 GiB of fp8 weights fit one GPU
+    (split,) = [a for a in fp8.alternatives if a.flag == "--tensor-parallel-size"]
     per_gpu_kv_gib = -9.32 + (131.45 - 65.71) - 0.5
-    assert sug.kv_tokens_after == pytest.approx(per_gpu_kv_gib * 2**30 / (80 * 4 * 128 * 2 * 2), rel=0.01)
-    fp8 = [a for a in sug.alternatives if a.flag == "--quantization"]
-    assert fp8 and fp8[0].to_value == "fp8" and "on this GPU" in fp8[0].note  # ~66 GiB of fp8 weights fit one GPU
+    assert split.to_value == 2
+    assert split.kv_tokens_after == pytest.approx(per_gpu_kv_gib * 2**30 / (80 * 4 * 128 * 2 * 2), rel=0.01)
+
+
+def test_the_405b_split_is_the_smallest_that_divides_its_heads():
+    _, _, s = _case("037-")
+    (split,) = [a for a in s.answer.suggestion.alternatives if a.flag == "--tensor-parallel-size"]
+    assert split.to_value == 8 and "at --tensor-parallel-size 4" in s.answer.suggestion.note

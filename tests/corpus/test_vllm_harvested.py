@@ -296,7 +296,12 @@ def test_worker_oom_under_vllm_prefix_gives_failure_and_device_total():
     assert s.failure.data["read_as"] == "cuda-oom"
     assert s.failure.data["device_total_gib"] == 14.62
     assert [r.total_gib for r in s.ranks] == [14.62]
-    assert _finding(s, "cuda-oom").title == "CUDA out of memory while loading weights"
+    # 14.42 of 14.62 GiB allocated by PyTorch and no weights line: the weights do not fit as this run split them
+    # (its TP is not in the excerpt, so more GPUs than it used, or a 4-bit checkpoint)
+    f = _finding(s, "weights-oom")
+    assert f.title == "Startup failed: the weights do not fit the GPU"
+    assert f.suggestion.flag == "--tensor-parallel-size" and f.suggestion.to_value is None
+    assert [a.to_value for a in f.suggestion.alternatives] == ["awq"]
 
 
 def test_capacity_lines_alone_are_a_startup():

@@ -129,7 +129,9 @@ def _missing(s: Startup) -> list[str]:
     engine = engines.get(s.engine)
     knob = engine.knobs.memory
     ref = s.reference_rank
-    if knob is not None and s.setting(knob.setting) is None and knob.default is None:
+    weights_failed = s.failure is not None and s.failure.kind == FailureKind.WEIGHTS_OOM.value
+    if knob is not None and s.setting(knob.setting) is None and knob.default is None and not weights_failed:
+        # (the memory knob sizes the KV cache after the load: it says nothing about weights that did not fit)
         out.append(f"--assume {knob.setting}=… (the value it was started with: the log does not print it)")
     if ref is not None and ref.total_gib is None and not s.assumptions.get("gpu_total_gib") and knob is not None \
             and knob.default is not None:

@@ -18,7 +18,7 @@ from kvscope.model.arch import KV_DTYPE_BYTES
 from kvscope.model.catalog import catalog_entry, gpu_short_names, model_ids, pick_gpu, read_local_config
 
 # Facts about the box and the run, read by the neutral layers (analysis/explain.py, runtime, model, render).
-FACTS = frozenset({"gpu", "model", "host_ram_gb", "gpu_total_gib", "extra_weights_gib", "weights_gib",
+FACTS = frozenset({"engine", "gpu", "model", "host_ram_gb", "gpu_total_gib", "extra_weights_gib", "weights_gib",
                    "quantization", "kv_cache_dtype", "kv_cache_dtype_resolved", "tp_size", "pp_size", "tensor_parallel_size",
                    "enable_dp_attention"})
 # Settings that are a share of memory: (0, 1].
@@ -57,7 +57,9 @@ def known_keys() -> frozenset[str]:
 def implied_engine(assumptions: dict[str, Any]) -> str | None:
     """The one engine whose own settings the user named (mem_fraction_static: SGLang), None when the keys are
     neutral facts or name settings of several engines. Lets a pasted torch out of memory with nothing else be
-    read as the engine the user says they ran."""
+    read as the engine the user says they ran; ``engine=vllm`` says it outright."""
+    if isinstance(assumptions.get("engine"), str):
+        return str(assumptions["engine"])
     named = set()
     for key in assumptions:
         if key in FACTS or key in RANK_FIELDS:
@@ -151,5 +153,9 @@ def validate(assumptions: dict[str, Any], model: str | None = None) -> None:
         check_value(key, value)
     if assumptions.get("gpu") is not None:
         check_gpu(str(assumptions["gpu"]))
+    if assumptions.get("engine") is not None and assumptions["engine"] not in engines.REGISTRY:
+        names = sorted(engines.REGISTRY)
+        raise InputError(f"--assume engine={assumptions['engine']!r}: one of {', '.join(names)}"
+                         f"{did_you_mean(str(assumptions['engine']), names)}")
     for name in {m for m in (model, assumptions.get("model")) if isinstance(m, str) and m}:
         check_model(name)

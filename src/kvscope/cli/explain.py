@@ -34,7 +34,8 @@ def render(analysis, fmt: str, redact: bool, extra=None) -> str:
               help="prometheus: the ledger as Prometheus text, for node_exporter's textfile collector.")
 @click.option("-o", "--output", metavar="FILE", help="Write the report to FILE instead of stdout.")
 @click.option("--assume", "assume", multiple=True, metavar="KEY=VALUE",
-              help="A fact the log lacks: mem_fraction_static=0.88, gpu='RTX PRO 6000', model=…, tp_size=8.")
+              help="A fact the log lacks: mem_fraction_static=0.88, gpu='RTX PRO 6000', model=…, tp_size=8, "
+                   "engine=vllm (a pasted out-of-memory error names no engine).")
 @click.option("--model", metavar="PATH|ID", help="HF config.json (file or directory) or model id, for bytes per token.")
 @click.option("--no-redact", is_flag=True, help="Keep API keys, tokens and user names in the output.")
 @click.option("--check", is_flag=True, help="Exit 3 when a startup failed (for scripts: the report is printed as usual).")

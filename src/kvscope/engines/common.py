@@ -13,7 +13,7 @@ from typing import Any
 
 from kvscope.core import events as ev
 from kvscope.core.kinds import FailureKind
-from kvscope.core.startup import Failure, Startup
+from kvscope.core.startup import Failure, Finding, Startup, Suggestion, finite_number
 from kvscope.core.text import excerpt
 from kvscope.engines.base import NUM, LineContext, Parsed, to_float
 
@@ -21,8 +21,16 @@ from kvscope.engines.base import NUM, LineContext, Parsed, to_float
 _TORCH_OOM = re.compile(
     rf"(?:OutOfMemoryError|(?:CUDA|HIP)\s+out\s+of\s+memory|out\s+of\s+memory)"
     rf"(?:.*?Tried\s+to\s+allocate\s+({NUM})\s*(MiB|GiB|GB|MB))?"
-    rf"(?:.*?GPU\s+(\d+)\s+has\s+a\s+total\s+capacity\s+of\s+({NUM})\s*GiB\s+of\s+which\s+({NUM})\s*(MiB|GiB)\s+is\s+free)?"
+    rf"(?:.*?GPU\s+(\d+)\s+has\s+a\s+total\s+capac(?:i)?ty\s+of\s+({NUM})\s*GiB\s+of\s+which\s+({NUM})\s*(MiB|GiB)\s+is\s+free)?"
 )
+# torch before 2.1: "(GPU 0; 10.73 GiB total capacity; 9.85 GiB already allocated; 46.44 MiB free; 9.86 GiB reserved in
+# total by PyTorch)"; torch 2.1 spelled the newer message "total capacty" (sic), read above
+_TORCH_OOM_OLD = re.compile(
+    rf"\(GPU\s+(\d+);\s*({NUM})\s*(GiB|MiB)\s+total\s+capacity;\s*({NUM})\s*(GiB|MiB)\s+already\s+allocated;"
+    rf"\s*({NUM})\s*(GiB|MiB)\s+free"
+)
+# what PyTorch itself had allocated when it ran out: during a weight load, the weights read so far
+_TORCH_ALLOCATED = re.compile(rf"Of the allocated memory ({NUM})\s*(MiB|GiB) is allocated by PyTorch")
 # what a logger puts before the error: bracketed pids, times and levels, a "torch_npu.memory:" logger name
 _LOG_PREFIX = re.compile(r"^(?:\[[^\]\n]{0,40}\]\s*|[\w.]{1,40}:\s*(?=\[))+")
 _UNIT = {"MiB": 1 / 1024, "MB": 1 / 1024, "GiB": 1.0, "GB": 1.0}
@@ -51,13 +59,20 @@ def oom_failure(text: str) -> dict[str, Any] | None:
     m = _TORCH_OOM.search(text)
     if not m:
         return None
+    total, free, allocated = to_float(m.group(4)), _gib(m.group(5), m.group(6)), None
+    if (old := _TORCH_OOM_OLD.search(text)) is not None and total is None:
+        total, allocated, free = _gib(old.group(2), old.group(3)), _gib(old.group(4), old.group(5)), \
+            _gib(old.group(6), old.group(7))
+    if (torch_held := _TORCH_ALLOCATED.search(text)) is not None:
+        allocated = _gib(torch_held.group(1), torch_held.group(2))
     return {
         "kind": "cuda-oom",
         "message": _LOG_PREFIX.sub("", text.strip(), count=1)[:500],
         "tried_gib": _gib(m.group(1), m.group(2)),
-        "device_total_gib": to_float(m.group(4)),
-        "device_free_gib": _gib(m.group(5), m.group(6)),
+        "device_total_gib": total,
+        "device_free_gib": free,
         **({"process_gib": _gib(held.group(1), held.group(2))} if (held := _PROCESS_HOLDS.search(text)) else {}),
+        **({"torch_allocated_gib": allocated} if allocated is not None else {}),
     }
 
 
@@ -67,7 +82,7 @@ class CommonLines:
     joins = True  # EngineLines: wants_join below can say yes
 
     def wants_join(self, text: str) -> bool:
-        return "Tried to allocate" in text and "is free" not in text and "total capacity" in text
+        return "Tried to allocate" in text and "is free" not in text and ("total capacity" in text or "total capacty" in text)
 
     def parse(self, text: str, ctx: LineContext) -> list[Parsed]:
         m = _PINNED.search(text)
@@ -168,3 +183,36 @@ def held_by_earlier(f: Failure, pool: str, this: str) -> tuple[str, str]:
     return (f"Startup failed: startup {n} was still holding the device",
             f"Startup {n} of this input, on a device of the same size, had sized its {pool} and shows no failure or "
             f"shutdown, so it was still running{holding} when {this} ran short of memory ({excerpt(f.message, 160)}).")
+
+
+LOAD_FILLS_GPU = 0.85  # memory in use at an out of memory before any weights line, as a share of the device
+
+
+def weights_fill_gpu(s: Startup, tp_flag: str, tp: int | None) -> Finding | None:
+    """An out of memory before any weights line, with the GPU (nearly) full of what the process had read: the
+    weights alone are larger than this GPU as placed, whatever the engine's memory fraction (it sizes the KV cache
+    after the load, not the load). The model is not known here (an engine that knows it sizes the split), so the
+    split is the least that can help and the format the usual one, each said as such. ``tp``: the split the run
+    used, None when the log does not say (a worker's error alone)."""
+    f = s.failure
+    if f is None:
+        return None
+    total = finite_number(f.data.get("device_total_gib"))
+    if total is None:
+        total = next((r.total_gib for r in s.ranks if r.total_gib), None)
+    free = finite_number(f.data.get("device_free_gib"))
+    held = finite_number(f.data.get("torch_allocated_gib")) or finite_number(f.data.get("process_gib")) or (
+        total - free if total and free is not None else None)  # a message cut before what the process held
+    if held is None or not total or held < LOAD_FILLS_GPU * total:
+        return None
+    placed = f"at {tp_flag} {tp}" if tp else "as this run split them"
+    more = f"{tp_flag} {2 * tp} at least" if tp else f"a larger {tp_flag} than this run used"
+    detail = (f"It ran out of memory with {held:.2f} of the GPU's {total:.2f} GiB in use and no line of a finished "
+              f"weight load before it: {placed} the weights alone are larger than this GPU, so no memory fraction or "
+              f"context setting can help. Split them over more GPUs ({more}) or serve a quantized checkpoint (FP8 halves "
+              "16-bit weights, a 4-bit AWQ / GPTQ checkpoint quarters them), or a smaller model. Pass --model … (a "
+              "config.json or model id) to size either exactly.")
+    quant = Suggestion("--quantization", None, "awq", note="a 4-bit checkpoint of the model: about ¼ of its 16-bit weights")
+    split = (Suggestion(tp_flag, tp, 2 * tp, note="at least: the weights alone fill one GPU", alternatives=[quant]) if tp
+             else Suggestion(tp_flag, None, None, note="more GPUs than this run used", alternatives=[quant]))
+    return Finding("weights-oom", "error", "Startup failed: the weights do not fit the GPU", detail, split)

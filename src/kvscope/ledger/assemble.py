@@ -216,11 +216,13 @@ def _apply(b: _Builder, s: Startup, e: ev.Event) -> None:
     elif kind == ev.FAILURE:
         weak = bool(e.data.get("weak"))
         if weak and s.runtime is not None:
-            # serving had begun (runtime samples read): a generic traceback now is not a failed startup
-            s.warnings.append({"code": "error-while-serving", "message": e.data.get("message", ""), "rank": e.rank,
-                               "line": e.line_no})
+            # serving had begun (runtime samples read): a generic traceback now is not a failed startup; an echo
+            # (a launcher saying its child died) repeats an error already read, and says nothing of its own
+            if not e.data.get("echo"):
+                s.warnings.append({"code": "error-while-serving", "message": e.data.get("message", ""), "rank": e.rank,
+                                   "line": e.line_no})
         elif s.failure is None or (s.failure.kind == "exception" and not weak):
-            extra = {k: v for k, v in e.data.items() if k not in ("kind", "message", "weak")}
+            extra = {k: v for k, v in e.data.items() if k not in ("kind", "message", "weak", "echo")}
             s.failure = Failure(e.data.get("kind", "unknown"), e.data.get("message", ""), _source(e), extra)
     elif kind == ev.FRAME:
         _apply_frame(s, e)
@@ -263,12 +265,14 @@ PRINTED = ("kv_tokens", "kv_device", "max_concurrency")
 MAX_PRINTED = 1024
 
 
-def assemble(events: Iterable[ev.Event], engine_hint: str | None = None) -> Iterator[Startup]:
+def assemble(events: Iterable[ev.Event], engine_hint: str | None = None,
+             unclaimed: list[Startup] | None = None) -> Iterator[Startup]:
     """Group events into startups, in input order.
 
     engine_hint: the engine the user's own settings name (``--assume mem_fraction_static=…`` is SGLang's). An input
     of engine-neutral lines only (a pasted torch out of memory and nothing else) is then that engine's startup,
     instead of a run the input does not show; with any engine's own line in the input the hint changes nothing.
+    unclaimed: where such a startup goes when nothing names its engine (so the caller can say how to name it).
     """
     found = False
     for s in _assemble(events):
@@ -279,6 +283,8 @@ def assemble(events: Iterable[ev.Event], engine_hint: str | None = None) -> Iter
             s.engine = engine_hint
             yield s
             found = True
+        elif unclaimed is not None and s.failure is not None:
+            unclaimed.append(s)
 
 
 def _assemble(events: Iterable[ev.Event]) -> Iterator[Startup]:

@@ -27,6 +27,7 @@ SRC = REPO / "src" / "kvscope"
     ("gpu=H2000", ["not in the catalog", "did you mean 'H200"]),
     ("gpu=RTX 409", ["did you mean 'RTX 4090'"]),
     ("gpu=A100", ["ambiguous", "A100 40GB", "A100 80GB"]),
+    ("engine=vlm", ["one of", "did you mean 'vllm'"]),
 ])
 def test_a_bad_assumption_is_one_line_and_exit_2(assume, words):
     assert_user_error(run_cli(str(REAL), "--assume", assume), *words)

@@ -7,10 +7,11 @@ every finding is phrased as "this flag costs that many MiB" rather than as a bud
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
-from kvscope.core.startup import Finding, Startup, Suggestion
+from kvscope.core.startup import Finding, Startup, Suggestion, finite_number
 from kvscope.engines.llamacpp import rules
 from kvscope.engines.llamacpp.facts import LlamaCapacityFacts, LlamaRankFacts
 from kvscope.engines.llamacpp.finish import AGGREGATE_RANK, allocated_gib, cache_shape, gpu_ranks
@@ -377,11 +378,7 @@ def _failure(s: Startup, fl: Flags, host: Host) -> Finding | None:
     if f.kind == "kv-cache-oom":
         return _kv_oom(s, f, device, n_ctx, fl)
     if f.kind == "weights-oom":
-        layers = _int(s, "n_gpu_layers_offloaded")
-        return Finding("llamacpp-weights-oom", "error", f"Startup failed: the model weights did not fit on {device}",
-                       f"Lower {fl.gpu_layers} so fewer layers go to the GPU"
-                       + (f", or spread them with {fl.tensor_split}." if fl.tensor_split else "."),
-                       Suggestion(fl.gpu_layers, layers, max(0, layers - 4)) if layers else None)
+        return _weights_oom(s, f, device, fl)
     if f.data.get("cause") == "quantized-v-needs-flash-attn":
         return Finding("llamacpp-v-quant-needs-fa", "error", "Startup failed: a quantized V cache needs flash attention",
                        f"Not memory: {fl.runner} refuses a quantized V cache ({fl.cache_v} q8_0, q4_0, …) unless "
@@ -391,6 +388,35 @@ def _failure(s: Startup, fl: Flags, host: Host) -> Finding | None:
                                   alternatives=[Suggestion(fl.cache_v, None, "f16",
                                                            note="an f16 V cache needs no flash attention")]))
     return Finding("llamacpp-startup-failed", "error", f"Startup failed ({f.kind})", f.message)
+
+
+# what a GPU keeps beside its share of the weights: the CUDA context, the compute graph and a small KV cache
+DEVICE_RESERVE_GIB = 1.5
+
+
+def _weights_oom(s: Startup, f: Any, device: str, fl: Flags) -> Finding:
+    """A weights buffer the GPU refused: fewer layers there. The buffer asked for against the device's total says how
+    many of the layers placed there fit (the layers of one model are alike in size, its output layer aside)."""
+    layers = _int(s, "n_gpu_layers_offloaded")
+    mib, raw = finite_number(f.data.get("alloc_mib")), finite_number(f.data.get("alloc_bytes"))
+    asked = mib / 1024 if mib is not None else raw / (1 << 30) if raw is not None else None
+    ref = s.reference_rank
+    total = (ref.total_gib if ref is not None else None) or finite_number(s.assumptions.get("gpu_total_gib"))
+    spread = f", or spread them with {fl.tensor_split}." if fl.tensor_split else "."
+    detail = f"Lower {fl.gpu_layers} so fewer layers go to the GPU{spread}"
+    share = (total - DEVICE_RESERVE_GIB) / asked if asked and total and total > DEVICE_RESERVE_GIB else None
+    sug = None
+    if share is not None and share < 1:
+        detail = (f"{asked:.2f} GiB of weights were asked for on {device}, a {total:.2f} GiB GPU that also needs room for "
+                  f"its context and compute graph: about {share:.0%} of the layers placed there fit. " + detail)
+        if layers:
+            to = max(0, math.floor(layers * share))
+            sug = Suggestion(fl.gpu_layers, layers, to, note=f"{to} of the {layers} layers on the GPU, the rest on the CPU")
+        else:
+            sug = Suggestion(fl.gpu_layers, None, None, note=f"about {share:.0%} of the layers it placed on {device}")
+    elif layers:
+        sug = Suggestion(fl.gpu_layers, layers, max(0, layers - 4))
+    return Finding("llamacpp-weights-oom", "error", f"Startup failed: the model weights did not fit on {device}", detail, sug)
 
 
 WORKING_CONTEXT = 8192  # a context most chats fit in, offered when the one that failed was tens of thousands

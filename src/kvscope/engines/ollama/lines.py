@@ -39,6 +39,8 @@ _SIZE = lazy_compile(rf"(?<![\d.,]){G}\s*(B|KiB|MiB|GiB|TiB)\b")
 # a logfmt record of ollama's Go server (slog): what marks a file as ollama's
 _LOGFMT = lazy_compile(r"\blevel=(?:INFO|WARN|ERROR|DEBUG|TRACE)\s+source=\S+\.go:\d+\s+msg=")
 _JOURNALD = lazy_compile(r"\bollama\[\d+\]:|\bollama (?:run|serve|ps)\b")  # journald's prefix, or the CLI typed
+# docker compose's service prefix ("ollama  | ", "ollama-1  | "), and the Go runner's own panic and stack frames
+_COMPOSE = lazy_compile(r"^\s*ollama(?:[-_]\d+)?\s+\|\s|github\.com/ollama/ollama/|panic: unable to load model")
 
 # --- the memory each device got (2025+ engines): one record per device and kind ---------------------------
 _BUF = lazy_compile(rf'msg="(kv cache|compute graph|model weights)"(?:\s+(?:device|buffer|backend)=(\S+))?'
@@ -165,7 +167,8 @@ class OllamaLines:
         if out:
             st["seen"] = True
             return out
-        if not mine and not (_LOGFMT.search(text) or ("ollama" in ctx.raw and _JOURNALD.search(ctx.raw))):
+        if not mine and not (_LOGFMT.search(text) or ("ollama" in ctx.raw and (
+                _JOURNALD.search(ctx.raw) or _COMPOSE.search(ctx.raw)))):
             return []  # not (yet) an ollama file: the llama.cpp reader takes its lines
         st["seen"] = True
         lead: list[Parsed] = []

@@ -9,7 +9,7 @@ from kvscope.core.margins import RESERVE_MARGIN_GIB, reserve_margin_gib
 from kvscope.core.startup import Finding, Startup, Suggestion, finite_number
 from kvscope.core.text import excerpt
 from kvscope.engines.base import typical_fits
-from kvscope.engines.common import OOM_TEXT, held_by_earlier
+from kvscope.engines.common import OOM_TEXT, held_by_earlier, weights_fill_gpu
 from kvscope.engines.sglang import defaults as sgd
 from kvscope.engines.sglang import dsv4, rules
 from kvscope.engines.sglang.eras import NEWEST_BUILT, parse_version
@@ -26,7 +26,13 @@ from kvscope.engines.sglang.finish import (
 )
 from kvscope.engines.sglang.rules import GIB
 from kvscope.model.catalog import load_architecture
-from kvscope.model.weights import sglang_parallel, weights_delta_gib
+from kvscope.model.weights import (
+    estimate_weights,
+    load_model_config,
+    quant_plan,
+    sglang_parallel,
+    weights_delta_gib,
+)
 
 TYPICAL_MFS = 0.8  # the low end of SGLang's automatic mem_fraction_static (0.81–0.88 on 24–141 GB GPUs)
 
@@ -642,10 +648,75 @@ def _oom(s: Startup, f, mfs: float | None, pre: float | None) -> Finding:
     past = _past_static_budget(s, f, mfs)
     if past is not None:
         return past
+    if ref is None or ref.weights_gib is None:
+        logged_tp = finite_number(s.setting("tp_size")) or (tp_size(s) if len(s.ranks) > 1 else None)
+        too_big = _weights_exceed(s, f) or weights_fill_gpu(s, "--tp", int(logged_tp) if logged_tp else None)
+        if too_big is not None:
+            return too_big
     phase = "while loading weights" if ref is not None and ref.weights_gib is None and ref.pre_load_free_gib else "during startup"
     return Finding("cuda-oom", "error", f"CUDA out of memory {phase}",
                    _sentences(excerpt(f.message, 240), "If the weights do not fit, raise --tp or use a quantized checkpoint; "
                               "if it happened after the pool, lower --mem-fraction-static"))
+
+
+WEIGHTS_SHARE_THAT_SERVES = 0.75  # weights per GPU up to this share of it leave SGLang's ~0.85–0.9 fraction KV room
+MAX_TP = 64
+
+
+def _weights_exceed(s: Startup, f) -> Finding | None:
+    """An out of memory before the weights finished loading, for a model whose weights per GPU (its config, SGLang's
+    sharding) are more than the device holds: the memory fraction sizes the KV cache after the load, so it cannot
+    help. The split is the smallest power-of-two --tp that divides the heads and brings the weights under
+    WEIGHTS_SHARE_THAT_SERVES of each GPU; a smaller format (fp8 on SM 8.9+, a 4-bit AWQ checkpoint) where it does
+    that on the GPUs the run had."""
+    ref = s.reference_rank
+    total = finite_number(f.data.get("device_total_gib")) or (ref.total_gib if ref is not None else None)
+    name = model_name(s)
+    tp = tp_size(s)
+    if not total or not name:
+        return None
+    mc = load_model_config(name)
+    if mc is None:
+        return None
+
+    def weights(n: int, quantization: str | None = None) -> float | None:
+        try:
+            return estimate_weights(mc, sglang_parallel(n), quantization=quantization,
+                                    rules=rules.SGLANG_WEIGHTS).bytes_per_rank / GIB
+        except (KeyError, TypeError, ValueError, ZeroDivisionError):
+            return None
+
+    now = weights(tp)
+    if now is None or now < WEIGHTS_SHARE_THAT_SERVES * total:
+        return None
+    heads = mc.cfg.get("num_attention_heads")
+    sizes = [n for n in (tp * 2 ** k for k in range(1, 7)) if n <= MAX_TP and (not isinstance(heads, int) or heads % n == 0)]
+    split = next((n for n in sizes if (w := weights(n)) is not None and w <= WEIGHTS_SHARE_THAT_SERVES * total), None)
+    detail = (f"The weights are {now:.2f} GiB per GPU at --tp {tp} (estimated from {name}'s config), "
+              f"{now / total:.0%} of the {total:.2f} GiB GPU: they do not fit as placed. --mem-fraction-static sizes "
+              "the KV cache after the weights are in, so lowering it cannot help.")
+    moves = []
+    if split is not None:
+        w = weights(split) or 0.0
+        detail += f" At --tp {split} each GPU holds {w:.2f} GiB of weights."
+        moves.append(Suggestion("--tp", tp, split, note=f"{split} GPUs of this size: {w:.2f} GiB of weights each"))
+    q_plan = quant_plan(mc.cfg)
+    if q_plan.method == "none":
+        for method, what in (("fp8", "FP8 weights (--quantization fp8, or a published FP8 checkpoint; SM 8.9+)"),
+                             ("awq", "a 4-bit AWQ checkpoint (--quantization awq)")):
+            w = weights(tp, method)
+            if w is not None and w <= WEIGHTS_SHARE_THAT_SERVES * total:
+                detail += f" {what[0].upper() + what[1:]} takes {w:.2f} GiB per GPU at --tp {tp}."
+                moves.append(Suggestion("--quantization", None, method,
+                                        note=f"{w:.2f} GiB of weights per GPU; some quality cost"))
+                break
+    if not moves:
+        detail += " Use more GPUs (--tp), a quantized checkpoint or a smaller model."
+    primary = moves[0] if moves else None
+    if primary is not None:
+        primary.alternatives = moves[1:]
+    return Finding("weights-oom", "error", f"Startup failed: the weights ({now:.2f} GiB per GPU) do not fit the GPU",
+                   detail, primary)
 
 
 def _past_static_budget(s: Startup, f, mfs: float | None) -> Finding | None:

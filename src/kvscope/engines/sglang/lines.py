@@ -101,6 +101,8 @@ _VLM_ADJUST = lazy_compile(
     rf"(?:Dynamically adjusted --mem-fraction-static from: {G} to|Automatically reduce --mem-fraction-static to):? {G}"
 )
 _MRR_RESET = lazy_compile(r"Max running requests is reset to (\d+)")
+# the launcher's handler when its scheduler process dies: the cause is the error printed before it
+_CHILD_FAILED = lazy_compile(r"Received sigquit from a child process\. It usually means the child failed")
 _EXCEPTION = lazy_compile(
     r"Scheduler hit an exception|TpModelWorker\w* hit an exception|Exception in ModelRunner"
     r"|Exception in run_tp_server|Exception in ModelTpServer"  # 0.3.x / 0.2.x worker loops
@@ -130,6 +132,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"Max running",
     b"maximum allowed length",
     b"Init torch distributed begin",
+    b"Received sigquit",
     b"DSV4",
     b"Mamba",
     b"Initialization failed",
@@ -542,4 +545,6 @@ SHAPES = Shapes((
           "Exception: Capture cuda graph failed: "),
     Shape("scheduler-exception", _EXCEPTION, _failure("exception", weak=True), (ev.FAILURE,), "all",
           "Scheduler hit an exception: Traceback (most recent call last):"),
+    Shape("child-failed", _CHILD_FAILED, _failure("exception", weak=True, echo=True), (ev.FAILURE,), "all",
+          "Received sigquit from a child process. It usually means the child failed."),
 ))

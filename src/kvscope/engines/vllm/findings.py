@@ -13,7 +13,7 @@ from dataclasses import replace
 from kvscope.core.startup import Finding, Rank, Startup, Suggestion, finite_number
 from kvscope.core.text import excerpt
 from kvscope.engines.base import typical_fits
-from kvscope.engines.common import held_by_earlier
+from kvscope.engines.common import held_by_earlier, weights_fill_gpu
 from kvscope.engines.vllm import eras, fit, rules
 from kvscope.engines.vllm.facts import VllmCapacityFacts, VllmRankFacts
 from kvscope.engines.vllm.finish import (
@@ -251,7 +251,7 @@ def _util_for_one_request(s: Startup) -> Finding | None:
 def _weights_too_big(s: Startup) -> Finding | None:
     """The weights fill the GPU: no utilization step holds one max_model_len request, so the fix is a split
     (--tensor-parallel-size) or a smaller weight format, each with what it leaves for KV (fit.py)."""
-    p = fit.placement(s, MAX_SANE_UTIL)
+    p = fit.placement(s, MAX_SANE_UTIL, SHORTEST_USEFUL_CONTEXT)
     if p is None or p.context <= 0 or (p.at_max_util is not None and p.at_max_util.fits(p.context)):
         return None
     card = (f" (the log does not print the device total: {p.total_card}, {p.total_gib:.1f} GiB, is the smallest GPU "
@@ -266,7 +266,7 @@ def _weights_too_big(s: Startup) -> Finding | None:
         detail += (f" Even at {p.max_util} the KV cache would hold {here.kv_tokens:,} tokens, "
                    f"less than one {p.context:,}-token request: no utilization fixes this.")
     moves: list[Suggestion] = []
-    tp = tp_size(s)
+    tp, bs = tp_size(s), block_size(s)
     if p.split is not None:
         sp = p.split
         detail += (f" --tensor-parallel-size {sp.tp} puts {sp.weights_gib:.2f} GiB of weights on each of {sp.tp} GPUs and "
@@ -274,19 +274,30 @@ def _weights_too_big(s: Startup) -> Finding | None:
                    f"({sp.kv_tokens / p.context:.1f} requests of {p.context:,}).")
         moves.append(Suggestion("--tensor-parallel-size", tp, sp.tp, sp.kv_tokens,
                                 note=f"{sp.tp} GPUs of this size: {sp.weights_gib:.2f} GiB of weights each"))
-    if p.quantized is not None:
-        q = p.quantized
+    for q in p.quantized:
         where = "on this GPU" if q.tp == tp else f"at --tensor-parallel-size {q.tp}"
-        detail += (f" FP8 weights (--quantization fp8 on Hopper/Ada, or a published FP8 checkpoint) take "
-                   f"{q.weights_gib:.2f} GiB per GPU {where} and leave ≈ {q.kv_tokens:,} tokens.")
-        moves.append(Suggestion("--quantization", None, "fp8", q.kv_tokens,
-                                note=f"{q.weights_gib:.2f} GiB of weights per GPU {where}; some quality cost"))
+        what = ("FP8 weights (--quantization fp8 quantizes the checkpoint as it loads, or use a published FP8 one)"
+                if q.quantization == "fp8" else
+                "A 4-bit AWQ (or GPTQ) checkpoint of the model, served with --quantization awq,")
+        detail += f" {what} takes {q.weights_gib:.2f} GiB per GPU {where} and leaves ≈ {q.kv_tokens:,} tokens"
+        detail += "." if q.fits(p.context) else f", so --max-model-len {q.kv_tokens // bs * bs:,} at most."
+        moves.append(Suggestion("--quantization", None, q.quantization, q.kv_tokens,
+                                note=f"{q.weights_gib:.2f} GiB of weights per GPU {where}; some quality cost"
+                                + ("" if q.quantization == "fp8" else "; needs a 4-bit checkpoint of the model")
+                                + ("" if q.fits(p.context) else f"; with --max-model-len ≤ {q.kv_tokens // bs * bs:,}")))
     if here is not None and here.kv_tokens >= SHORTEST_USEFUL_CONTEXT:
         fits_len = here.kv_tokens // block_size(s) * block_size(s)
         moves.append(Suggestion("--max-model-len", p.context, fits_len, here.kv_tokens,
                                 note=f"only with --gpu-memory-utilization {p.max_util}: one short request at a time"))
     if not moves:
         detail += " Use more GPUs (--tensor-parallel-size, --pipeline-parallel-size) or a quantized checkpoint."
+    # the move that needs the fewest GPUs first (the GPU the user has beats one to buy), the checkpoint as it is
+    # before a smaller format on a tie; a shorter context last
+    def gpus_needed(m: Suggestion) -> tuple[int, bool]:
+        placed = _split_of(p, m)
+        return (placed.tp if placed is not None else 1 << 20, m.flag == "--quantization")
+
+    moves.sort(key=gpus_needed)
     primary = moves[0] if moves else None
     if primary is not None:
         primary.alternatives = moves[1:]
@@ -294,6 +305,13 @@ def _weights_too_big(s: Startup) -> Finding | None:
              if p.weights_logged else f"Startup failed: the weights ({p.weights_gib:.2f} GiB per GPU) do not fit the GPU")
     kind = "not-enough-memory" if s.failure is not None and s.failure.kind == "not-enough-memory" else "weights-oom"
     return Finding(kind, "error", title, detail, primary)
+
+
+def _split_of(p: fit.Placement, move: Suggestion) -> fit.Split | None:
+    """The placement a suggested move stands for (None: a shorter context, which needs no GPU)."""
+    if move.flag == "--tensor-parallel-size":
+        return p.split
+    return next((q for q in p.quantized if q.quantization == move.to_value), None)
 
 
 def _graph_estimate(s: Startup) -> tuple[float | None, str]:
@@ -425,7 +443,9 @@ def _failure(s: Startup) -> list[Finding]:
     if f.kind == "cuda-oom":
         ref = s.reference_rank
         loading = ref is not None and ref.weights_gib is None
-        too_big = _weights_too_big(s) if loading else None
+        logged_tp = setting_int(s, "tensor_parallel_size") or setting_int(s, "tp_size") or (
+            tp_size(s) if len(s.ranks) > 1 else None)
+        too_big = (_weights_too_big(s) or weights_fill_gpu(s, "--tensor-parallel-size", logged_tp)) if loading else None
         if too_big is not None:
             return [too_big]
         return [Finding("cuda-oom", "error", "CUDA out of memory " + ("while loading weights" if loading else "during startup"),

@@ -77,7 +77,7 @@ class Placement:
     at_max_util: Split | None  # this split and format with the utilization raised to max_util
     max_util: float
     split: Split | None  # the smallest TP of the checkpoint's format that holds one context-length request
-    quantized: Split | None  # fp8 weights at the smallest TP that holds it, when the checkpoint is 16-bit
+    quantized: list[Split]  # smaller weight formats (fp8, 4-bit AWQ) at the smallest TP that holds it, 16-bit only
 
     @property
     def weights_share(self) -> float:
@@ -109,6 +109,20 @@ def _sixteen_bit(s: Startup, mc: ModelConfig) -> bool:
     return dtype.replace("torch.", "") in SIXTEEN_BIT
 
 
+CARD_MATCH_GIB = 0.05  # a logged total within this of a catalog card's torch total is that card
+
+
+def _sm_major(total_gib: float | None, card: str | None) -> int | None:
+    """The compute-capability major of the card: the one named, else the catalog card whose torch total the
+    logged total is; None when no catalog card is that size."""
+    for g in gpus():
+        t = torch_total_gib(g)
+        if g.get("compute_capability") and (g["name"] == card or (
+                card is None and total_gib is not None and t is not None and abs(t - total_gib) <= CARD_MATCH_GIB)):
+            return int(str(g["compute_capability"]).split(".")[0])
+    return None
+
+
 def smallest_card(floor_gib: float) -> tuple[float, str] | None:
     """The smallest catalog GPU (torch's total, GiB) of at least ``floor_gib``."""
     fits = [(t, g["name"]) for g in gpus() if (t := torch_total_gib(g)) is not None and t >= floor_gib]
@@ -129,9 +143,11 @@ def bounded_total(s: Startup, u: float | None) -> tuple[float, str] | None:
     return smallest_card(shown / u - 0.01) if shown > 0 else None
 
 
-def placement(s: Startup, max_util: float) -> Placement | None:
+def placement(s: Startup, max_util: float, min_tokens: int) -> Placement | None:
     """The weights' placement for a startup that failed for memory: None when the model, the device total or
-    the utilization is unknown, or the layout has no plain per-token bytes (hybrid Mamba state pools)."""
+    the utilization is unknown, or the layout has no plain per-token bytes (hybrid Mamba state pools). A smaller
+    weight format on the GPUs the run had counts when it holds ``min_tokens`` of context (then with a shorter
+    max_model_len); a split must hold the whole max_model_len."""
     total, u = vfinish.total_gib(s), vfinish.util(s)
     card = None
     if not total and (bound := bounded_total(s, u)) is not None:
@@ -147,7 +163,8 @@ def placement(s: Startup, max_util: float) -> Placement | None:
     now = _weights(mc, tp, pp, None)
     if now is None:
         return None
-    context = s.capacity.max_model_len or vfinish.setting_int(s, "max_model_len") or 0
+    # vLLM's max_model_len defaults to the model's own context (max_position_embeddings and its rope scaling)
+    context = s.capacity.max_model_len or vfinish.setting_int(s, "max_model_len") or arch.max_position_embeddings or 0
     k = s.capacity.available_kv_gib
     if k is None and s.failure is not None:
         k = s.failure.data.get("available_kv_gib")  # type: ignore[assignment]
@@ -180,12 +197,20 @@ def placement(s: Startup, max_util: float) -> Placement | None:
 
     split = next((sp for t in _tp_sizes(mc.cfg, tp) if (sp := priced(t, None, u)) is not None and sp.fits(context)),
                  None)
-    quantized = None
+    quantized = []
     if _sixteen_bit(s, mc):
-        quantized = next((sp for t in [tp, *_tp_sizes(mc.cfg, tp)]
-                          if (sp := priced(t, "fp8", u)) is not None and sp.fits(context)), None)
-        if quantized is not None and split is not None and quantized.tp > split.tp:
-            quantized = None  # fp8 only helps here if it needs fewer GPUs than the 16-bit split
+        # fp8 where the card is known to run it (Marlin weight-only from SM 8.0, native from 8.9); a 4-bit AWQ
+        # checkpoint everywhere vLLM runs (SM 7.5+). Each only helps if it needs fewer GPUs than the 16-bit split.
+        sm = _sm_major(total if card is None else None, card)
+        for method in (("fp8", "awq") if sm is not None and sm >= 8 else ("awq",)):
+            here = priced(tp, method, u)  # on the GPUs it has, a shorter max_model_len is an honest price
+            q = here if here is not None and here.kv_tokens >= min(context, min_tokens) else next(
+                (sp for t in _tp_sizes(mc.cfg, tp) if (sp := priced(t, method, u)) is not None and sp.fits(context)),
+                None)
+            if q is not None and (split is None or q.tp < split.tp):
+                quantized.append(q)
+                if q.tp == tp:
+                    break  # the format that fits as placed is enough; a smaller one only costs quality
     weights = logged if logged is not None else now
     return Placement(weights, logged is not None, total, card, u, context, priced(tp, None, max(u, max_util)),
                      max_util, split, quantized)
