@@ -51,6 +51,15 @@ def test_the_change_the_thread_names_is_named(case):
 
 
 @pytest.mark.parametrize("case", PAIRS, ids=lambda p: p.name[:48])
+def test_the_release_rule_the_thread_names_is_named(case):
+    """Where the thread's resolution is a rule the release changed (vLLM 0.2.5's peak-memory profiling), the diff
+    names that rule beside the release."""
+    meta, d = _pair(case)
+    named = {r.rule for r in d.rule_changes}
+    assert set(meta["kvscope_expect"].get("rules_named", [])) <= named, named
+
+
+@pytest.mark.parametrize("case", PAIRS, ids=lambda p: p.name[:48])
 def test_whatif_from_a_predicts_b(case):
     meta, d = _pair(case)
     expect = meta["kvscope_expect"]["prediction"]

@@ -40,7 +40,17 @@ class Era:
 
 
 ERAS: tuple[Era, ...] = (
-    Era("V0 ≤0.6.3", "V0", OLDEST, (0, 6, 3), "K = T·u − (free at init − free after profile)", False, False, "v0", 0.90),
+    # ≤0.2.4 the profile's peak was torch.cuda.max_memory_allocated(): what NCCL and the CUDA context hold was not
+    # counted, and TP > 1 servers overran their budget. PR #2031 ("Fix peak memory profiling", in 0.2.5) counted
+    # total − free instead: everything in use on the GPU, other processes' memory too (vllm#2248: "vLLM basically
+    # thinks that any occupied GPU memory is attributed to the current running instance"); PR #2863 (merged
+    # 2024-02-14, after 0.3.0) subtracts what was in use at init, so other processes stop counting.
+    Era("V0 ≤0.2.4", "V0", OLDEST, (0, 2, 4), "K = T·u − torch peak (PyTorch's own allocations only: NCCL, the CUDA "
+        "context and other processes not counted)", False, False, "v0", 0.90),
+    Era("V0 0.2.5–0.3.0", "V0", (0, 2, 5), (0, 3, 0), "K = T·u − (T − free after profile): everything in use on the "
+        "GPU counts, NCCL and other processes too (PR #2031)", True, False, "v0", 0.90),
+    Era("V0 0.3.1–0.6.3", "V0", (0, 3, 1), (0, 6, 3), "K = T·u − (free at init − free after profile)", False, False,
+        "v0", 0.90),
     Era("V0 0.6.4", "V0", (0, 6, 4), (0, 6, 4), "K = T·u − (absolute torch peak + non-torch)", True, False, "v0", 0.90),
     Era("V0 0.6.5–0.10", "V0", (0, 6, 5), (0, 10, 2), "K = T·u − (weights + activation + non-torch)", False, False,
         "v0", 0.90),

@@ -526,13 +526,18 @@ def _kv_size(m: re.Match[str], msg: str) -> list[Parsed]:
     return [Parsed(ev.CAPACITY, data)]
 
 
+# a post that quotes one line per release: "- vLLM 0.2.4: `# GPU blocks: 1464, # CPU blocks: 1310`"
+_PROSE_RELEASE = lazy_compile(r"\bvLLM\s+v?(\d+\.\d+\.\d+(?:\.post\d+)?)\b[^:#]{0,40}:\s*`?#")
+
+
 def _blocks(m: re.Match[str], msg: str) -> list[Parsed]:
     data: dict[str, Any] = {"num_gpu_blocks": to_int(m.group(2))}
     if m.group(3) is not None:
         data["num_cpu_blocks"] = to_int(m.group(3))
     if m.group(1).lower() not in ("gpu", "cuda"):
         data["blocks_device"] = m.group(1).lower()
-    return [Parsed(ev.CAPACITY, data)]
+    labelled = _PROSE_RELEASE.search(msg[:m.start()] + msg[m.start():m.start() + 1])
+    return ([Parsed(ev.VERSION, {"engine_version": labelled.group(1)})] if labelled else []) + [Parsed(ev.CAPACITY, data)]
 
 
 def _cap(**fields: Callable[[re.Match[str]], Any]) -> Callable[[re.Match[str], str], list[Parsed]]:
