@@ -334,6 +334,7 @@ def run(cases: Path) -> dict[str, Any]:
 
 
 TRUTH = ROOT / "tests" / "fixtures" / "gpu"  # our own startups on a real GPU, every setting known
+TRUTH_SGLANG = ROOT / "tests" / "fixtures" / "gpu-sglang"  # the same for SGLang 0.5.17
 _NOT_SETTINGS = {"model", "load_format", "skip_tokenizer_init", "limit_mm_per_prompt"}
 
 
@@ -343,6 +344,8 @@ def _truth_case(case_dir: Path) -> dict[str, Any]:
     The runs are offline ``vllm.LLM`` engines (``offline=true``: the LLM class's batch defaults), dummy
     weights; a run another process shared the GPU with, or that failed, has no capacity to compare."""
     meta = json.loads((case_dir / "meta.json").read_text())
+    if meta.get("engine") == "sglang":
+        return _sglang_truth_case(case_dir, meta)
     row: dict[str, Any] = {"case": case_dir.name, "engine": meta.get("engine")}
     kv = (meta.get("observed") or {}).get("kv_tokens")
     kw = dict((meta.get("settings") or {}).get("llm_kwargs") or {})
@@ -374,6 +377,51 @@ def _truth_case(case_dir: Path) -> dict[str, Any]:
             "error_pct": (got - kv) / kv * 100, "caveats": []}
 
 
+_SGLANG_NOT_SETTINGS = {"trust_remote_code"}  # flags that size nothing
+
+
+def _sglang_flags(flags: list[str], case_dir: Path) -> dict[str, Any]:
+    """The launch flags as plan settings: '--mem-fraction-static 0.7' → mem_fraction_static=0.7, a flag with no
+    value → true; the drafter's folder is the draft_config.json kept beside the log."""
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(flags):
+        key = flags[i].lstrip("-").replace("-", "_")
+        value: Any = True
+        if i + 1 < len(flags) and not flags[i + 1].startswith("--"):
+            value = _flag_value(flags[i + 1])
+            i += 1
+        i += 1
+        if key == "speculative_draft_model_path":
+            value = str(case_dir / "draft_config.json")
+        if key not in _SGLANG_NOT_SETTINGS:
+            out[key] = value
+    return out
+
+
+def _sglang_truth_case(case_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
+    """One SGLang truth run (benchmarks/gpu/sglang): plan from config.json, the GPU and the launch flags."""
+    row: dict[str, Any] = {"case": case_dir.name, "engine": "sglang"}
+    kv = (meta.get("observed") or {}).get("kv_tokens")
+    settings_meta = meta.get("settings") or {}
+    if not kv or meta.get("failed"):
+        return {**row, "skip": "a failed startup (no KV capacity)"}
+    if settings_meta.get("other_process_holding_gib"):
+        return {**row, "skip": "another process held GPU memory"}
+    settings = _sglang_flags(list(settings_meta.get("flags") or []), case_dir)
+    req = PlanRequest(model=str(case_dir / "config.json"), gpu="H200", engine="sglang",
+                      engine_version=meta.get("engine_version"), tp=int(meta.get("num_gpus") or 1), settings=settings)
+    try:
+        pred = plan(req)
+    except InputError as e:
+        return {**row, "skip": f"plan refused: {e}"}
+    got = pred["capacity"]["kv_tokens"]
+    low, high = pred["capacity"].get("kv_tokens_range") or (got, got)
+    return {**row, "model": meta.get("model"), "version": pred["engine_version"], "settings": settings, "logged": kv,
+            "predicted": got, "range": [low, high], "in_range": low <= kv <= high,
+            "error_pct": (got - kv) / kv * 100, "caveats": []}
+
+
 def run_truth(cases: Path) -> dict[str, Any]:
     rows = []
     for d in sorted(p for p in cases.iterdir() if (p / "meta.json").is_file()):
@@ -392,6 +440,7 @@ SETS = {  # the shared real logs (the issue's benchmark), and public logs harves
     "shared": ROOT / "tests" / "fixtures" / "logs",
     "held-out": ROOT / "tests" / "fixtures" / "harvested",
     "gpu-truth": TRUTH,  # reported on its own: the issue's bar is ≤ 1 % mean absolute error, range ≥ 90 %
+    "gpu-truth-sglang": TRUTH_SGLANG,
 }
 
 
@@ -403,7 +452,7 @@ def main() -> None:
     ap.add_argument("--skipped", action="store_true", help="also list the cases that could not be planned")
     args = ap.parse_args()
     sets = {c: Path(c) for c in args.cases} if args.cases else {k: v for k, v in SETS.items() if v.is_dir()}
-    results = {name: (run_truth(path) if path.resolve() == TRUTH.resolve() else run(path)) for name, path in sets.items()}
+    results = {name: (run_truth(path) if path.resolve() in (TRUTH.resolve(), TRUTH_SGLANG.resolve()) else run(path)) for name, path in sets.items()}
     if args.json:
         print(json.dumps(results if len(results) > 1 else next(iter(results.values())), indent=2, default=str))
         return

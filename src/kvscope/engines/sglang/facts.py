@@ -31,6 +31,9 @@ class SGLangRankFacts(facts.RankFacts, _Dsv4Facts):
     model_class: Fact[str] = Fact()
     load_seconds: Fact[float] = Fact()
     init_mem_usage_gib: Fact[float] = Fact()
+    basis_gib: Fact[tuple[float, float]] = Fact(
+        "budget basis F (GiB) as the pool implies it, where the printed 'Load weight begin' figure is read after "
+        "the engine measured F: (low, high)")
     multimodal_reserve_gib: Fact[float] = Fact()
     graph_capture_began: Fact[bool] = Fact()
     second_runner_began: Fact[bool] = Fact("a second model runner (a draft) began loading")

@@ -431,14 +431,41 @@ def _budget_check(s, ref, tokens, bpt, page, rec, checks, consistent, era) -> No
             f", capped at --max-total-tokens {cap:,} → {high:,}")
     rec.kv_tokens_low, rec.kv_tokens_high = low, high
     ok = low <= tokens <= high
+    basis = None
+    if not ok and tokens < low and not capped:
+        basis = _basis_measured_earlier(ref, pre, at_profile, tokens, bpt, page, mfs, state)
+        if basis is not None:
+            ok = True
+            a = Interval(at_profile - rules.HALF_CENT - rules.AFTER_LOAD_SLACK_GIB, at_profile + rules.HALF_CENT)
+            rec.kv_tokens_low, rec.kv_tokens_high = rules.tokens_from_rest(
+                rules.rest_interval(basis, a, mfs) - Interval(state, state), bpt, page)
     consistent.append(ok)
     minus_state = f" − Mamba {state:.2f}" if state else ""
     uncapped = SGLangCapacityFacts(s.capacity).kv_tokens_budget_uncapped if capped else None
     span = f"{uncapped[0]:,} … {uncapped[1]:,}" if uncapped else f"{low:,} … {high:,}"
     checks.append(
         f"budget: {at_profile:.2f} − {pre:.2f} × (1 − {mfs}){minus_state} = {rest.mid:.4f} GiB"
-        f" ± {(rest.high - rest.low) / 2:.4f} → {span} tokens{capped}; logged {tokens:,} {'inside' if ok else 'OUTSIDE'}"
+        f" ± {(rest.high - rest.low) / 2:.4f} → {span} tokens{capped}; logged {tokens:,} "
+        + ("inside" if ok and basis is None else "OUTSIDE" if not ok else
+           f"below, as the engine measures F when torch distributed init ends, before the model runner's stream, "
+           f"sampler and token oracle, and 'Load weight begin' reads free memory after them: the pool implies "
+           f"F = {basis.mid:.2f} GiB ({basis.low - pre:+.2f} … {basis.high - pre:+.2f} GiB of the printed {pre:.2f}) "
+           f"→ reconciles")
     )
+
+
+def _basis_measured_earlier(ref, pre: float, at_profile: float, tokens: int, bpt: int, page: int, mfs: float,
+                            state: float) -> Interval | None:
+    """The F the pool implies, when it lies at most BASIS_GAP_MAX_GIB above the printed pre-load figure (the
+    printed figure is read after F was measured: rules.BASIS_GAP_MAX_GIB says what comes between)."""
+    implied = rules.basis_from_pool(at_profile, tokens, bpt, page, mfs, state)
+    low = max(implied.low, pre - rules.HALF_CENT)
+    high = min(implied.high, pre + rules.HALF_CENT + rules.BASIS_GAP_MAX_GIB)
+    if low > high or implied.high <= pre + rules.HALF_CENT:
+        return None
+    basis = Interval(low, high)
+    SGLangRankFacts(ref).basis_gib = (round(low, 4), round(high, 4))
+    return basis
 
 
 def max_total_tokens(s: Startup) -> int | None:

@@ -98,7 +98,10 @@ def calibrate(s: Startup) -> Calibration:
         mfs = float(implied)
     pre_values = [r.pre_load_free_gib for r in s.ranks if r.pre_load_free_gib is not None and "pre_load_free_gib" not in r.derived]
     derived = not pre_values
-    if pre_values:
+    basis = SGLangRankFacts(ref).basis_gib  # the pool showed F measured before the printed figure (rules.py)
+    if basis is not None:
+        pre = Interval(*basis)
+    elif pre_values:
         pre = Interval.printed(min(pre_values))  # SGLang budgets from the minimum over ranks
     elif ref.pre_load_free_gib is not None:
         half = (rules.HALF_CENT + 0.003) / (1 - mfs)  # printed reserve ±0.005, request-table estimate ±0.003
