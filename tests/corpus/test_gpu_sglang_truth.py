@@ -50,10 +50,13 @@ def test_the_basis_the_pool_implies_lies_just_above_the_printed_figure(run):
     s = analyze([str(run / "log.txt")]).startups[-1]
     ref = s.reference_rank
     basis = SGLangRankFacts(ref).basis_gib
-    assert basis is not None, s.reconciliation.detail
+    if basis is None:  # the printed figure itself makes the count come out (s09: another process's memory moved it)
+        assert "inside" in s.reconciliation.detail and s.reconciliation.consistent, s.reconciliation.detail
+        return
     low, high = basis
     assert ref.pre_load_free_gib - 0.005 - 1e-9 <= low <= high <= ref.pre_load_free_gib + 0.255 + 1e-9
-    assert low <= 139.195 and high >= 139.185  # the F every llama pair solves to (s01-s03: 139.19 GiB)
+    if not _meta(run)["settings"].get("other_process_holding_gib"):  # the GPU to itself: F as every pair solves it
+        assert low <= 139.195 and high >= 139.185  # (s01-s03: 139.19 GiB, the same on both machines)
 
 
 @pytest.mark.parametrize("pair", PAIRS, ids=lambda p: f"{p['base']}->{p['sibling']}")
@@ -78,3 +81,18 @@ def test_plan_from_config_and_flags_alone_meets_the_bar():
     assert result["mean_abs_error_pct"] <= 1.0
     assert all(abs(r["error_pct"]) <= 1.0 for r in planned), [(r["case"], r["error_pct"]) for r in planned]
     assert result["in_range"] >= 0.9 * len(planned), [(r["case"], r["range"], r["logged"]) for r in planned]
+
+
+FAILURES = json.loads((TRUTH / "failures.json").read_text())["runs"] if (TRUTH / "failures.json").is_file() else {}
+
+
+@pytest.mark.parametrize("prefix", sorted(FAILURES))
+def test_a_provoked_failure_is_named_and_answered_with_the_move_that_fixes_it(prefix):
+    want = FAILURES[prefix]
+    s = _startup(prefix)
+    assert s.failure is not None and s.failure.kind == want["kind"], s.failure
+    finding = next((f for f in s.findings if f.severity == "error"), None)
+    assert finding is not None and finding.code == want["finding"], [f.code for f in s.findings]
+    sug = finding.suggestion
+    assert sug is not None and sug.flag == want["flag"] and sug.to_value == want["to"], sug
+    assert [a.flag for a in sug.alternatives][: len(want.get("also", []))] == want.get("also", [])

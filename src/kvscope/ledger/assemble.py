@@ -29,11 +29,13 @@ class _Builder:
         self.prefixed = False
         self.stamped = False  # an event of the current startup carried a timestamp
         self.preface: Startup | None = None  # an untimestamped summary held for the startup after it (_close)
+        self.args_seen = False  # the current startup has had its engine's argument dump (SGLang server_args)
 
     def new(self, e: ev.Event) -> Startup:
         self.current = Startup(engine=e.engine, file=e.file, first_line=e.line_no, last_line=e.line_no)
         self.current.started_at = e.timestamp
         self.state, self.ready, self.prefixed, self.stamped = {}, False, False, False
+        self.args_seen = e.kind == ev.BOUNDARY and e.data.get("reason") == "server_args"
         return self.current
 
     def rank_of(self, s: Startup, e: ev.Event) -> Rank:
@@ -65,6 +67,13 @@ def _set_rank(r: Rank, data: dict[str, Any], e: ev.Event, overwrite: bool = True
 
 def _is_restart(b: _Builder, s: Startup, e: ev.Event) -> bool:
     if e.kind == ev.BOUNDARY:
+        if e.data.get("reason") == "server_args":
+            # what the launch printed while it resolved its arguments, before it logged them (SGLang's "Max
+            # running requests is reset to 48 for speculative decoding."), is this launch's, not a run of its own
+            first = not b.args_seen
+            b.args_seen = True
+            if first and e.file == s.file and s.engine == e.engine and _only_settings(s):
+                return False
         return s.has_content()
     if s.engine == "common" and e.engine != "common" and e.file == s.file and e.kind == ev.FAILURE:
         # engine-neutral lines (a torch / NPU out of memory) just before an engine's own failure line: one event,
@@ -82,6 +91,11 @@ def _is_restart(b: _Builder, s: Startup, e: ev.Event) -> bool:
     if e.kind == ev.FAILURE and _other_max_len(s, e):
         return True
     return bool(e.kind == ev.PHASE and e.data.get("phase") in ("weights_begin", "engine_init") and b.ready)
+
+
+def _only_settings(s: Startup) -> bool:
+    cap = s.capacity
+    return not (s.ranks or s.failure or any(getattr(cap, key) is not None for key in CAPACITY_FIELDS))
 
 
 def _other_max_len(s: Startup, e: ev.Event) -> bool:

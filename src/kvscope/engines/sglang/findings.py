@@ -10,9 +10,10 @@ from kvscope.core.startup import Finding, Startup, Suggestion, finite_number
 from kvscope.core.text import excerpt
 from kvscope.engines.base import typical_fits
 from kvscope.engines.common import OOM_TEXT, held_by_earlier, weights_fill_gpu
+from kvscope.engines.lazy import lazy_compile
 from kvscope.engines.sglang import defaults as sgd
 from kvscope.engines.sglang import dsv4, rules
-from kvscope.engines.sglang.eras import NEWEST_BUILT, parse_version
+from kvscope.engines.sglang.eras import NEWEST_BUILT, era_for, parse_version
 from kvscope.engines.sglang.facts import SGLangCapacityFacts, SGLangRankFacts
 from kvscope.engines.sglang.finish import (
     INPUT_LIMIT_SLACK,
@@ -432,6 +433,22 @@ def _mla_replicated(s: Startup, bpt: int, mfs: float | None, pre: float | None) 
                    f"mem_fraction_static DP attention leaves no KV room{need}.")
 
 
+def _one_request(s: Startup) -> tuple[int, float] | None:
+    """(the context length, the GiB of KV one request of it takes per GPU), from the model's config."""
+    arch, _ = load_architecture(model_name(s))
+    if arch is None:
+        return None
+    context = finite_number(s.setting("context_length")) or arch.max_position_embeddings
+    if not context:
+        return None
+    from kvscope.engines.sglang.finish import kv_dtype_name
+    from kvscope.model.arch import dtype_bytes
+
+    cell = rules.cell_size(arch, dtype_bytes(kv_dtype_name(s), arch.torch_dtype), attn_tp_size(s),
+                           era_for(NEWEST_BUILT))
+    return int(context), int(context) * cell.bytes_per_token / GIB
+
+
 def _failure(s: Startup, mfs: float | None, pre: float | None) -> Finding | None:
     f = s.failure
     if f is None:
@@ -452,11 +469,26 @@ def _failure(s: Startup, mfs: float | None, pre: float | None) -> Finding | None
         if pre and after is not None and mfs is not None:
             minimum = 1 - after / pre
             to = math.ceil((minimum + 0.03) * 100) / 100
-            detail += (f" Weights left {after:.2f} GiB of {pre:.2f} GiB; the minimum viable value is {minimum:.3f}. "
-                       f"At {to}, about {(to - minimum) * pre:.2f} GiB goes to KV and {(1 - to) * pre:.2f} GiB stays in reserve.")
-            if to > 0.95:
-                detail += " That leaves too little reserve: use more GPUs (higher --tp), a quantized checkpoint, or a smaller model."
+            one = _one_request(s)
+            if one is not None and (held := math.ceil((minimum + one[1] / pre + 0.005) * 100) / 100) > to:
+                to = held  # the minimum viable value holds no request: size the pool for one of the full context
+                detail += (f" Weights left {after:.2f} GiB of {pre:.2f} GiB; the minimum viable value is {minimum:.3f}, "
+                           f"which holds no request. One request of {one[0]:,} tokens needs {one[1]:.2f} GiB of KV: "
+                           f"at {to} it fits and {(1 - to) * pre:.2f} GiB stays in reserve for CUDA graphs and "
+                           "activations; more requests at once need a higher value still.")
+            else:
+                detail += (f" Weights left {after:.2f} GiB of {pre:.2f} GiB; the minimum viable value is {minimum:.3f}. "
+                           f"At {to}, about {(to - minimum) * pre:.2f} GiB goes to KV and {(1 - to) * pre:.2f} GiB stays "
+                           "in reserve.")
             sug = Suggestion("--mem-fraction-static", mfs, min(to, 0.95))
+            if to > 0.95:
+                split = _weights_exceed(s, f)
+                if split is not None and split.suggestion is not None:  # the weights fill the GPU: split or shrink them
+                    detail += " " + split.detail  # a fraction that starts holds no request of the context: no move
+                    sug = split.suggestion
+                else:
+                    detail += (" That leaves too little reserve: use more GPUs (higher --tp), a quantized checkpoint, "
+                               "or a smaller model.")
         elif f.data.get("raise_above"):
             sug = Suggestion("--mem-fraction-static", f.data.get("mem_fraction_static"), round(f.data["raise_above"] + 0.02, 2))
         elif (low := mfs if mfs is not None else finite_number(f.data.get("mem_fraction_static"))) is not None \
@@ -518,8 +550,44 @@ def _traceback_cause(f) -> tuple[str, str, bool]:
 
 
 
+_CONTEXT_OVER_DERIVED = lazy_compile(
+    r"(Target model's|User-specified) context_length \((\d+)\) is greater than the derived context_length \((\d+)\)")
+
+
+def _context_over_derived(f) -> Finding | None:
+    """SGLang refuses a context length above what the model's config derives (configs/model_config.py
+    _derive_context_length) unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1. For a speculative draft the length
+    is the target's: an EAGLE draft whose config says 2,048 stops a 131,072-token target. Not a memory failure."""
+    text = " ".join([f.message, *(str(x) for x in f.data.get("raised") or [])])
+    m = _CONTEXT_OVER_DERIVED.search(text)
+    if m is None:
+        return None
+    asked, derived = int(m.group(2)), int(m.group(3))
+    env = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
+    if m.group(1).startswith("Target"):
+        detail = (f"The speculative draft runs with the target's context length ({asked:,} tokens), and the draft's "
+                  f"own config derives only {derived:,} (its max_position_embeddings): SGLang refuses that unless "
+                  f"{env}=1, which raises the draft's max_position_embeddings to {asked:,} (a draft trained on shorter "
+                  f"sequences still drafts; it is accepted less often on long prompts). Or serve with --context-length "
+                  f"{derived:,}. Not a memory failure: no memory setting changes it.")
+        primary = Suggestion(env, None, 1, note=f"the draft then runs at the target's {asked:,} tokens")
+        primary.alternatives = [Suggestion("--context-length", asked, derived, note="requests of at most this length")]
+        title = f"Startup failed: the draft model's config allows {derived:,} tokens, the target runs {asked:,}"
+    else:
+        detail = (f"--context-length {asked:,} is more than the model's config derives ({derived:,}: "
+                  f"max_position_embeddings, or its rope scaling): lower it to {derived:,}, or set {env}=1 only if the "
+                  "model really extrapolates that far. Not a memory failure.")
+        primary = Suggestion("--context-length", asked, derived)
+        primary.alternatives = [Suggestion(env, None, 1, note="only if the model's rope scaling supports it")]
+        title = f"Startup failed: --context-length {asked:,} exceeds the model's {derived:,}"
+    return Finding("context-length-over-model", "error", title, detail, primary)
+
+
 def _exception(s: Startup, f, pre: float | None) -> Finding:
     """A crash: which step it stopped, and where the cause is written (the line itself, or a traceback)."""
+    over = _context_over_derived(f)
+    if over is not None:
+        return over
     capture = f.data.get("stage") == "graph-capture"
     step, meaning, build = _traceback_cause(f)
     if f.data.get("stage") == "warmup" and not step.startswith("while initialising"):
@@ -670,7 +738,8 @@ def _weights_exceed(s: Startup, f) -> Finding | None:
     WEIGHTS_SHARE_THAT_SERVES of each GPU; a smaller format (fp8 on SM 8.9+, a 4-bit AWQ checkpoint) where it does
     that on the GPUs the run had."""
     ref = s.reference_rank
-    total = finite_number(f.data.get("device_total_gib")) or (ref.total_gib if ref is not None else None)
+    total = finite_number(f.data.get("device_total_gib")) or (ref.total_gib if ref is not None else None) or (
+        ref.pre_load_free_gib if ref is not None else None)  # what was free before weights: a little under the device
     name = model_name(s)
     tp = tp_size(s)
     if not total or not name:

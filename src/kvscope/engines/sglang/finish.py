@@ -9,6 +9,7 @@ from kvscope.core.startup import KvPool, LedgerRow, LedgerRows, Rank, Reconcilia
 from kvscope.engines.common import ServingLoop, serving_crash
 from kvscope.engines.lazy import lazy_compile
 from kvscope.engines.sglang import rules
+from kvscope.engines.sglang.defaults import HYBRID_SWA_DISABLED_TYPES
 from kvscope.engines.sglang.dsv4 import PAGE as DSV4_PAGE_TOKENS
 from kvscope.engines.sglang.eras import VersionRange, era_for, infer_version_range, parse_version
 from kvscope.engines.sglang.facts import SGLangCapacityFacts, SGLangRankFacts
@@ -288,12 +289,19 @@ def _candidate_cells(s: Startup, arch, era, ref: Rank) -> list[tuple[rules.CellS
     else:
         choices = [(dtype_bytes(None, weights_dtype), "KV dtype not in the log, assumed the weights' dtype"),
                    (1, "KV dtype not in the log; the pool size implies fp8")]
+    # A sliding-window model SGLang does not run with hybrid SWA memory (Gemma 2/3: "Disable hybrid SWA memory
+    # for … as it is not yet supported", server_args/overrides.py) keeps every layer in the one pool.
+    one_pool = bool(arch.sliding_layers) and (arch.model_type in HYBRID_SWA_DISABLED_TYPES
+                                              or str(s.setting("disable_hybrid_swa_memory")) == "True")
+    layers = arch.num_layers if one_pool else None
+    if one_pool:
+        choices = [(b, f"{note}; hybrid SWA memory off: all {arch.num_layers} layers in one pool") for b, note in choices]
     out: list[tuple[rules.CellSize, str]] = []
     for kv_bytes, note in choices:
         if arch.attention == "mla" and arch.index_head_dim:
             out += [(c, note) for c in rules.dsa_cells(arch, kv_bytes, arch.num_layers)]
         else:
-            out.append((rules.cell_size(arch, kv_bytes, attn_tp_size(s), era), note))
+            out.append((rules.cell_size(arch, kv_bytes, attn_tp_size(s), era, layers=layers), note))
     return out
 
 

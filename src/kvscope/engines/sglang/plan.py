@@ -140,7 +140,9 @@ def _sg_cell(ctx: Context, k: SglangKnobs, era: sg_eras.Era, attn_tp: int, kv_dt
     arch = ctx.arch
     kvb = dtype_bytes(kv_dtype, arch.torch_dtype)
     swa = arch.sliding_layers and arch.model_type not in sgd.HYBRID_SWA_DISABLED_TYPES
-    n_layers = (arch.full_attention_layers or 0) + arch.sliding_layers if swa else None
+    # hybrid SWA off (Gemma 2/3): every layer in the one pool, sliding or not
+    n_layers = (arch.full_attention_layers or 0) + arch.sliding_layers if swa else (
+        arch.num_layers if arch.sliding_layers else None)
     if ctx.req.pp > 1 and (swa or not arch.full_attention_layers):
         # each pipeline stage pools its own layers; the busiest stage sets the count (a sliding-window
         # model's stage keeps the model's full/sliding mix, which the split below applies)
