@@ -14,6 +14,7 @@ SETTINGS = frozenset({
     "chunked_prefill_size",
     "context_length",
     "cuda_graph_max_bs",
+    "disable_hybrid_swa_memory",
     "dp_size",
     "draft_layers",
     "draft_weights_gib",

@@ -451,14 +451,15 @@ def _budget_check(s, ref, tokens, bpt, page, rec, checks, consistent, era) -> No
     minus_state = f" − Mamba {state:.2f}" if state else ""
     uncapped = SGLangCapacityFacts(s.capacity).kv_tokens_budget_uncapped if capped else None
     span = f"{uncapped[0]:,} … {uncapped[1]:,}" if uncapped else f"{low:,} … {high:,}"
+    verdict = "inside" if ok else "OUTSIDE"
+    if basis is not None:
+        verdict = (f"below, as the engine measures F when torch distributed init ends, before the model runner's "
+                   f"stream, sampler and token oracle, and 'Load weight begin' reads free memory after them: the pool "
+                   f"implies F = {basis.mid:.2f} GiB ({basis.low - pre:+.2f} … {basis.high - pre:+.2f} GiB of the "
+                   f"printed {pre:.2f}) → reconciles")
     checks.append(
         f"budget: {at_profile:.2f} − {pre:.2f} × (1 − {mfs}){minus_state} = {rest.mid:.4f} GiB"
-        f" ± {(rest.high - rest.low) / 2:.4f} → {span} tokens{capped}; logged {tokens:,} "
-        + ("inside" if ok and basis is None else "OUTSIDE" if not ok else
-           f"below, as the engine measures F when torch distributed init ends, before the model runner's stream, "
-           f"sampler and token oracle, and 'Load weight begin' reads free memory after them: the pool implies "
-           f"F = {basis.mid:.2f} GiB ({basis.low - pre:+.2f} … {basis.high - pre:+.2f} GiB of the printed {pre:.2f}) "
-           f"→ reconciles")
+        f" ± {(rest.high - rest.low) / 2:.4f} → {span} tokens{capped}; logged {tokens:,} {verdict}"
     )
 
 
