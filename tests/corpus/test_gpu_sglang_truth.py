@@ -96,3 +96,10 @@ def test_a_provoked_failure_is_named_and_answered_with_the_move_that_fixes_it(pr
     sug = finding.suggestion
     assert sug is not None and sug.flag == want["flag"] and sug.to_value == want["to"], sug
     assert [a.flag for a in sug.alternatives][: len(want.get("also", []))] == want.get("also", [])
+
+
+def test_an_environment_variable_move_is_written_as_the_user_sets_it():
+    from kvscope.analysis.answer import answer_lines
+
+    lines = answer_lines(_startup("s11-"))
+    assert any("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" in line for line in lines), lines

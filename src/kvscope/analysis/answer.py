@@ -183,6 +183,8 @@ def _move(sug: Suggestion) -> str:
     to = f"{sug.to_value:,}" if isinstance(sug.to_value, int) else str(sug.to_value)
     frm = "" if sug.from_value is None else (f"{sug.from_value:,} → " if isinstance(sug.from_value, int)
                                               and not isinstance(sug.from_value, bool) else f"{sug.from_value} → ")
+    if not frm and re.fullmatch(r"[A-Z][A-Z0-9_]+", sug.flag):  # an environment variable is typed NAME=value
+        return f"{sug.flag}={sug.to_value}"
     return f"{sug.flag} {frm}{to}"
 
 
