@@ -364,7 +364,13 @@ def _truth_case(case_dir: Path) -> dict[str, Any]:
             settings["speculative_config"] = {**spec, "model": str(case_dir / "draft_config.json")}
         else:
             return {**row, "skip": "drafter config not kept"}
-    req = PlanRequest(model=str(case_dir / "config.json"), gpu="H200", engine="vllm",
+    return _plan_truth(row, case_dir, meta, "vllm", settings, kv)
+
+
+def _plan_truth(row: dict[str, Any], case_dir: Path, meta: dict[str, Any], engine: str, settings: dict[str, Any],
+                kv: int) -> dict[str, Any]:
+    """Plan one truth run on the H200 from its config.json and settings; the row compares it with the logged kv."""
+    req = PlanRequest(model=str(case_dir / "config.json"), gpu="H200", engine=engine,
                       engine_version=meta.get("engine_version"), tp=int(meta.get("num_gpus") or 1), settings=settings)
     try:
         pred = plan(req)
@@ -409,17 +415,7 @@ def _sglang_truth_case(case_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
     if settings_meta.get("other_process_holding_gib"):
         return {**row, "skip": "another process held GPU memory"}
     settings = _sglang_flags(list(settings_meta.get("flags") or []), case_dir)
-    req = PlanRequest(model=str(case_dir / "config.json"), gpu="H200", engine="sglang",
-                      engine_version=meta.get("engine_version"), tp=int(meta.get("num_gpus") or 1), settings=settings)
-    try:
-        pred = plan(req)
-    except InputError as e:
-        return {**row, "skip": f"plan refused: {e}"}
-    got = pred["capacity"]["kv_tokens"]
-    low, high = pred["capacity"].get("kv_tokens_range") or (got, got)
-    return {**row, "model": meta.get("model"), "version": pred["engine_version"], "settings": settings, "logged": kv,
-            "predicted": got, "range": [low, high], "in_range": low <= kv <= high,
-            "error_pct": (got - kv) / kv * 100, "caveats": []}
+    return _plan_truth(row, case_dir, meta, "sglang", settings, kv)
 
 
 def run_truth(cases: Path) -> dict[str, Any]:

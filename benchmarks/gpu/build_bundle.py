@@ -120,6 +120,34 @@ def sha256_file(path: str) -> str:
     return h.hexdigest()
 
 
+def xz_and_split(tar_path: str, xz_level: str, out: str, chunk_mib: float) -> tuple[str, int, list[dict]]:
+    """xz the tarball, then split it into OUT/c1/part.00, OUT/c2/part.01, ... of chunk_mib each (one chunk per
+    device call: the travelling tree is limited to 64 MiB), every folder with parts.sha256 naming all parts.
+    Returns (the .xz path, its size, the chunks)."""
+    xz_path = tar_path + ".xz"
+    if os.path.exists(xz_path):
+        os.remove(xz_path)
+    subprocess.run(["xz", "-T0", xz_level, "-k", tar_path], check=True)
+    shutil.rmtree(out, ignore_errors=True)
+    chunk = int(chunk_mib * 2**20)
+    chunks = []
+    with open(xz_path, "rb") as f:
+        i = 0
+        while data := f.read(chunk):
+            d = os.path.join(out, f"c{i + 1}")
+            os.makedirs(d, exist_ok=True)
+            p = os.path.join(d, f"part.{i:02d}")
+            with open(p, "wb") as g:
+                g.write(data)
+            chunks.append({"dir": d, "file": p, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+            i += 1
+    sums = "".join(f"{c['sha256']}  {os.path.basename(c['file'])}\n" for c in chunks)
+    for c in chunks:  # every chunk folder says how many parts make the whole
+        with open(os.path.join(c["dir"], "parts.sha256"), "w") as g:
+            g.write(sums)
+    return xz_path, os.path.getsize(xz_path), chunks
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", default="/tmp/kvs-gpu-build")
@@ -152,34 +180,8 @@ def main() -> int:
     tar_path = os.path.join(args.work, "wheelhouse.tar")
     with tarfile.open(tar_path, "w") as tf:
         tf.add(house, arcname="wheelhouse")
-    xz_path = tar_path + ".xz"
-    if os.path.exists(xz_path):
-        os.remove(xz_path)
-    subprocess.run(["xz", "-T0", args.xz_level, "-k", tar_path], check=True)
-    total = os.path.getsize(xz_path)
+    xz_path, total, chunks = xz_and_split(tar_path, args.xz_level, args.out, args.chunk_mib)
     print(f"wheelhouse.tar {os.path.getsize(tar_path) / 2**20:.1f} MiB -> xz {total / 2**20:.1f} MiB")
-
-    shutil.rmtree(args.out, ignore_errors=True)
-    chunk = int(args.chunk_mib * 2**20)
-    chunks = []
-    with open(xz_path, "rb") as f:
-        i = 0
-        while True:
-            data = f.read(chunk)
-            if not data:
-                break
-            d = os.path.join(args.out, f"c{i + 1}")
-            os.makedirs(d, exist_ok=True)
-            p = os.path.join(d, f"part.{i:02d}")
-            with open(p, "wb") as g:
-                g.write(data)
-            chunks.append({"dir": d, "file": p, "bytes": len(data),
-                           "sha256": hashlib.sha256(data).hexdigest()})
-            i += 1
-    sums = "".join(f"{c['sha256']}  {os.path.basename(c['file'])}\n" for c in chunks)
-    for c in chunks:  # every chunk folder says how many parts make the whole
-        with open(os.path.join(c["dir"], "parts.sha256"), "w") as g:
-            g.write(sums)
     manifest = {"vllm": VLLM, "deps": DEPS, "wheels": sizes, "xz_bytes": total,
                 "xz_sha256": sha256_file(xz_path), "chunks": chunks}
     with open(os.path.join(args.out, "manifest.json"), "w") as f:

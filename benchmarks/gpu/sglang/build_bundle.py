@@ -32,18 +32,16 @@ step's import check says so on the device).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tarfile
 import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
-from build_bundle import pip_download, sha256_file  # noqa: E402  (benchmarks/gpu/build_bundle.py)
+from build_bundle import pip_download, sha256_file, xz_and_split  # noqa: E402  (benchmarks/gpu/build_bundle.py)
 
 SGLANG = "sglang==0.5.17"
 
@@ -132,30 +130,8 @@ def main() -> int:
     tar_path = os.path.join(args.work, "site.tar")
     with tarfile.open(tar_path, "w") as tf:
         tf.add(site, arcname="site")
-    xz_path = tar_path + ".xz"
-    if os.path.exists(xz_path):
-        os.remove(xz_path)
-    subprocess.run(["xz", "-T0", args.xz_level, "-k", tar_path], check=True)
-    total = os.path.getsize(xz_path)
+    xz_path, total, chunks = xz_and_split(tar_path, args.xz_level, args.out, args.chunk_mib)
     print(f"site.tar {os.path.getsize(tar_path) / 2**20:.1f} MiB -> xz {total / 2**20:.1f} MiB")
-
-    shutil.rmtree(args.out, ignore_errors=True)
-    chunk = int(args.chunk_mib * 2**20)
-    chunks = []
-    with open(xz_path, "rb") as f:
-        i = 0
-        while data := f.read(chunk):
-            d = os.path.join(args.out, f"c{i + 1}")
-            os.makedirs(d, exist_ok=True)
-            p = os.path.join(d, f"part.{i:02d}")
-            with open(p, "wb") as g:
-                g.write(data)
-            chunks.append({"dir": d, "file": p, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
-            i += 1
-    sums = "".join(f"{c['sha256']}  {os.path.basename(c['file'])}\n" for c in chunks)
-    for c in chunks:  # every chunk folder says how many parts make the whole
-        with open(os.path.join(c["dir"], "parts.sha256"), "w") as g:
-            g.write(sums)
     manifest = {"sglang": SGLANG, "deps": DEPS, "wheels": sizes, "strip_files": sorted(STRIP_FILES),
                 "strip_prefixes": list(STRIP_PREFIXES), "xz_bytes": total, "xz_sha256": sha256_file(xz_path),
                 "chunks": chunks}
