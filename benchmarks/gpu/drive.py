@@ -109,6 +109,30 @@ def end_group(p: subprocess.Popen) -> None:
         pass
 
 
+def queue(configs: str, only: str) -> list[dict]:
+    """The runs of configs.json in file order: those --only names, else every one not marked "done" (fixtures
+    made in an earlier session run again only through --only)."""
+    runs = json.load(open(configs))["runs"]
+    if only:
+        keep = set(only.split(","))
+        return [r for r in runs if r["name"] in keep]
+    return [r for r in runs if not r.get("done")]
+
+
+def finish(out: str, prefix: str, work: str, state: str, runs: list[dict], done_now: list[str], digest: list[str],
+           t_begin: float) -> int:
+    """Pack this call's runs into OUT/<prefix>-<time>.tar.xz (one file back per call) and print the digest."""
+    if done_now:
+        tar_path = os.path.join(out, f"{prefix}-{time.strftime('%H%M%S')}.tar.xz")
+        with tarfile.open(tar_path, "w:xz") as tf:
+            for name in done_now:
+                tf.add(os.path.join(work, name), arcname=name)
+    left = [r["name"] for r in runs if not os.path.exists(os.path.join(state, r["name"]))]
+    print("\n".join(digest))
+    print(f"DRIVER done_now={done_now} left={left} total={time.time() - t_begin:.0f}s")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--configs", default=os.path.join(HERE, "configs.json"))
@@ -119,12 +143,7 @@ def main() -> int:
     t_begin = time.time()
     os.makedirs(STATE, exist_ok=True)
     os.makedirs(WORK, exist_ok=True)
-    runs = json.load(open(args.configs))["runs"]
-    if args.only:
-        keep = set(args.only.split(","))
-        runs = [r for r in runs if r["name"] in keep]
-    else:  # runs marked "done" (fixtures made in an earlier session) run again only through --only
-        runs = [r for r in runs if not r.get("done")]
+    runs = queue(args.configs, args.only)
     done_now, digest = [], []
     for r in runs:
         name = r["name"]
@@ -199,16 +218,7 @@ def main() -> int:
         digest.extend("   " + ln[:260] for ln in lines if DIGEST.search(ln))
         if res.get("exception"):
             digest.append("   EXC " + res["exception"][:400])
-    if done_now:
-        stamp = time.strftime("%H%M%S")
-        tar_path = os.path.join(args.out, f"runs-{stamp}.tar.xz")
-        with tarfile.open(tar_path, "w:xz") as tf:
-            for name in done_now:
-                tf.add(os.path.join(WORK, name), arcname=name)
-    left = [r["name"] for r in runs if not os.path.exists(os.path.join(STATE, r["name"]))]
-    print("\n".join(digest))
-    print(f"DRIVER done_now={done_now} left={left} total={time.time() - t_begin:.0f}s")
-    return 0
+    return finish(args.out, "runs", WORK, STATE, runs, done_now, digest, t_begin)
 
 
 if __name__ == "__main__":

@@ -61,12 +61,19 @@ PAT = {
 }
 
 
-def observe(log: str) -> dict:
+def read_patterns(log: str, patterns: dict) -> dict:
+    """{key: conv(first group)} for each (regex, conv) in patterns that the log matches: read independently of
+    kvscope, so a fixture's "observed" values are no echo of the code under test."""
     out = {}
-    for key, (rx, conv) in PAT.items():
+    for key, (rx, conv) in patterns.items():
         m = re.search(rx, log)
         if m:
             out[key] = conv(m.group(1))
+    return out
+
+
+def observe(log: str) -> dict:
+    out = read_patterns(log, PAT)
     if "Using V2 Model Runner" in log:
         out["model_runner"] = "V2 Model Runner"
     elif "gpu_model_runner.py" in log:

@@ -30,13 +30,12 @@ import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GPU = os.path.dirname(HERE)
 sys.path.insert(0, GPU)
-from drive import end_group, nvml, smi, start_hold, wait_idle  # noqa: E402  (benchmarks/gpu/drive.py)
+from drive import end_group, finish, nvml, queue, smi, start_hold, wait_idle  # noqa: E402  (benchmarks/gpu/drive.py)
 
 STATE = "/tmp/kvsg/state"
 WORK = "/tmp/kvsg/runs"
@@ -59,12 +58,7 @@ def main() -> int:
     t_begin = time.time()
     os.makedirs(STATE, exist_ok=True)
     os.makedirs(WORK, exist_ok=True)
-    runs = json.load(open(args.configs))["runs"]
-    if args.only:
-        keep = set(args.only.split(","))
-        runs = [r for r in runs if r["name"] in keep]
-    else:
-        runs = [r for r in runs if not r.get("done")]
+    runs = queue(args.configs, args.only)
     done_now, digest = [], []
     for i, r in enumerate(runs):
         name = r["name"]
@@ -133,15 +127,7 @@ def main() -> int:
         digest.extend("   " + ln[:300] for ln in lines if DIGEST.search(ln))
         if status != "ready":
             digest.extend("   TAIL " + ln[:300] for ln in lines[-12:])
-    if done_now:
-        tar_path = os.path.join(args.out, f"sglang-{time.strftime('%H%M%S')}.tar.xz")
-        with tarfile.open(tar_path, "w:xz") as tf:
-            for name in done_now:
-                tf.add(os.path.join(WORK, name), arcname=name)
-    left = [r["name"] for r in runs if not os.path.exists(os.path.join(STATE, r["name"]))]
-    print("\n".join(digest))
-    print(f"DRIVER done_now={done_now} left={left} total={time.time() - t_begin:.0f}s")
-    return 0
+    return finish(args.out, "sglang", WORK, STATE, runs, done_now, digest, t_begin)
 
 
 if __name__ == "__main__":

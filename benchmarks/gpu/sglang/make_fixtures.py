@@ -24,7 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 GPU = os.path.dirname(HERE)
 ROOT = os.path.dirname(os.path.dirname(GPU))
 sys.path.insert(0, GPU)
-from make_fixtures import collect  # noqa: E402  (benchmarks/gpu/make_fixtures.py)
+from make_fixtures import collect, read_patterns  # noqa: E402  (benchmarks/gpu/make_fixtures.py)
 
 CAVEATS_ALL = [
     "--attention-backend triton: the bundle leaves out FA3 (sgl_kernel/flash_ops, 1.1 GB), which SGLang picks "
@@ -54,11 +54,7 @@ PAT = {
 
 
 def observe(log: str) -> dict:
-    out = {}
-    for key, (rx, conv) in PAT.items():
-        m = re.search(rx, log)
-        if m:
-            out[key] = conv(m.group(1))
+    out = read_patterns(log, PAT)
     graphs = re.findall(r"Capture (\w+ \w+) CUDA graph end\..*?mem usage=([\d.]+) GB", log)
     if graphs:
         out["cuda_graphs_gib"] = {k: float(v) for k, v in graphs}
