@@ -19,6 +19,7 @@ from kvscope.engines.sglang.finish import (
     INPUT_LIMIT_SLACK,
     attn_tp_size,
     input_limit_bound,
+    kv_dtype_name,
     log_version_range,
     max_total_tokens,
     model_name,
@@ -26,6 +27,7 @@ from kvscope.engines.sglang.finish import (
     tp_size,
 )
 from kvscope.engines.sglang.rules import GIB
+from kvscope.model.arch import dtype_bytes
 from kvscope.model.catalog import load_architecture
 from kvscope.model.weights import (
     estimate_weights,
@@ -441,9 +443,6 @@ def _one_request(s: Startup) -> tuple[int, float] | None:
     context = finite_number(s.setting("context_length")) or arch.max_position_embeddings
     if not context:
         return None
-    from kvscope.engines.sglang.finish import kv_dtype_name
-    from kvscope.model.arch import dtype_bytes
-
     cell = rules.cell_size(arch, dtype_bytes(kv_dtype_name(s), arch.torch_dtype), attn_tp_size(s),
                            era_for(NEWEST_BUILT))
     return int(context), int(context) * cell.bytes_per_token / GIB

@@ -444,9 +444,8 @@ def _budget_check(s, ref, tokens, bpt, page, rec, checks, consistent, era) -> No
         basis = _basis_measured_earlier(ref, pre, at_profile, tokens, bpt, page, mfs, state)
         if basis is not None:
             ok = True
-            a = Interval(at_profile - rules.HALF_CENT - rules.AFTER_LOAD_SLACK_GIB, at_profile + rules.HALF_CENT)
             rec.kv_tokens_low, rec.kv_tokens_high = rules.tokens_from_rest(
-                rules.rest_interval(basis, a, mfs) - Interval(state, state), bpt, page)
+                rules.rest_interval(basis, rules.at_profile_interval(at_profile), mfs) - Interval(state, state), bpt, page)
     consistent.append(ok)
     minus_state = f" − Mamba {state:.2f}" if state else ""
     uncapped = SGLangCapacityFacts(s.capacity).kv_tokens_budget_uncapped if capped else None

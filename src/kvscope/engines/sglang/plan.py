@@ -261,7 +261,7 @@ def plan_sglang(ctx: Context) -> dict[str, Any]:
     w = _weights(ctx, par)
     rope, slack = _sg_load_extras(ctx, par, k.version)
     draft = _float(ctx.settings.get("draft_weights_gib")) or 0.0
-    start = START_OVERHEADS.get(sg_eras.fmt(k.version)) if ctx.basis.nccl.value == 0 else None
+    start = _start_overhead(ctx, k)
     load_extra = rope + slack + (draft if era.draft_in_static_budget else 0.0) + (start.before_profile_gib if start else 0.0)
     F = ctx.basis.free_before_weights_gib - (start.init_gib if start else 0.0)
     base = _sg_scenario(ctx, k, F, w.gib, load_extra, attn_tp)
@@ -292,7 +292,7 @@ def plan_sglang(ctx: Context) -> dict[str, Any]:
     elif base["kv_tokens"] <= 0:
         warnings.append("no KV room: the weights do not fit under mem_fraction_static × free memory; the server "
                         "would stop with 'Not enough memory' / 'leave no GPU memory for the KV cache'")
-    ledger = _sg_ledger(ctx, k, w, (rope, slack), draft if era.draft_in_static_budget else 0.0, base, needed)
+    ledger = _sg_ledger(ctx, k, w, (rope, slack), draft if era.draft_in_static_budget else 0.0, base, needed, F, start)
     bar = fill(ctx.basis.smi_total_gib, [
         BarPart(Part.CONTEXT, "driver-reserved slice, CUDA context, NCCL", ctx.basis.smi_total_gib - F),
         BarPart(Part.WEIGHTS, "weights", w.gib),
@@ -443,12 +443,16 @@ START_OVERHEADS = {
 }
 
 
+def _start_overhead(ctx: Context, k: SglangKnobs) -> StartOverhead | None:
+    """The release's measured start-up overheads, at TP 1 (no communicators), where a truth run shows them."""
+    return START_OVERHEADS.get(sg_eras.fmt(k.version)) if ctx.basis.nccl.value == 0 else None
+
+
 def _sg_ledger(ctx: Context, k: SglangKnobs, w: WeightEstimate, extras: tuple[float, float], draft: float,
-               base: dict[str, Any], needed: sgd.MfsChoice | None) -> list[dict[str, Any]]:
+               base: dict[str, Any], needed: sgd.MfsChoice | None, F: float,  # noqa: N803 (the doc's F)
+               start: StartOverhead | None) -> list[dict[str, Any]]:
     rope, slack = extras
     b = ctx.basis
-    start = START_OVERHEADS.get(sg_eras.fmt(k.version)) if b.nccl.value == 0 else None
-    F = b.free_before_weights_gib - (start.init_gib if start else 0.0)
     rows = [
         ("nvidia-smi total", b.smi_total_gib, "catalog"),
         ("driver-reserved slice", b.torch_total.value - b.smi_total_gib, b.torch_total.how),

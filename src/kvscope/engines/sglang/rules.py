@@ -150,15 +150,18 @@ BASIS_GAP_MAX_GIB = 0.25
 AFTER_LOAD_SLACK_GIB = 0.02
 
 
+def at_profile_interval(printed_gib: float) -> Interval:
+    """A at profile time: the printed free-after-weights ± half a cent, less what may go after the weight line."""
+    return Interval(printed_gib - HALF_CENT - AFTER_LOAD_SLACK_GIB, printed_gib + HALF_CENT)
+
+
 def basis_from_pool(at_profile_gib: float, tokens: int, cell: int, page_size: int, mfs: float,
                     state_gib: float = 0.0) -> Interval:
-    """F that makes the logged pool come out: (A − rest) / (1 − mfs), rest ∈ [tokens, tokens + page) × cell,
-    A printed ± half a cent, less what may have been taken after the weight line."""
+    """F that makes the logged pool come out: (A − rest) / (1 − mfs), rest ∈ [tokens, tokens + page) × cell."""
     rest_low = tokens * cell / GIB + state_gib
     rest_high = (tokens + max(1, page_size)) * cell / GIB + state_gib
-    a_low = at_profile_gib - HALF_CENT - AFTER_LOAD_SLACK_GIB
-    a_high = at_profile_gib + HALF_CENT
-    return Interval((a_low - rest_high) / (1 - mfs), (a_high - rest_low) / (1 - mfs))
+    a = at_profile_interval(at_profile_gib)
+    return Interval((a.low - rest_high) / (1 - mfs), (a.high - rest_low) / (1 - mfs))
 
 
 def rest_interval(pre_load_free: Interval, at_profile: Interval, mfs: float) -> Interval:
