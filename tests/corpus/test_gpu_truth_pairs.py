@@ -24,7 +24,7 @@ def _run(prefix: str):
     found = sorted(GPU.glob(f"{prefix}*/log.txt"))
     if not found:
         pytest.skip(f"no truth run {prefix}* in tests/fixtures/gpu")
-    return analyze([str(found[0])]).startups[-1]
+    return analyze([str(found[0])], model=str(found[0].parent / "config.json")).startups[-1]
 
 
 @pytest.mark.parametrize("sibling", sorted(SIBLINGS))

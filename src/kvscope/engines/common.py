@@ -43,6 +43,12 @@ OOM_TEXT = re.compile(r"out of memory|OutOfMemory")
 
 ANCHORS: tuple[bytes, ...] = (b"out of memory", b"OutOfMemory", b'File "', b"Error", b"Exception")
 
+# What torch raises when two operands of one operation disagree in dtype (matmul / linear / conv checks): the
+# model code or a checkpoint's dtype, never memory, so no memory setting mends it
+DTYPE_MISMATCH = re.compile(
+    r"expected (?:mat1 and mat2|both vectors|all tensors) to (?:have|be) (?:the )?same dtype"
+    r"|expected scalar type \w+ but found \w+|Input type \([^)]*\) and weight type \([^)]*\) should be the same")
+
 # A Python traceback's frame, and the exception line that ends it ("subprocess.CalledProcessError: Command …"):
 # the startup's failure line often says only "hit an exception"; these say where and what
 _FRAME = re.compile(r'^\s*File "([^"]+)", line \d+, in (\S+)')

@@ -33,6 +33,7 @@ SETTINGS = frozenset({
     "schedule_conservativeness",
     "served_model_name",
     "speculative_algorithm",
+    "speculative_draft_model_path",
     "speculative_num_draft_tokens",
     "swa_full_tokens_ratio",
     "tp",

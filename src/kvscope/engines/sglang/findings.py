@@ -9,7 +9,7 @@ from kvscope.core.margins import RESERVE_MARGIN_GIB, reserve_margin_gib
 from kvscope.core.startup import Finding, Startup, Suggestion, finite_number
 from kvscope.core.text import excerpt
 from kvscope.engines.base import typical_fits
-from kvscope.engines.common import OOM_TEXT, held_by_earlier, weights_fill_gpu
+from kvscope.engines.common import DTYPE_MISMATCH, OOM_TEXT, held_by_earlier, weights_fill_gpu
 from kvscope.engines.lazy import lazy_compile
 from kvscope.engines.sglang import defaults as sgd
 from kvscope.engines.sglang import dsv4, rules
@@ -582,9 +582,54 @@ def _context_over_derived(f) -> Finding | None:
     return Finding("context-length-over-model", "error", title, detail, primary)
 
 
+def _dtype_mismatch(s: Startup, f) -> Finding | None:
+    """A dtype mismatch inside a forward (torch: 'expected mat1 and mat2 to have the same dtype'): code meeting a
+    dtype it was not written for, not memory. SGLang wraps a capture failure in 'Possible solutions' that are all
+    memory moves (a smaller --mem-fraction-static, a smaller graph batch): none of them changes a dtype. When the
+    draft's pool is in another dtype than the target's (the drafter loads in its own config's torch_dtype), the
+    log shows which two met."""
+    pieces = [str(f.data.get("cause") or ""), *(str(x) for x in f.data.get("raised") or []), f.message]
+    said = next((p for p in pieces if DTYPE_MISMATCH.search(p)), None)
+    if said is None:
+        return None
+    frames = [str(x) for x in f.data.get("frames") or []]
+    capture = f.data.get("stage") == "graph-capture" or any("cuda_graph" in x for x in frames)
+    ref = s.reference_rank
+    # SGLang captures the target's graphs first, then the draft's: a capture failure after a target graph ended
+    # is in the draft's (when the traceback's frames are not on the failure line to say so)
+    target_graphs_done = ref is not None and any(str(g.get("graph", "")).startswith("target")
+                                                 for g in SGLangRankFacts(ref).graphs or [])
+    in_draft = any("speculative/" in x or "eagle" in x.lower() or "draft" in x.lower() for x in frames) or (
+        capture and bool(s.setting("speculative_algorithm")) and target_graphs_done)
+    target, draft = (ref.pool("target"), ref.pool("draft")) if ref else (None, None)
+    where = ("the draft model's forward" if in_draft else "the model's forward") + (
+        " while SGLang captured its CUDA graphs" if capture else "")
+    dtypes, sug = "", None
+    if target is not None and draft is not None and target.dtype and draft.dtype and target.dtype != draft.dtype:
+        t, d = target.dtype.replace("torch.", ""), draft.dtype.replace("torch.", "")
+        dtypes = (f"The draft's KV pool is {d} while the target's is {t}: the drafter runs in its own config's dtype "
+                  f"(its config.json torch_dtype), and an EAGLE draft joins the target's {t} hidden states to its "
+                  f"own {d} embeddings, which torch promotes to float32 (the 'float' in the message) before a {d} "
+                  f"weight. Run both in one dtype: a drafter config.json with torch_dtype {t}, or --dtype {d} for "
+                  "the target")
+        if d in {"float16", "bfloat16"}:
+            sug = Suggestion("--dtype", str(s.setting("dtype") or "auto"), d,
+                             note=f"the target then runs in {d} like its draft (a drafter in {t} is the other way)")
+    detail = _sentences(
+        f"'{excerpt(said, 200)}' in {where}: two tensors of different dtypes "
+        "met in one operation. Not a memory failure: the pool and the reserve were already in place, and no memory "
+        "setting changes a dtype",
+        dtypes,
+        "The 'Possible solutions' SGLang prints after a capture failure (a smaller --mem-fraction-static, a smaller "
+        "--cuda-graph-max-bs-decode, decode graphs off) are its generic advice for an out-of-memory; they do not "
+        "apply here" if capture else "")
+    title = f"Startup failed: a dtype mismatch in {where} (not memory)"
+    return Finding("dtype-mismatch", "error", title, detail, sug, own_fix_only=True)
+
+
 def _exception(s: Startup, f, pre: float | None) -> Finding:
     """A crash: which step it stopped, and where the cause is written (the line itself, or a traceback)."""
-    over = _context_over_derived(f)
+    over = _context_over_derived(f) or _dtype_mismatch(s, f)
     if over is not None:
         return over
     capture = f.data.get("stage") == "graph-capture"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvscope.core.errors import InputError
 from kvscope.core.provenance import How
 from kvscope.core.startup import KvPool, LedgerRow, LedgerRows, Rank, Reconciliation, Startup
 from kvscope.engines.common import ServingLoop, serving_crash
@@ -18,7 +19,7 @@ from kvscope.engines.sglang.rules import GIB, Interval
 from kvscope.engines.sglang.state import state
 from kvscope.engines.shapes import Shape, dated_rows_seen
 from kvscope.model.arch import dtype_bytes
-from kvscope.model.catalog import load_architecture
+from kvscope.model.catalog import load_architecture, read_local_config
 
 _DATED_PREFIX = lazy_compile(r"\[(\d{4}-\d\d-\d\d)[ T]\d\d:\d\d")
 _LOAD_END_NO_USAGE = lazy_compile(r"Load weight end\..*avail mem=\d+\.\d\d ?GB\s*$")
@@ -355,11 +356,50 @@ def _reconcile(s: Startup, era) -> rules.CellSize | None:
     rec = Reconciliation(bytes_per_token=bpt, method=method)
     if arch is not None:
         rec.architecture = arch.as_dict()
-    _budget_check(s, ref, tokens, bpt, page, rec, checks, consistent, era)
+    profile_bpt, share = _profiled_cell(s, arch, cell, bpt, era)
+    if share:
+        checks.append(share)
+    _budget_check(s, ref, tokens, profile_bpt, page, rec, checks, consistent, era)
     rec.consistent = all(consistent) if consistent else None
     rec.detail = "; ".join(checks)
     s.reconciliation = rec
     return cell
+
+
+def draft_layers(s: Startup, arch) -> tuple[int, str]:
+    """The draft's layer count as SGLang's ModelRunner.eagle_draft_num_layers takes it: the draft config's
+    num_nextn_predict_layers, else its num_hidden_layers; a NEXTN/MTP draft of a DeepSeek-family target is
+    the target's own nextn layers. Without the draft's config (a path on the poster's machine), an EAGLE
+    draft's one layer, said as assumed."""
+    assumed = _int_setting(s, "draft_layers")  # --assume draft_layers=N
+    if assumed:
+        return assumed, f"{assumed} (assumed)"
+    path = s.setting("speculative_draft_model_path")
+    try:
+        local = read_local_config(str(path)) if path else None
+    except InputError:  # something at that path that is no config.json: the fallback below, not a failed explain
+        local = None
+    if local is not None:
+        cfg = local[0]
+        n = cfg.get("num_nextn_predict_layers") or cfg.get("num_hidden_layers")
+        if isinstance(n, int) and n > 0:
+            return n, f"the draft's config.json says {n}"
+    if arch is not None and arch.nextn_layers and (not path or str(path) == str(model_name(s))):
+        return arch.nextn_layers, f"the target's {arch.nextn_layers} MTP layer(s)"
+    return 1, "assumed 1 (the draft's config.json is not at hand; EAGLE drafts have one layer)"
+
+
+def _profiled_cell(s: Startup, arch, cell: rules.CellSize | None, bpt: int, era) -> tuple[int, str]:
+    """The bytes per token SGLang divides the budget by. From 0.5.14 (E3) a speculative run profiles the target's
+    cell inflated by the draft: cell += int(cell × draft_layers / target_layers) (ModelRunnerKVCacheMixin, shared
+    docs/sglang-memory.md §2.6), and the draft then allocates the same token count. NGRAM has no draft KV."""
+    algo = str(s.setting("speculative_algorithm") or "").upper()
+    if not era.draft_cell_inflation or not algo or algo in {"NONE", "NGRAM"} or cell is None:
+        return bpt, ""
+    n, why = draft_layers(s, arch)
+    profiled = bpt + int(bpt * n / cell.layers)
+    return profiled, (f"profiled cell: {bpt:,} + int({bpt:,} × {n}/{cell.layers}) draft share = {profiled:,} B "
+                      f"(draft layers: {why})")
 
 
 def _derive_from_reserve(s: Startup, cell: rules.CellSize | None) -> None:
