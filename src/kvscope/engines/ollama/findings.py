@@ -11,11 +11,15 @@ OLLAMA_FLASH_ATTENTION, OLLAMA_GPU_OVERHEAD, OLLAMA_SCHED_SPREAD, OLLAMA_MAX_LOA
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from kvscope.core.startup import Finding, Startup, Suggestion
 from kvscope.engines.llamacpp import findings as runner
 from kvscope.engines.llamacpp.findings import Flags, Host
+from kvscope.engines.ollama.defaults import default_num_ctx
+
+_LOG_DATE = re.compile(r"time=(20\d\d-\d\d-\d\d)T")  # a logfmt record's own stamp (journald's prefix has no year)
 
 FLAGS = Flags(ctx="num_ctx", slots="OLLAMA_NUM_PARALLEL", gpu_layers="num_gpu", ubatch="num_batch",
               cache_types="OLLAMA_KV_CACHE_TYPE", cache_types_text="OLLAMA_KV_CACHE_TYPE", cache_k="OLLAMA_KV_CACHE_TYPE", cache_v="OLLAMA_KV_CACHE_TYPE",
@@ -261,6 +265,13 @@ def _context_for_room(s: Startup, free: float, terms: dict[str, float]) -> tuple
     minimum, the projector, the layers' weights and OLLAMA_GPU_OVERHEAD do not."""
     ctx = _int(s, "ctx_size") or _int(s, "n_ctx")
     slots = _int(s, "n_slots") or 1
+    assumed = ""
+    if not ctx:  # the excerpt prints no context: the release's default (engines/ollama/defaults.py), said so
+        default = _default_context(s)
+        if default is not None:
+            ctx, how = default
+            ctx, assumed = ctx * slots, (f" num_ctx is not in the log: {default[0]:,} is {how} (give --assume "
+                                         "num_ctx=… if it was set).")
     blocks = max(1, (_int(s, "n_layers_offloadable") or 2) - 1)
     kv_share = 2 * _gib_setting(s, "ollama_memory_required_kv_gib") / blocks
     scaled = terms["graph"] + kv_share
@@ -274,9 +285,17 @@ def _context_for_room(s: Startup, free: float, terms: dict[str, float]) -> tuple
         return None
     text = (f" At num_ctx {to:,} (from {each:,}) the graph and the layers' KV share shrink to ≈ "
             f"{scaled * to / each:,.2f} GiB, so the GPU's ≈ {fixed + scaled * to / each:,.2f} GiB minimum fits its "
-            f"{free:,.1f} GiB (the graph does not shrink exactly in proportion: an estimate).")
+            f"{free:,.1f} GiB (the graph does not shrink exactly in proportion: an estimate).{assumed}")
     return Suggestion("num_ctx", each, to, kv_tokens_after=to * slots,
-                      note="the GPU that got no layer can then take some; each request holds fewer tokens"), text
+                      note="the GPU that got no layer can then take some; each request holds fewer tokens"
+                           + ("; from the release's default num_ctx" if assumed else "")), text
+
+
+def _default_context(s: Startup) -> tuple[int, str] | None:
+    """ollama's default num_ctx for the release that wrote this log (its version, else its date)."""
+    date = next((m.group(1) for e in s.evidence[:50] if (m := _LOG_DATE.search(e.text))), None)
+    totals = [r.total_gib for r in s.ranks if r.total_gib]
+    return default_num_ctx(s.engine_version, date, sum(totals) if totals else None)
 
 
 def _ollama_too_small(s: Startup) -> Finding | None:
