@@ -33,7 +33,7 @@ ERAS: tuple[ContextDefault, ...] = (
     ContextDefault((0, 15, 5), "2026-02-05", None),
 )
 VRAM_TIERS_GIB: tuple[tuple[float, int], ...] = ((47.0, 262144), (23.0, 32768), (0.0, 4096))
-_DATE = re.compile(r"(20\d\d-\d\d-\d\d)")
+_DATE = re.compile(r"\d{4}-\d\d-\d\d")
 
 
 def vram_tiered(total_vram_gib: float) -> int:
@@ -41,20 +41,19 @@ def vram_tiered(total_vram_gib: float) -> int:
 
 
 def default_num_ctx(version: str | None, date: str | None, total_vram_gib: float | None) -> tuple[int, str] | None:
-    """(num_ctx, how it was chosen) for a load that does not print its context, or None when the era's rule
-    needs what the log does not give (the VRAM tier without the GPUs' totals)."""
+    """(num_ctx, how it was chosen) for a load that does not print its context (``date``: the log's YYYY-MM-DD),
+    or None when the era's rule needs what the log does not give (the VRAM tier without the GPUs' totals)."""
     parsed = parse_version(version) if version else None
     if parsed is not None:
         era = next(e for e in reversed(ERAS) if parsed >= e.first)
         how = f"ollama {version}'s default"
-    else:
-        day = _DATE.search(date or "")
-        if day is None:
-            return None
-        era = next(e for e in reversed(ERAS) if day.group(1) >= e.tagged)
+    elif date and _DATE.fullmatch(date):
+        era = next(e for e in reversed(ERAS) if date >= e.tagged)  # ISO dates order as strings
         first = ".".join(map(str, era.first))
-        how = (f"the default of the releases out at this log's date ({day.group(1)}: v{first}+, tagged {era.tagged})"
-               if era.tagged != "0000-00-00" else f"the default before v0.6.7 (this log's date, {day.group(1)})")
+        how = (f"the default of the releases out at this log's date ({date}: v{first}+, tagged {era.tagged})"
+               if era.tagged != "0000-00-00" else f"the default before v0.6.7 (this log's date, {date})")
+    else:
+        return None
     if era.num_ctx is not None:
         return era.num_ctx, how
     if total_vram_gib is None:

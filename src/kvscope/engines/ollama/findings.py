@@ -269,9 +269,9 @@ def _context_for_room(s: Startup, free: float, terms: dict[str, float]) -> tuple
     if not ctx:  # the excerpt prints no context: the release's default (engines/ollama/defaults.py), said so
         default = _default_context(s)
         if default is not None:
-            ctx, how = default
-            ctx, assumed = ctx * slots, (f" num_ctx is not in the log: {default[0]:,} is {how} (give --assume "
-                                         "num_ctx=… if it was set).")
+            num_ctx, how = default
+            ctx = num_ctx * slots
+            assumed = f" num_ctx is not in the log: {num_ctx:,} is {how} (give --assume num_ctx=… if it was set)."
     blocks = max(1, (_int(s, "n_layers_offloadable") or 2) - 1)
     kv_share = 2 * _gib_setting(s, "ollama_memory_required_kv_gib") / blocks
     scaled = terms["graph"] + kv_share

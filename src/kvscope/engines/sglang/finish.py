@@ -390,14 +390,13 @@ def draft_layers(s: Startup, arch) -> tuple[int, str]:
 
 
 def _profiled_cell(s: Startup, arch, cell: rules.CellSize | None, bpt: int, era) -> tuple[int, str]:
-    """The bytes per token SGLang divides the budget by. From 0.5.14 (E3) a speculative run profiles the target's
-    cell inflated by the draft: cell += int(cell × draft_layers / target_layers) (ModelRunnerKVCacheMixin, shared
-    docs/sglang-memory.md §2.6), and the draft then allocates the same token count. NGRAM has no draft KV."""
+    """The bytes per token SGLang divides the budget by: from 0.5.14 (E3) a speculative run's includes the draft's
+    share (rules.with_draft_share), and the draft then allocates the same token count. NGRAM has no draft KV."""
     algo = str(s.setting("speculative_algorithm") or "").upper()
     if not era.draft_cell_inflation or not algo or algo in {"NONE", "NGRAM"} or cell is None:
         return bpt, ""
     n, why = draft_layers(s, arch)
-    profiled = bpt + int(bpt * n / cell.layers)
+    profiled = rules.with_draft_share(bpt, n, cell.layers)
     return profiled, (f"profiled cell: {bpt:,} + int({bpt:,} × {n}/{cell.layers}) draft share = {profiled:,} B "
                       f"(draft layers: {why})")
 

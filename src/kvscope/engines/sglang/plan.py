@@ -161,7 +161,7 @@ def _sg_cell(ctx: Context, k: SglangKnobs, era: sg_eras.Era, attn_tp: int, kv_dt
                            formula=cell.formula + " + fp8 row scales/rope (≥0.5.18)")
     if era.draft_cell_inflation and k.spec:
         draft_layers = _int(ctx.settings.get("draft_layers")) or arch.nextn_layers or 1
-        cell = replace(cell, bytes_per_token=cell.bytes_per_token + int(cell.bytes_per_token * draft_layers / cell.layers),
+        cell = replace(cell, bytes_per_token=sg_rules.with_draft_share(cell.bytes_per_token, draft_layers, cell.layers),
                        formula=cell.formula + f" + draft share × {draft_layers}/{cell.layers} layers (≥0.5.14)")
     return cell, alloc
 

@@ -65,6 +65,13 @@ class CellSize:
     k_fraction: float = 0.5  # share of the row in the K buffer (head_dim / (head_dim + v_head_dim))
 
 
+def with_draft_share(cell_bytes: int, draft_layers: int, target_layers: int) -> int:
+    """The cell a speculative run profiles from 0.5.14 (E3): the target's, inflated by the draft's layers as if each
+    were a target layer, ``cell + int(cell × draft_layers / target_layers)`` (ModelRunnerKVCacheMixin; shared
+    docs/sglang-memory.md §2.6). explain's budget check and plan both divide by it."""
+    return cell_bytes + int(cell_bytes * draft_layers / target_layers)
+
+
 def cell_size(arch: Architecture, kv_bytes: int, attn_tp: int, era: Era, layers: int | None = None) -> CellSize:
     """SGLang's per-GPU bytes per token (``cell_size``) for the target model: its layers' spec
     (model/kv_spec.py) times the layers this rank pools; a DSA model's indexer rows are in the cell."""
