@@ -110,7 +110,10 @@ KNOB_SIBLINGS = {"005-": ({"enforce_eager": True}, 0.001), "006-": ({"max_num_se
 # (calibration run, sibling) → the most diff's prediction may miss by: the MoE (V1 runner, graph estimate charged) and
 # the sliding-window model at another utilization, eager on MLA, and two changes at once (eager + fp8 KV) from the default
 OTHER_PAIRS = {("009-", "028-"): 0.001, ("011-", "031-"): 0.001, ("010-", "030-"): 0.001, ("001-", "023-"): 0.001,
-               ("005-", "023-"): 0.001}
+               ("005-", "023-"): 0.001,
+               # an EAGLE-3 drafter added and removed: its weights, its prefill's share of the profile peak (0.50 GiB
+               # by vLLM 0.26's V2 rule, 0.54 measured: the 0.04 left is ~310 tokens) and a 33rd KV layer
+               ("001-", "035-"): 0.0005, ("035-", "001-"): 0.0005}
 
 
 @pytest.mark.parametrize("pair", sorted(OTHER_PAIRS))
@@ -133,3 +136,23 @@ def test_whatif_predicts_the_batch_eager_and_block_siblings(sibling):
     sc = predict(calibrate(base), changes)
     error = min(abs(sc.kv_tokens_low - observed), abs(sc.kv_tokens_high - observed)) / observed
     assert error <= tolerance, (changes, sc.kv_tokens_low, sc.kv_tokens_high, observed)
+
+
+def test_a_drafter_added_is_priced_from_its_parts():
+    """whatif from the run without a drafter, asked for run 035's EAGLE-3 head (its config.json given): the 0.55 GiB of
+    weights a dummy-loaded head keeps (no embedding, no lm_head of its own), a 0.50 GiB larger profile peak and
+    4,096 B more KV per token (the head's one layer: 8 KV heads × 128 × 2 × bf16)."""
+    from kvscope.engines.vllm.whatif import calibrate, predict
+
+    base_dir, draft_dir = next(GPU.glob(f"{BASE}*")), next(GPU.glob("035-*"), None)
+    if draft_dir is None or not (draft_dir / "draft_config.json").is_file():
+        pytest.skip("no drafter truth run here")
+    base = analyze([str(base_dir / "log.txt")], model=str(base_dir / "config.json")).startups[-1]
+    spec = {"method": "eagle3", "num_speculative_tokens": 3, "model": str(draft_dir / "draft_config.json")}
+    sc = predict(calibrate(base), {"speculative_config": spec})
+    note = next(n for n in sc.notes if n.startswith("no drafter → drafter eagle3"))
+    assert "weights +0.55 GiB" in note and "profile peak +0.50 GiB" in note and "+4,096 B of KV per token" in note
+    observed = _run("035-").capacity.kv_tokens
+    assert sc.kv_tokens_low <= observed * 1.0005 and sc.kv_tokens_high >= observed * 0.9995
+    assert sc.flags == ["--speculative-config '" + json.dumps(spec) + "'"]
+

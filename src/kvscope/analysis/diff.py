@@ -21,6 +21,7 @@ what whatif calibrated on A predicts for B against what B logged.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +54,10 @@ CAUSES: dict[TermKind, tuple[str, ...]] = {
 CAPACITY_SETTINGS = ("max_model_len", "context_len", "max_running_requests")
 BYTES_ROUNDING = 0.005  # two bytes-per-token figures from logged GiB ÷ tokens closer than this are one figure
 IGNORED_SETTINGS = ("port", "host", "random_seed", "seed", "served_model_name", "log_level", "api_key")
+# Settings whose absence means "off": a drafter added to one startup is a change although the other never logged
+# the setting. Their values may be objects (vLLM's speculative_config), compared as canonical JSON.
+OFF_WHEN_ABSENT = ("speculative_config",)
+OFF = "none"
 
 
 @dataclass(frozen=True)
@@ -175,12 +180,26 @@ def _settings_changed(a: Startup, b: Startup) -> list[Change]:
     out = []
     for key in keys:
         va, vb = a.settings.get(key), b.settings.get(key)
+        if key in OFF_WHEN_ABSENT:
+            ta, tb = _canonical(va), _canonical(vb)
+            if ta != tb:
+                out.append(Change(key, ta, tb))
+            continue
         if va is None or vb is None or va == vb or isinstance(va, (dict, list)) or isinstance(vb, (dict, list)):
             continue
         if any(word in key for word in IGNORED_SETTINGS) or key.endswith("_path") and key != "model_path":
             continue
         out.append(Change(key, str(va), str(vb)))
     return out
+
+
+def _canonical(value: Any) -> str:
+    """An off-when-absent setting as one comparable text: "none" when absent, objects as sorted JSON."""
+    if value is None or (isinstance(value, (dict, list, str)) and not value):
+        return OFF
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True, default=str)
+    return str(value)
 
 
 def _changes(a: Startup, b: Startup, sa: Side, sb: Side) -> list[Change]:
@@ -269,7 +288,8 @@ def _predict(a: Startup, b: Startup, sb: Side, changes: list[Change]) -> Predict
     changes = [c for c in changes if c.what in settable or c.what not in CAPACITY_SETTINGS]
     if not changes or any(c.what not in settable for c in changes):
         return None
-    sets = {c.what: b.settings.get(c.what, getattr(b.capacity, c.what, None)) for c in changes}
+    sets = {c.what: (b.settings.get(c.what) or OFF) if c.what in OFF_WHEN_ABSENT
+            else b.settings.get(c.what, getattr(b.capacity, c.what, None)) for c in changes}
     if any(v is None for v in sets.values()):
         return None
     try:

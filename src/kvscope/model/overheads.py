@@ -56,6 +56,15 @@ CUBLAS_GIB = 0.096  # first bf16 matmul on an H200 (torch 2.11, CUDA 13): 66 MiB
 # all-reduce buffers.
 NCCL_NVSWITCH_TP4_GIB = 2.04 - CUBLAS_GIB
 
+# Before Hopper the cuBLAS charge is far smaller. PyTorch's default workspace (CublasHandlePool.cpp,
+# parseChosenWorkspaceSize) is ":4096:2:16:8" = 8,519,680 B on every architecture but sm90's 32 MiB (Blackwell
+# joined the 32 MiB from torch 2.11, PR #175344), and cuBLAS's own memory is near nothing: vLLM v0.6.4 on an
+# RTX 3090 (vLLM #10517) grows non-torch memory by 0.01 GiB across the profile run that makes the first matmul
+# (initial_memory_usage 15.34 → memory_usage_post_profile 15.35 GiB, weights 14.99), where the H200 grows 66 MiB.
+TORCH_CUBLAS_WORKSPACE_PRE_HOPPER_BYTES = 4096 * 1024 * 2 + 16 * 1024 * 8
+CUBLAS_OWN_PRE_HOPPER_GIB = 0.01
+CUBLAS_PRE_HOPPER_GIB = TORCH_CUBLAS_WORKSPACE_PRE_HOPPER_BYTES / GIB + CUBLAS_OWN_PRE_HOPPER_GIB
+
 # CUDA context = CONTEXT_BASE_GIB + the local memory the driver reserves for every resident thread.
 CONTEXT_BASE_GIB = 0.25  # median over seven SGLang logs on six GPU kinds (module docstring), ±0.07
 STACK_BYTES_PER_THREAD = 1024  # cudaLimitStackSize's default
@@ -157,6 +166,17 @@ def cuda_context_gib(entry: dict[str, Any], measured_kind: bool) -> Figure:
     return Figure(CONTEXT_BASE_GIB + int(sms) * threads * STACK_BYTES_PER_THREAD / GIB, How.ESTIMATED)
 
 
+def cublas_gib(entry: dict[str, Any], measured_kind: bool) -> Figure:
+    """cuBLAS's handle and workspace: measured on the H200; by architecture elsewhere (Hopper and later carry the
+    H200's figure, earlier kinds PyTorch's 8 MiB workspace and the little cuBLAS keeps for itself)."""
+    if measured_kind:
+        return Figure(CUBLAS_GIB, How.MEASURED)
+    major = str(entry.get("compute_capability") or "").split(".")[0]
+    if major.isdigit() and int(major) < 9:
+        return Figure(CUBLAS_PRE_HOPPER_GIB, How.ESTIMATED, "PyTorch's pre-Hopper workspace + cuBLAS's own")
+    return Figure(CUBLAS_GIB, How.ASSUMED)
+
+
 def nvswitch_kind(entry: dict[str, Any]) -> bool:
     """A GPU kind whose servers join 4-8 GPUs through NVSwitch with NVLink 4/5 (multicast capable)."""
     link = str((entry.get("interconnect") or {}).get("gpu_gpu") or "")
@@ -197,7 +217,7 @@ def budget_basis(gpu: str, tp_world: int, overrides: dict[str, Any] | None = Non
     start = nccl_gib(tp_world, nvswitch, entry)
     basis = BudgetBasis(
         label, smi_mib, _torch_total(entry, smi_mib), cuda_context_gib(entry, measured_kind), start,
-        Figure(CUBLAS_GIB, How.MEASURED if measured_kind else How.ASSUMED),
+        cublas_gib(entry, measured_kind),
         nccl_after_profile=_profile_nccl(tp_world, nvswitch, start),
     )
     for key, attr in (("torch_total_gib", "torch_total"), ("cuda_context_gib", "cuda_context"),

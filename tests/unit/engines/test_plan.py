@@ -178,6 +178,18 @@ def test_cuda_context_estimate_matches_public_logs(gpu, from_log):
     assert ctx.how == ("measured" if gpu == "H200" else "estimated")
 
 
+@pytest.mark.parametrize("gpu,mib", [("H200", 98.3), ("H100", 98.3), ("B200", 98.3), ("RTX 3090", 18.4),
+                                      ("A100 80GB", 18.4), ("L40S", 18.4), ("T4", 18.4)])
+def test_cublas_charge_follows_torchs_workspace_rule_by_architecture(gpu, mib):
+    """Hopper and later: the H200's measured 96 MiB (32 MiB workspace + cuBLAS's own); earlier architectures
+    PyTorch's ":4096:2:16:8" workspace (8,519,680 B) and the 0.01 GiB a v0.6.4 Ampere log shows cuBLAS keeping."""
+    from kvscope.model.overheads import budget_basis
+
+    cublas = budget_basis(gpu, 1).cublas
+    assert cublas.value * 1024 == pytest.approx(mib, abs=0.1)
+    assert cublas.how == ("measured" if gpu == "H200" else "assumed" if mib > 50 else "estimated")
+
+
 def test_sglang_auto_fraction_is_applied_and_reported():
     p = plan(PlanRequest(model="moonshotai/Kimi-K2.5", gpu="RTX PRO 6000", tp=8, engine_version="0.5.9",
                          settings={"speculative_algorithm": "EAGLE3"}))

@@ -25,6 +25,7 @@ SETTINGS = frozenset({
     "kv_cache_memory_bytes",
     "kv_transfer_config",
     "limit_mm_per_prompt",
+    "load_format",
     "mamba_cache_dtype",
     "mamba_ssm_cache_dtype",
     "max_model_len",

@@ -10,7 +10,7 @@ from kvscope.core.memory_bar import BarPart, Part, fill
 from kvscope.engines.vllm import eras as v_eras
 from kvscope.engines.vllm import rules as v_rules
 from kvscope.engines.vllm.layout import KvLayout, StateDtypes, kv_layout
-from kvscope.engines.vllm.plan_spec import VllmDraft, resolve_vllm_draft
+from kvscope.engines.vllm.plan_spec import EAGLE_DROPPED_KEYS, VllmDraft, resolve_vllm_draft
 from kvscope.model.arch import dtype_bytes
 from kvscope.model.overheads import BudgetBasis
 from kvscope.model.planning import (
@@ -132,6 +132,16 @@ def vllm_activation_gib(cfg: dict[str, Any], tp: int, tokens: int, seqs: int,
     return max(forward_bytes, sampler_bytes) / GIB
 
 
+def vllm_activation_with_draft_gib(cfg: dict[str, Any], tp: int, tokens: int, seqs: int, bytes_per_logit: int,
+                                   draft: VllmDraft | None) -> tuple[float, float | None]:
+    """(activation peak GiB, the drafter's share of it or None when its profile is not modelled): the drafter's
+    prefill runs inside the forward phase, so it adds to the forward peak, not to the sampler's."""
+    forward_bytes, sampler_bytes = _vllm_profile_bytes(cfg, tp, tokens, seqs, bytes_per_logit)
+    extra = draft_profile_extra_gib(draft, cfg, tp, tokens)
+    peak = max(forward_bytes + (extra or 0.0) * GIB, sampler_bytes) / GIB
+    return peak, extra
+
+
 def vllm_sampler_dominates(cfg: dict[str, Any], tp: int, tokens: int, seqs: int,
                            bytes_per_logit: int = VLLM_SAMPLER_BYTES_PER_LOGIT) -> bool:
     """Whether the dummy sampler run, not the forward pass, sets the profile's activation peak (its spread
@@ -145,6 +155,15 @@ def _vllm_profile_bytes(cfg: dict[str, Any], tp: int, tokens: int, seqs: int,
     """(forward, dummy sampler run) bytes of vLLM's profile run on one rank."""
     h = int(cfg["hidden_size"])
     vocab = int(cfg.get("vocab_size") or 32000)
+    forward_bytes = tokens * forward_values_per_token(cfg, tp) * 2
+    rows = min(seqs, tokens)  # the dummy batch has at most one request per token
+    sampler_bytes = rows * vocab * bytes_per_logit + rows * h * 2
+    return forward_bytes, sampler_bytes
+
+
+def forward_values_per_token(cfg: dict[str, Any], tp: int) -> int:
+    """Values alive per token at one decoder layer's peak in the profile's forward pass (one rank)."""
+    h = int(cfg["hidden_size"])
     mlp_values_per_token = 3 * max(1, int(cfg.get("intermediate_size") or 4 * h) // tp)
     if cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts"):
         n = int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or h) // tp
@@ -155,10 +174,32 @@ def _vllm_profile_bytes(cfg: dict[str, Any], tp: int, tokens: int, seqs: int,
         # are alive beside the fused-MoE caches (DeepSeek-V2-Lite on v0.26: 1.66 GiB measured, 1.34 without them)
         shared = int(cfg.get("n_shared_experts") or 0) * n + int(cfg.get("shared_expert_intermediate_size") or 0) // tp
         mlp_values_per_token = max(dense, topk * (3 * n + h) + 3 * shared)
-    forward_bytes = tokens * (mlp_values_per_token + 3 * h) * 2
-    rows = min(seqs, tokens)  # the dummy batch has at most one request per token
-    sampler_bytes = rows * vocab * bytes_per_logit + rows * h * 2
-    return forward_bytes, sampler_bytes
+    return mlp_values_per_token + 3 * h
+
+
+# EAGLE-3 feeds the drafter three of the target's hidden states (use_aux_hidden_state; eagle_config may turn it off)
+EAGLE3_AUX_LAYERS = 3
+
+
+def draft_profile_extra_gib(draft: VllmDraft | None, target_cfg: dict[str, Any], tp: int, tokens: int) -> float | None:
+    """GiB the profile's forward peak grows by with this EAGLE drafter: the draft layer's forward with the target's
+    aux and last hidden states and the fc output alive, less the target's own layer peak (the V2 runner's
+    ``_dummy_run``, derived in plan_spec's module docstring); None for a method whose profile is not modelled,
+    0 without a drafter."""
+    if draft is None or not draft.kv_layers:
+        return 0.0
+    if not draft.method.startswith("eagle"):
+        return None
+    h = int(target_cfg["hidden_size"])
+    cfg = draft.cfg or {k: v for k, v in target_cfg.items() if k not in EAGLE_DROPPED_KEYS}
+    h_draft = int(cfg.get("hidden_size") or h)
+    aux = EAGLE3_AUX_LAYERS if draft.method == "eagle3" else 0
+    eagle_config = cfg.get("eagle_config")
+    if aux and isinstance(eagle_config, dict) and eagle_config.get("use_aux_hidden_state") is False:
+        aux = 0
+    alive = (aux + 1) * h + h_draft  # aux + the target's last hidden state, the fc output (the draft's input)
+    draft_peak = forward_values_per_token({**cfg, "hidden_size": h_draft}, tp) - h_draft + alive
+    return max(0, draft_peak - forward_values_per_token(target_cfg, tp)) * tokens * 2 / GIB
 
 
 def vllm_encoder_profile(cfg: dict[str, Any], settings: dict[str, Any], batched_tokens: int
@@ -214,8 +255,11 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
     runner, runner_why = vllm_model_runner(version, engine, ctx.mc.cfg, s)
     per_logit = (VLLM_V2_SAMPLER_BYTES_PER_LOGIT if runner == "V2" else
                  VLLM_V1_026_SAMPLER_BYTES_PER_LOGIT if (0, 26, 0) <= version < (0, 27, 0) else VLLM_SAMPLER_BYTES_PER_LOGIT)
-    act = vllm_activation_gib(ctx.mc.cfg, req.tp, tokens_b, seqs, per_logit)
-    act_what = f"{tokens_b:,} batched tokens, {seqs} seqs"
+    draft = resolve_vllm_draft(ctx.mc, arch, s, Parallel(tp=req.tp, ep=req.ep, pp=req.pp))
+    act, draft_act = vllm_activation_with_draft_gib(ctx.mc.cfg, req.tp, tokens_b, seqs, per_logit, draft)
+    act_what = f"{tokens_b:,} batched tokens, {seqs} seqs" + (
+        f", the drafter's prefill {draft_act:.2f} GiB" if draft_act else
+        ", the drafter's prefill not modelled" if draft is not None and draft_act is None else "")
     encoder = vllm_encoder_profile(ctx.mc.cfg, s, tokens_b) if engine == "V1" else None
     if encoder is not None and encoder[0] > act:
         act, act_what = encoder
@@ -234,7 +278,6 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
     block = _int(s.get("block_size")) or (64 if arch.attention == "mla" and (ctx.sm_major or 0) >= 9 else 16)
     layers = max(v_rules.pp_layers(arch.full_attention_layers or arch.num_layers, req.pp))
     kv_override = _int(s.get("kv_cache_memory_bytes"))
-    draft = resolve_vllm_draft(ctx.mc, arch, s, Parallel(tp=req.tp, ep=req.ep, pp=req.pp))
     draft_gib = draft.weights_gib if draft else 0.0
 
     prefix = _truthy(s.get("enable_prefix_caching"))  # off by default for hybrid models (v0.18–v0.24)

@@ -5,6 +5,20 @@ its weights are part of "Model loading took" and come out of the KV budget; its 
 get KV specs next to the target's, so every block id also pays a page in each draft layer. Which
 layers a method adds is ``rules.draft_kv_layers`` — the rule explain uses to reproduce the §6.1
 log (Llama-3.1-8B + EAGLE: 33 layers) — so plan, explain and whatif share one implementation.
+
+What an EAGLE drafter's weights and profile cost, from vLLM 0.26.0's source (measured on truth run 035):
+
+* Sharing is decided by the checkpoint's tensor names (``models/utils.process_eagle_weight`` sets
+  ``has_own_embed_tokens`` / ``has_own_lm_head`` per loaded tensor; ``spec_decode/eagle/utils._should_share``
+  shares when the flag is unset or the copy equals the target's). A published EAGLE-3 head brings its own
+  draft-vocab lm_head and no embedding, so it keeps the head. Dummy weights never call ``load_weights``, so
+  both flags stay unset and both tensors are shared: run 035's drafter added 0.55 GiB, one decoder layer (its
+  qkv_proj reads 2 × hidden: the embedding and the hidden state concatenated) plus fc (3 × hidden → hidden).
+* The V2 runner's profile (``_dummy_run``) keeps the target's auxiliary hidden states (three layers for
+  EAGLE-3), its last hidden state and the fc output alive while the drafter's prefill runs over the same
+  max_num_batched_tokens; the draft layer's input residual is a view of a persistent buffer. Its peak is the
+  draft layer's own plus (aux + 1 + 1 − 1) × tokens × hidden values: 0.50 GiB for Llama-3.1-8B at 16,384
+  tokens, against 0.54 GiB measured (1.78 → 2.32 GiB; the 0.04 left is not accounted for).
 """
 
 from __future__ import annotations
@@ -51,6 +65,7 @@ class VllmDraft:
     weights_bytes: int
     weights_from: str
     notes: list[str] = field(default_factory=list)
+    cfg: dict[str, Any] | None = None  # the draft's own config.json, when known
 
     @property
     def weights_gib(self) -> float:
@@ -158,7 +173,7 @@ def resolve_vllm_draft(mc: ModelConfig, arch: Architecture, settings: dict[str, 
         notes.append(f"speculative decoding ({method}): no draft attention layers, so no draft KV; weights "
                      f"{weights / GIB:.2f} GiB ({weights_from})")
     return VllmDraft(method, model, tokens, tokens_from, layers, draft_arch or arch, layers_from, weights,
-                     weights_from, notes)
+                     weights_from, notes, draft_mc.cfg if draft_mc else None)
 
 
 def _draft_layers(method: str, arch: Architecture, draft_arch: Architecture | None, settings: dict[str, Any],
@@ -201,22 +216,41 @@ def _draft_weights(method: str, mc: ModelConfig, draft_mc: ModelConfig | None, a
         return 0, "none (no draft network)" if method != "medusa" else "not counted (Medusa heads: give draft_weights_gib)"
     h = int(mc.cfg["hidden_size"])
     if draft_mc is not None:
-        return _config_draft_weights(method, draft_mc, par, h)
+        return _config_draft_weights(method, draft_mc, par, h, _dummy(settings))
     # an MTP layer is shaped like the target's last (full-attention, MoE) layer; an EAGLE head is a dense,
     # unquantized decoder layer of the target's width (a MoE target's head has no experts)
     cfg = mc.cfg if v_rules.is_mtp(method) else {k: v for k, v in mc.cfg.items() if k not in EAGLE_DROPPED_KEYS}
     index = int(mc.cfg["num_hidden_layers"]) - 1 if v_rules.is_mtp(method) else 0
-    body = layers * decoder_layer_bytes(cfg, index, par)
+    body = layers * decoder_layer_bytes(cfg, index, par) + (_eagle3_qkv_extra(cfg, par) if method == "eagle3" and layers else 0)
     fc = (3 if method == "eagle3" else 2) * h * h * 2 // (par.tp if method.startswith("eagle") else 1)
-    head = EAGLE3_DRAFT_VOCAB * h * 2 // par.tp if method == "eagle3" else 0
+    dummy = _dummy(settings)
+    head = EAGLE3_DRAFT_VOCAB * h * 2 // par.tp if method == "eagle3" and not dummy else 0
     what = "MTP layer(s) of the model's shape + eh_proj" if v_rules.is_mtp(method) else \
         "assumed: target-shaped bf16 decoder layer(s) + fc" + (" + 32k-vocab lm_head" if head else "")
-    return body + fc + head, f"{what}; embedding and lm_head shared with the target"
+    shared = "embedding and lm_head shared with the target" + (" (dummy weights bring no own copy)" if dummy else "")
+    return body + fc + head, f"{what}; {shared}"
 
 
-def _config_draft_weights(method: str, draft_mc: ModelConfig, par: Parallel, target_h: int) -> tuple[int, str]:
+def _dummy(settings: dict[str, Any]) -> bool:
+    """load_format dummy: no checkpoint tensor is loaded, so an EAGLE draft owns neither embedding nor lm_head."""
+    return str(settings.get("load_format") or "").strip().lower() == "dummy"
+
+
+def _eagle3_qkv_extra(cfg: dict[str, Any], par: Parallel) -> int:
+    """Bytes the first EAGLE-3 layer's qkv_proj holds beyond a target layer's: it reads the embedding and the hidden
+    state concatenated (2 × hidden inputs, llama_eagle3.LlamaDecoderLayer), one more hidden of inputs."""
+    h = int(cfg["hidden_size"])
+    heads = int(cfg.get("num_attention_heads") or 1)
+    head_dim = int(cfg.get("head_dim") or h // heads)
+    kv = int(cfg.get("num_key_value_heads") or heads)
+    return h * (heads + 2 * kv) * head_dim * 2 // par.tp
+
+
+def _config_draft_weights(method: str, draft_mc: ModelConfig, par: Parallel, target_h: int,
+                          dummy: bool = False) -> tuple[int, str]:
     """A draft whose config is known: its estimate, less the embedding vLLM shares with the target
-    (same shape, PP 1) and, for EAGLE-1, the lm_head it borrows; EAGLE-3 keeps its own draft-vocab head."""
+    (same shape, PP 1) and, for EAGLE-1, the lm_head it borrows; EAGLE-3 keeps its own draft-vocab head
+    unless the weights are dummy (no checkpoint tensor names it, so vLLM shares the target's)."""
     est = estimate_weights(draft_mc, par, rules=VLLM_WEIGHTS)
     parts = dict(est.by_component)
     h = int(draft_mc.cfg["hidden_size"])
@@ -224,7 +258,7 @@ def _config_draft_weights(method: str, draft_mc: ModelConfig, par: Parallel, tar
     if method.startswith("eagle") and par.pp == 1 and h == target_h:
         parts.pop("embeddings", None)
         shared.append("embedding")
-    if method == "eagle":
+    if method == "eagle" or (method == "eagle3" and dummy):
         parts.pop("lm_head", None)
         shared.append("lm_head")
     elif method == "eagle3" and "lm_head" in parts:
@@ -232,5 +266,8 @@ def _config_draft_weights(method: str, draft_mc: ModelConfig, par: Parallel, tar
         parts["lm_head"] = vocab * h * 2 // par.tp
     if method.startswith("eagle"):
         parts["fc"] = (3 if method == "eagle3" else 2) * h * h * 2 // par.tp
+    if method == "eagle3":
+        parts["qkv of 2 × hidden"] = _eagle3_qkv_extra(draft_mc.cfg, par)
     how = f"draft config ({draft_mc.name})" + (f"; {' and '.join(shared)} shared with the target" if shared else "")
     return sum(parts.values()), how
+

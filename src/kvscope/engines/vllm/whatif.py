@@ -8,15 +8,18 @@ only the ±0.005 GiB of the printed device total times Δutil.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvscope.core.errors import InputError
 from kvscope.core.startup import Startup, finite_number
 from kvscope.core.versions import parse_version
 from kvscope.engines.vllm import finish as vfinish
 from kvscope.engines.vllm import plan as vplan
 from kvscope.engines.vllm import rules as vrules
 from kvscope.engines.vllm.facts import VllmCapacityFacts, VllmRankFacts
+from kvscope.engines.vllm.plan_spec import VllmDraft, resolve_vllm_draft, spec_request
 from kvscope.engines.whatif_base import (
     PredictionError,
     Scenario,
@@ -26,11 +29,12 @@ from kvscope.engines.whatif_base import (
     normalise_changes,
 )
 from kvscope.model.arch import dtype_bytes
-from kvscope.model.weights import Parallel, load_model_config, weights_delta_gib
+from kvscope.model.weights import ModelConfig, Parallel, load_model_config, weights_delta_gib
 
 GIB = 1 << 30
 SUPPORTED = {"gpu_memory_utilization", "kv_cache_dtype", "max_model_len", "block_size", "kv_cache_memory_bytes",
-             "kv_offloading_size", "tensor_parallel_size", "max_num_seqs", "max_num_batched_tokens", "enforce_eager"}
+             "kv_offloading_size", "tensor_parallel_size", "max_num_seqs", "max_num_batched_tokens", "enforce_eager",
+             "speculative_config"}
 ALIASES = {"util": "gpu_memory_utilization", "context_length": "max_model_len", "max_len": "max_model_len",
            "tp_size": "tensor_parallel_size", "tp": "tensor_parallel_size", "kv_cache_memory": "kv_cache_memory_bytes",
            "mem_fraction_static": "gpu_memory_utilization"}
@@ -38,7 +42,7 @@ FLAGS = {"gpu_memory_utilization": "--gpu-memory-utilization", "kv_cache_dtype":
          "max_model_len": "--max-model-len", "block_size": "--block-size", "kv_cache_memory_bytes": "--kv-cache-memory-bytes",
          "kv_offloading_size": "--kv-offloading-size", "tensor_parallel_size": "--tensor-parallel-size",
          "max_num_seqs": "--max-num-seqs", "max_num_batched_tokens": "--max-num-batched-tokens",
-         "enforce_eager": "--enforce-eager"}
+         "enforce_eager": "--enforce-eager", "speculative_config": "--speculative-config"}
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,11 @@ class VllmCalibration:
     graphs_inside: bool | None = None  # the release subtracted its CUDA-graph estimate from the budget
     graph_estimate_gib: float | None = None
     eager: bool = False
+    # the drafter the logged run had (None: none), and what pricing another one needs: the target's config and
+    # whether the weights were dummy (a dummy-loaded EAGLE head shares the target's lm_head, plan_spec)
+    draft: VllmDraft | None = None
+    model_config: ModelConfig | None = None
+    load_format: str | None = None
 
     @property
     def kv_tokens(self) -> int:
@@ -161,7 +170,23 @@ def calibrate(s: Startup) -> VllmCalibration:
         batched_tokens_follow_max_len=_batched_follow_max_len(s), profile=_profile_shape(s),
         graphs_inside=vfinish.graphs_inside(s), eager=bool(_truthy(s.setting("enforce_eager"))),
         graph_estimate_gib=finite(VllmRankFacts(ref).cuda_graph_estimate_gib) if ref else None,
+        **_draft_facts(s, arch),
     )
+
+
+def _draft_facts(s: Startup, arch: Any) -> dict[str, Any]:
+    """The logged run's drafter as plan would count it, with the target's config that prices another."""
+    name = vfinish.model_name(s)
+    mc = load_model_config(name) if name else None
+    load_format = str(s.setting("load_format") or "") or None
+    draft = None
+    if mc is not None and arch is not None and spec_request(s.settings) is not None:
+        try:
+            draft = resolve_vllm_draft(mc, arch, {**s.settings, "load_format": load_format},
+                                       Parallel(tp=vfinish.tp_size(s), pp=vfinish.pp_size(s)))
+        except (InputError, KeyError, TypeError, ValueError):
+            draft = None
+    return {"draft": draft, "model_config": mc, "load_format": load_format}
 
 
 def _profile_shape(s: Startup) -> ProfileShape | None:
@@ -376,6 +401,13 @@ def predict(cal: VllmCalibration, changes: dict[str, Any], host_ram_gb: float | 
                                                     block_bytes, mamba, notes)
         if "kv_cache_memory_bytes" not in changes:  # a fixed K stays fixed; only the block changes
             low, high = new_low, new_high
+    if "speculative_config" in changes:
+        if mamba is not None:
+            raise PredictionError("a drafter on a hybrid (Mamba) model re-lays its state pages: not predicted")
+        shift, block_bytes = _draft_change(cal, changes["speculative_config"], block_bytes, notes)
+        if "kv_cache_memory_bytes" not in changes:
+            low, high = low - shift * GIB, high - shift * GIB
+        approximate = True
     if ("max_num_batched_tokens" in changes or "max_num_seqs" in changes or "enforce_eager" in changes) \
             and "kv_cache_memory_bytes" not in changes:
         shift = 0.0
@@ -405,13 +437,56 @@ def predict(cal: VllmCalibration, changes: dict[str, Any], host_ram_gb: float | 
         notes.append("no KV cache fits: vLLM would stop with 'No available memory for the cache blocks'")
         risk, words = "high", "no KV cache: the server would not start"
     host = _offload(changes, cal, host_ram_gb)
-    flags = [f"{FLAGS[k]} {v}" for k, v in changes.items()]
+    flags = [f"{FLAGS[k]} {_flag_text(v)}" for k, v in changes.items()]
     return Scenario(label=label or (", ".join(f"{k}={v}" for k, v in changes.items()) or "as logged"), changes=changes,
                     kv_tokens_low=t_low, kv_tokens_high=t_high, node_kv_tokens_low=t_low, node_kv_tokens_high=t_high,
                     context_tokens=m, concurrency_at_context=round(c_low, 2) if c_low is not None else None,
                     reserve_left_gib=round(reserve, 2) if reserve is not None else None,
                     reserve_basis="free at ready (observed, adjusted)" if reserve is not None else "unknown",
                     risk=risk, risk_words=words, flags=flags, notes=notes, host=host, approximate=approximate)
+
+
+def _flag_text(value: Any) -> str:
+    """A flag's value as the command line takes it (speculative_config as JSON, quoted)."""
+    return f"'{json.dumps(value)}'" if isinstance(value, dict) else str(value)
+
+
+def _draft_change(cal: VllmCalibration, value: Any, block_bytes: float, notes: list[str]) -> tuple[float, float]:
+    """(GiB more the budget pays, new bytes per block) when the drafter is added, removed or replaced: its weights
+    (loaded before the profile), its prefill's share of the profile peak, and a page in each of its KV layers per
+    block id (plan_spec; the rules measured on vLLM 0.26's V2 runner, truth run 035)."""
+    if cal.model_config is None or cal.arch is None or cal.profile is None:
+        raise PredictionError("pricing a drafter needs the target's config: pass --model (a config.json or model id)")
+    par = Parallel(tp=cal.tp, pp=cal.pp)
+    try:
+        new = resolve_vllm_draft(cal.model_config, cal.arch, {"speculative_config": value,
+                                                              "load_format": cal.load_format}, par)
+    except InputError as e:
+        raise PredictionError(str(e)) from e
+    old = cal.draft
+    p = cal.profile
+    peaks = [vplan.vllm_activation_with_draft_gib(p.cfg, p.tp, p.batched_tokens, p.num_seqs, p.bytes_per_logit, d)
+             for d in (old, new)]
+    if any(extra is None for _, extra in peaks):
+        notes.append("the drafter's share of the profile peak is modelled for EAGLE heads only: taken as unchanged")
+        act = 0.0
+    else:
+        act = peaks[1][0] - peaks[0][0]
+    weights = (new.weights_gib if new else 0.0) - (old.weights_gib if old else 0.0)
+
+    def rows(d: VllmDraft | None) -> int:
+        return d.row_bytes(cal.kv_bytes, cal.tp) * d.kv_layers if d is not None else 0
+
+    new_block = block_bytes + cal.block_size * (rows(new) - rows(old))
+    what = (f"drafter {new.method} ({new.kv_layers} KV layer(s), weights {new.weights_gib:.2f} GiB: {new.weights_from})"
+            if new else "no drafter")
+    was = f"{old.method} drafter" if old else "no drafter"
+    notes.append(f"{was} → {what}: weights {weights:+.2f} GiB, profile peak {act:+.2f} GiB (the drafter's prefill "
+                 f"beside the target's kept hidden states), {rows(new) - rows(old):+,} B of KV per token"
+                 + ("; the runner's CUDA-graph estimate is not re-priced" if cal.graphs_inside else ""))
+    if new is not None:
+        notes += [n for n in new.notes if n.startswith("EAGLE head assumed")]
+    return weights + act, new_block
 
 
 def _tp_value(value: Any) -> int:

@@ -115,3 +115,35 @@ def test_eagle_on_gpt_oss_pads_the_sliding_group_instead_of_doubling_the_full_gr
     assert eagle["kv"]["speculative"]["draft_kv_layers"] == 1
     ratio = eagle["kv"]["num_gpu_blocks"] / base["kv"]["num_gpu_blocks"]
     assert ratio == pytest.approx(18 / 19, abs=1e-3)
+
+
+def _eagle3_on_h200(**settings):
+    spec = {"method": "eagle3", "model": "specforge-config:llama3-8B-eagle3", "num_speculative_tokens": 3}
+    return plan(PlanRequest(model=LLAMA, gpu="H200", engine="vllm", engine_version="0.26.0",
+                            settings={"offline": True, "speculative_config": spec, **settings}))
+
+
+def test_dummy_weights_make_an_eagle3_head_share_the_lm_head():
+    """vLLM shares what the checkpoint does not bring (process_eagle_weight sets has_own_lm_head per loaded
+    tensor); dummy weights load none, so the head's 32,000-row lm_head is the target's: 32,000 × 4,096 × 2 B less."""
+    real, dummy = _eagle3_on_h200(), _eagle3_on_h200(load_format="dummy")
+    saved = real["kv"]["speculative"]["draft_weights_gib"] - dummy["kv"]["speculative"]["draft_weights_gib"]
+    assert saved * 2**30 == pytest.approx(32_000 * 4_096 * 2)
+    assert "lm_head shared" in dummy["kv"]["speculative"]["draft_weights_from"]
+    # the first layer's qkv_proj reads 2 × hidden: one decoder layer + fc 3h→h + that extra hidden of inputs
+    layer = 2 * 4096 * 6144 + 4096 * 4096 + 3 * 4096 * 14336 + 3 * 4096 * 4096  # qkv, o, MLP, fc (truth 035: 0.55)
+    assert dummy["kv"]["speculative"]["draft_weights_gib"] * 2**30 == pytest.approx(layer * 2, rel=1e-4)
+
+
+def test_the_drafters_prefill_raises_the_profile_peak_by_the_hidden_states_kept_alive():
+    """V2's _dummy_run keeps three aux hidden states, the last hidden state and the fc output while the head runs
+    over the same 16,384 tokens; its residual is a view: 4 × 16,384 × 4,096 × 2 B = 0.5 GiB over the target's."""
+    with_head = _eagle3_on_h200(load_format="dummy")
+    alone = plan(PlanRequest(model=LLAMA, gpu="H200", engine="vllm", engine_version="0.26.0",
+                             settings={"offline": True}))
+
+    def peak(p):
+        return next(-r["gib"] for r in p["ledger"] if r["item"].startswith("activation peak"))
+
+    assert (peak(with_head) - peak(alone)) * 2**30 == pytest.approx(4 * 16_384 * 4_096 * 2)
+    assert any("the drafter's prefill 0.50 GiB" in r["item"] for r in with_head["ledger"])
