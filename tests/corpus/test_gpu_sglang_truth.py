@@ -98,6 +98,26 @@ def test_plan_from_config_and_flags_alone_meets_the_bar():
     assert result["in_range"] >= 0.9 * len(planned), [(r["case"], r["range"], r["logged"]) for r in planned]
 
 
+def test_an_eagle3_drafters_load_is_replayed_to_the_logged_figure():
+    """SGLang builds each draft layer through the parent class, then replaces its qkv_proj (2 × hidden inputs) and
+    mlp; the replaced ones stay booked (their parameters carry the layer's bound weight_loader: a reference cycle), and
+    the draft's rope spans the target's 131,072-token context it was overridden to. The replay gives the 2.21 GiB the
+    draft's "Load weight end" line prints, and plan, counting it, lands on both EAGLE-3 runs' pools."""
+    import re
+
+    from kvscope.engines.sglang.load_memory import sglang_eagle3_draft_load
+    from kvscope.model.weights import Parallel
+
+    d = next(TRUTH.glob("s16-*"), None)
+    if d is None:
+        pytest.skip("no EAGLE-3 truth run")
+    logged = float(re.search(r"type=LlamaForCausalLMEagle3, avail mem=[\d.]+ GB, mem usage=([\d.]+) GB",
+                             (d / "log.txt").read_text()).group(1))
+    cfg = {**json.loads((d / "draft_config.json").read_text()), "max_position_embeddings": 131072}
+    replayed = sglang_eagle3_draft_load(cfg, Parallel(tp=1), (0, 5, 17)).reserved_bytes / 2**30
+    assert abs(replayed - logged) <= 0.005, (replayed, logged)
+
+
 FAILURES = json.loads((TRUTH / "failures.json").read_text())["runs"] if (TRUTH / "failures.json").is_file() else {}
 
 

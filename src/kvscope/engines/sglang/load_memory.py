@@ -216,3 +216,76 @@ def sglang_load_memory(cfg: dict[str, Any], par: Parallel, plan: QuantPlan, vers
     kept = _kept(events)
     rope = sum(nbytes for key, nbytes in kept if str(key).startswith("rope."))
     return LoadMemory(replay(events), sum(nbytes for _, nbytes in kept), rope)
+
+
+
+def is_eagle3_draft(cfg: dict[str, Any]) -> bool:
+    """An EAGLE-3 head's config (SGLang's LlamaForCausalLMEagle3 and its kin)."""
+    return any("eagle3" in str(a).lower() for a in cfg.get("architectures") or [])
+
+
+def sglang_eagle3_draft_load(cfg: dict[str, Any], par: Parallel, version: tuple[int, ...] | None,
+                             dtype_bytes: int = 2) -> LoadMemory:
+    """An EAGLE-3 draft's load as SGLang builds it (models/llama_eagle3.py), which is what the static budget pays
+    for it from 0.5.14: its own embedding (the target's replaces it only after the pools are sized), fc (aux hidden
+    states × hidden → hidden, three by default), each decoder layer built by the parent class and then given a new
+    qkv_proj (2 × hidden inputs on the first layer) and a new mlp, the rope table, a draft-vocab lm_head (the
+    embedding when tied).
+
+    The parent's qkv_proj and mlp are not freed: every parameter of SGLang's linear layers carries its layer's bound
+    ``weight_loader`` (layers/linear.py), a reference cycle that only the cyclic collector breaks, and none runs
+    before the measurement. Truth run s16 (Llama-3.1-8B's EAGLE-3 head): 2.21 GiB logged; replayed with them kept
+    2.21, freed 1.83.
+    """
+    from kvscope.model.weights import quant_plan
+
+    plan = quant_plan(cfg, None)
+    h = int(cfg["hidden_size"])
+    hidden_in = int(cfg.get("target_hidden_size") or h)
+    eagle = cfg.get("eagle_config")
+    layer_ids = eagle.get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle, dict) else None
+    aux = int(cfg.get("num_aux_hidden_states") or len(layer_ids or []) or 3)
+    events: list[tuple[str, int | str, int]] = []
+    n = 0
+
+    def book(t: Tensor) -> None:
+        nonlocal n
+        for nbytes in tensor_parts(t, plan, dtype_bytes):
+            n += 1
+            events.append(("alloc", n, nbytes))
+
+    roped = False
+    layer: list[Tensor] = []
+
+    def rebuild(layer: list[Tensor]) -> None:
+        """The subclass's own qkv_proj and mlp, after the parent's (which stay)."""
+        if not layer:
+            return
+        first = _layer_of(layer[0].module) == "0"
+        for t in layer:
+            if t.component == "attention" and t is next(x for x in layer if x.component == "attention"):
+                book(replace(t, in_f=t.in_f * (2 if first else 1)))
+        for t in layer:
+            if t.component == "mlp":
+                book(t)
+
+    for t in _fuse(rank_tensors(cfg, par)):
+        if layer and _layer_of(t.module) != _layer_of(layer[0].module):
+            rebuild(layer)
+            layer = []
+        if t.component == "lm_head":
+            draft_vocab = int(cfg.get("draft_vocab_size") or t.out_f * par.tp)
+            book(replace(t, out_f=-(-draft_vocab // par.tp)))
+            continue
+        if layer and not roped and t.component not in ("attention", "norms"):
+            roped = True  # the attention module builds its rotary embedding after its own layers
+            events += [(op, f"rope.{key}", nbytes) for op, key, nbytes in rope_events(cfg, version)]
+        book(t)
+        if t.component == "embeddings":
+            book(Tensor("fc", "model.fc", "linear", h, hidden_in * aux))
+        elif ".layers." in t.module:
+            layer.append(t)
+    rebuild(layer)
+    kept = _kept(events)
+    rope = sum(nbytes for key, nbytes in kept if str(key).startswith("rope."))
+    return LoadMemory(replay(events), sum(nbytes for _, nbytes in kept), rope)

@@ -12,7 +12,12 @@ from kvscope.engines.sglang import defaults as sgd
 from kvscope.engines.sglang import dsv4 as sg_dsv4
 from kvscope.engines.sglang import eras as sg_eras
 from kvscope.engines.sglang import rules as sg_rules
-from kvscope.engines.sglang.load_memory import rope_table_bytes, sglang_load_memory
+from kvscope.engines.sglang.load_memory import (
+    is_eagle3_draft,
+    rope_table_bytes,
+    sglang_eagle3_draft_load,
+    sglang_load_memory,
+)
 from kvscope.model.arch import Architecture, dtype_bytes
 from kvscope.model.kv_spec import MLASpec
 from kvscope.model.planning import (
@@ -31,6 +36,7 @@ from kvscope.model.weights import (
     Parallel,
     WeightEstimate,
     is_deepseek_v4,
+    load_model_config,
     quant_plan,
     sglang_parallel,
     stage_layers,
@@ -84,8 +90,9 @@ def _sg_knobs(ctx: Context) -> SglangKnobs:
     choice = None
     if mfs_given is None:
         piece = None
-        if s.get("disable_piecewise_cuda_graph") is not None:
-            piece = not _truthy(s["disable_piecewise_cuda_graph"])
+        for off in ("disable_piecewise_cuda_graph", "disable_prefill_cuda_graph"):  # the latter: 0.5.17's name
+            if s.get(off) is not None:
+                piece = not _truthy(s[off])
         if s.get("enable_piecewise_cuda_graph") is not None:
             piece = _truthy(s["enable_piecewise_cuda_graph"])
         choice = sgd.auto_mem_fraction_static(version, sgd.MemoryInputs(
@@ -160,7 +167,9 @@ def _sg_cell(ctx: Context, k: SglangKnobs, era: sg_eras.Era, attn_tp: int, kv_dt
             cell = replace(cell, bytes_per_token=cell.bytes_per_token + extra * cell.layers,
                            formula=cell.formula + " + fp8 row scales/rope (≥0.5.18)")
     if era.draft_cell_inflation and k.spec:
-        draft_layers = _int(ctx.settings.get("draft_layers")) or arch.nextn_layers or 1
+        draft_cfg = _draft_config(ctx)
+        own = _int((draft_cfg or {}).get("num_nextn_predict_layers")) or _int((draft_cfg or {}).get("num_hidden_layers"))
+        draft_layers = _int(ctx.settings.get("draft_layers")) or own or arch.nextn_layers or 1
         cell = replace(cell, bytes_per_token=sg_rules.with_draft_share(cell.bytes_per_token, draft_layers, cell.layers),
                        formula=cell.formula + f" + draft share × {draft_layers}/{cell.layers} layers (≥0.5.14)")
     return cell, alloc
@@ -261,6 +270,9 @@ def plan_sglang(ctx: Context) -> dict[str, Any]:
     w = _weights(ctx, par)
     rope, slack = _sg_load_extras(ctx, par, k.version)
     draft = _float(ctx.settings.get("draft_weights_gib")) or 0.0
+    draft_how = "given"
+    if not draft and k.spec and era.draft_in_static_budget:
+        draft, draft_how = _sg_draft_load_gib(ctx, k, par)
     start = _start_overhead(ctx, k)
     load_extra = rope + slack + (draft if era.draft_in_static_budget else 0.0) + (start.before_profile_gib if start else 0.0)
     F = ctx.basis.free_before_weights_gib - (start.init_gib if start else 0.0)
@@ -283,7 +295,7 @@ def plan_sglang(ctx: Context) -> dict[str, Any]:
                         "this release (they are not in the KV budget)")
     if k.spec and era.draft_in_static_budget and not draft:
         warnings.append("≥0.5.14 charges the draft weights to the static budget: give --set draft_weights_gib=… "
-                        "(not counted here)")
+                        "or the draft's config as --speculative-draft-model-path (not counted here)")
     if 0 < base["kv_tokens"] < k.context_len:
         warnings.append(f"one request of the full context ({k.context_len:,} tokens) does not fit in "
                         f"{base['kv_tokens']:,} KV tokens: SGLang caps requests at {base['kv_tokens'] - 1:,} tokens")
@@ -292,7 +304,8 @@ def plan_sglang(ctx: Context) -> dict[str, Any]:
     elif base["kv_tokens"] <= 0:
         warnings.append("no KV room: the weights do not fit under mem_fraction_static × free memory; the server "
                         "would stop with 'Not enough memory' / 'leave no GPU memory for the KV cache'")
-    ledger = _sg_ledger(ctx, k, w, (rope, slack), draft if era.draft_in_static_budget else 0.0, base, needed, F, start)
+    ledger = _sg_ledger(ctx, k, w, (rope, slack), draft if era.draft_in_static_budget else 0.0, base, needed, F, start,
+                        draft_how)
     bar = fill(ctx.basis.smi_total_gib, [
         BarPart(Part.CONTEXT, "driver-reserved slice, CUDA context, NCCL", ctx.basis.smi_total_gib - F),
         BarPart(Part.WEIGHTS, "weights", w.gib),
@@ -403,6 +416,25 @@ def _risk(reserve_gib: float, needed_gib: float) -> str:
     return "tight" if reserve_gib >= 0.6 * needed_gib else "high"
 
 
+def _draft_config(ctx: Context) -> dict[str, Any] | None:
+    """The draft's config.json, when --speculative-draft-model-path names a local checkpoint or a catalog id."""
+    path = ctx.settings.get("speculative_draft_model_path")
+    mc = load_model_config(str(path)) if path else None
+    return mc.cfg if mc is not None else None
+
+
+def _sg_draft_load_gib(ctx: Context, k: SglangKnobs, par: Parallel) -> tuple[float, str]:
+    """(GiB, how) the draft's load takes from the static budget (≥0.5.14), from its config: an EAGLE-3 head's load
+    replayed (load_memory.sglang_eagle3_draft_load), its rope table over the target's context, which SGLang writes
+    into the draft's max_position_embeddings when it is the longer; (0, why) for other drafts."""
+    cfg = _draft_config(ctx)
+    if cfg is None or not is_eagle3_draft(cfg):
+        return 0.0, "not counted (no EAGLE-3 draft config at hand)"
+    own = _int(cfg.get("max_position_embeddings")) or 0
+    load = sglang_eagle3_draft_load({**cfg, "max_position_embeddings": max(own, k.context_len)}, par, k.version)
+    return load.reserved_bytes / GIB, "the draft's config: its load replayed (the parent's replaced layers kept)"
+
+
 def _sg_load_extras(ctx: Context, par: Parallel, version: tuple[int, ...]) -> tuple[float, float]:
     """(rope tables, allocator slack) in GiB: what SGLang's load takes beyond the weights.
 
@@ -450,7 +482,7 @@ def _start_overhead(ctx: Context, k: SglangKnobs) -> StartOverhead | None:
 
 def _sg_ledger(ctx: Context, k: SglangKnobs, w: WeightEstimate, extras: tuple[float, float], draft: float,
                base: dict[str, Any], needed: sgd.MfsChoice | None, F: float,  # noqa: N803 (the doc's F)
-               start: StartOverhead | None) -> list[dict[str, Any]]:
+               start: StartOverhead | None, draft_how: str = "given") -> list[dict[str, Any]]:
     rope, slack = extras
     b = ctx.basis
     rows = [
@@ -472,7 +504,7 @@ def _sg_ledger(ctx: Context, k: SglangKnobs, w: WeightEstimate, extras: tuple[fl
     if slack:
         rows.append(("caching-allocator rounding and holes", -slack, "replayed"))
     if draft:
-        rows.append(("draft weights (static budget ≥0.5.14)", -draft, "given"))
+        rows.append(("draft weights (static budget ≥0.5.14)", -draft, draft_how))
     rows += [
         (f"static budget F × mem_fraction_static {k.mfs}", F * k.mfs, k.origin.get("mem_fraction_static", "")),
         ("KV budget (rest)", base["rest_gib"], "derived"),
