@@ -88,7 +88,7 @@ MODELS = {
 }
 
 # Folders whose config.json is a copied file (not generated here); main() only checks they are there.
-FILES = ["qwen3-30b-a3b-fp8", "qwen3-vl-4b-instruct", "llama31-8b-eagle3-drafter"]
+FILES = ["qwen3-30b-a3b-fp8", "qwen3-vl-4b-instruct", "llama31-8b-eagle3-drafter", "qwen35-27b", "nemotron3-nano-30b-a3b"]
 
 
 def from_catalog(hf_id: str) -> dict:

@@ -31,6 +31,9 @@ EXPECTED = {
     # the pool exists but one max_model_len request does not fit: the same memory, a shorter context
     "012-": ("--max-model-len", 89_728, "max-len-too-large"),
     "029-": ("--max-model-len", 21_184, "max-len-too-large"),
+    # a hybrid model at 0.7: vLLM's own check (one Mamba cache block per decode sequence) stops it; the answer's
+    # max_num_seqs is the block count, and run 046 started with exactly that (698,792 tokens)
+    "043-": ("--max-num-seqs", 891, "not-enough-memory"),
 }
 
 
@@ -87,3 +90,16 @@ def test_the_405b_split_is_the_smallest_that_divides_its_heads():
     _, _, s = _case("037-")
     (split,) = [a for a in s.answer.suggestion.alternatives if a.flag == "--tensor-parallel-size"]
     assert split.to_value == 8 and "at --tensor-parallel-size 4" in s.answer.suggestion.note
+
+
+def test_the_mamba_block_answer_started_on_the_device():
+    """043's move (--max-num-seqs 891, the Mamba cache blocks its memory held) is what run 046 launched with, at the
+    same utilization: it reached its pool and a ready engine."""
+    _, meta_failed, failed = _case("043-")
+    _, meta, started = _case("046-")
+    assert failed.answer is not None and failed.answer.suggestion is not None
+    assert meta["settings"]["llm_kwargs"]["max_num_seqs"] == failed.answer.suggestion.to_value
+    assert meta["settings"]["llm_kwargs"]["gpu_memory_utilization"] == \
+        meta_failed["settings"]["llm_kwargs"]["gpu_memory_utilization"]
+    assert started.failure is None and started.capacity.kv_tokens == meta["observed"]["kv_tokens"]
+

@@ -713,10 +713,52 @@ def _layer_kind(cfg: dict[str, Any], i: int) -> str:
     return "full"
 
 
+def _nemotron_h_block(cfg: dict[str, Any], i: int, prefix: str, par: Parallel, h: int) -> list[Tensor] | None:
+    """Nemotron-H's layer i: one mixer each, by hybrid_override_pattern (M Mamba-2, * attention, E MoE, - MLP), and
+    one norm; None for other models. Its MLPs and experts have no gate (relu²: up and down only), and a Mamba-2 mixer
+    projects hidden to z, x, B, C and dt in one in_proj (NemotronHConfig, modeling_nemotron_h). 58.92 GiB logged
+    for Nemotron-3-Nano-30B-A3B on vLLM 0.26 (tests/fixtures/gpu/042); counting every layer as all three gave 190."""
+    pattern = cfg.get("hybrid_override_pattern")
+    if not isinstance(pattern, str) or i >= len(pattern):
+        return None
+    kind, tp = pattern[i], par.tp
+    norm = [Tensor("norms", f"{prefix}.norm", "norm", h, 1)]
+    if kind == "M":
+        heads, hd = int(cfg.get("mamba_num_heads") or 0), int(cfg.get("mamba_head_dim") or 0)
+        inner = heads * hd or int(cfg.get("expand") or 2) * h
+        groups, state = int(cfg.get("n_groups") or 1), int(cfg.get("ssm_state_size") or 128)
+        xbc = inner + 2 * groups * state
+        conv = int(cfg.get("conv_kernel") or 4)
+        return norm + [Tensor("attention", f"{prefix}.mixer.in_proj", "linear", _cdiv(inner + xbc + heads, tp), h),
+                       Tensor("attention", f"{prefix}.mixer.conv1d", "norm", _cdiv(xbc, tp) * conv, 1),
+                       Tensor("norms", f"{prefix}.mixer.A_log", "norm", _cdiv(3 * heads, tp) + _cdiv(inner, tp), 1),
+                       Tensor("attention", f"{prefix}.mixer.out_proj", "linear", h, _cdiv(inner, tp))]
+    if kind == "*":
+        return norm + _gqa_attention(cfg, f"{prefix}.mixer", par.attention_tp, h)
+    if kind == "-":
+        ir = _cdiv(int(cfg.get("intermediate_size") or 4 * h), tp)
+        return norm + [Tensor("mlp", f"{prefix}.mixer.up_proj", "linear", ir, h),
+                       Tensor("mlp", f"{prefix}.mixer.down_proj", "linear", h, ir)]
+    experts = int(_g(cfg, "n_routed_experts", "num_experts"))
+    local, ir = _cdiv(experts, max(1, min(par.ep, tp))), _expert_inter_per_rank(cfg, par)
+    out = norm + [Tensor("experts", f"{prefix}.mixer.experts.0.up_proj", "expert", ir, h, count=local),
+                  Tensor("experts", f"{prefix}.mixer.experts.0.down_proj", "expert", h, ir, count=local),
+                  Tensor("router", f"{prefix}.mixer.gate", "router", experts, h)]
+    shared = int(cfg.get("moe_shared_expert_intermediate_size") or 0) * max(1, int(cfg.get("n_shared_experts") or 1))
+    if shared:
+        sr = _cdiv(shared, tp)
+        out += [Tensor("shared_experts", f"{prefix}.mixer.shared_experts.up_proj", "linear", sr, h),
+                Tensor("shared_experts", f"{prefix}.mixer.shared_experts.down_proj", "linear", h, sr)]
+    return out
+
+
 def decoder_layer(cfg: dict[str, Any], i: int, par: Parallel) -> list[Tensor]:
     """All tensors one rank holds for decoder layer i."""
     h = int(cfg["hidden_size"])
     prefix = f"model.layers.{i}"
+    block = _nemotron_h_block(cfg, i, prefix, par, h)
+    if block is not None:
+        return block
     if _layer_kind(cfg, i) == "linear":
         attn = _linear_attention(cfg, f"{prefix}.linear_attn", par.attention_tp, h)
     elif is_deepseek_v4(cfg):

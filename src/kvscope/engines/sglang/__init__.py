@@ -15,6 +15,8 @@ SETTINGS = frozenset({
     "context_length",
     "cuda_graph_max_bs",
     "disable_hybrid_swa_memory",
+    "disable_piecewise_cuda_graph",
+    "disable_prefill_cuda_graph",
     "dp_size",
     "draft_layers",
     "draft_weights_gib",

@@ -24,6 +24,7 @@ SETTINGS = frozenset({
     "kv_cache_dtype",
     "kv_cache_memory_bytes",
     "kv_transfer_config",
+    "language_model_only",
     "limit_mm_per_prompt",
     "load_format",
     "mamba_cache_dtype",

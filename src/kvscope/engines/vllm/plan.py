@@ -3,6 +3,7 @@ blocks = K // page, with the release's batch defaults, profile run and hybrid la
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kvscope.core.errors import InputError
@@ -12,7 +13,7 @@ from kvscope.engines.vllm import rules as v_rules
 from kvscope.engines.vllm.layout import KvLayout, StateDtypes, kv_layout
 from kvscope.engines.vllm.plan_spec import EAGLE_DROPPED_KEYS, VllmDraft, resolve_vllm_draft
 from kvscope.model.arch import dtype_bytes
-from kvscope.model.overheads import BudgetBasis
+from kvscope.model.overheads import TORCH_CUBLAS_WORKSPACE_PRE_HOPPER_BYTES, BudgetBasis
 from kvscope.model.planning import (
     Context,
     _dsv4_refusal,
@@ -60,8 +61,69 @@ VLLM_V2_RUNNER_FROM = (0, 26, 0)  # the earliest release measured with it as the
 # architecture, or any model that is not MoE); measured: DeepSeek-V2-Lite on V2 (truth 010, 030), Qwen3-MoE on V1
 # (009, 028). Other MoE architectures are taken to run on V1.
 VLLM_V2_MOE_ARCHITECTURES = frozenset({"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"})
-# V1 runner of v0.26 with the PyTorch sampler path: 3.21 GiB for 1,024 × 151,936 logits (truth 009, 028), 21.6 B
-VLLM_V1_026_SAMPLER_BYTES_PER_LOGIT = 22
+
+
+@dataclass(frozen=True)
+class SamplerRule:
+    """What the profile's dummy sampler run holds at its peak, per release and model runner: bytes per logit of its
+    own copies, and what else is still alive then."""
+
+    bytes_per_logit: int
+    triton_rows: int = 0  # rows of the Triton top-k/top-p kernel's cached fp32 buffer (one per SM), × vocab × 4 B
+    keeps_hidden: bool = False  # the forward's hidden states (tokens × hidden, model dtype) are still referenced
+    moe_workspace: bool = False  # the fused-MoE workspaces the forward grew persist (a global WorkspaceManager)
+
+
+VLLM_SAMPLER = SamplerRule(VLLM_SAMPLER_BYTES_PER_LOGIT)
+VLLM_V2_SAMPLER = SamplerRule(VLLM_V2_SAMPLER_BYTES_PER_LOGIT)
+# The V1 runner of v0.26.0 (gpu_model_runner.py _dummy_sampler_run, flashinfer absent, Triton present): bf16 logits
+# (2 B) stay referenced while Sampler.forward's fp32 copy (4), the softmax (4) and random_sample's noise (4) are alive
+# (temperature, top-k/top-p and the division work in place: apply_top_k_top_p_triton for ≥ 8 rows, whose
+# (SMs × vocab) fp32 buffer is cached): 14 B per logit. profile_run still holds the forward's hidden states, and a MoE's
+# TritonExperts workspaces (workspace1 (M, topk, max(act, K)) + workspace2 (M, topk, max(N, K)), modular_kernel) stay
+# in the global WorkspaceManager. With the 32 MiB cuBLAS workspace this gives 3.205 / 2.922 / 3.645 / 3.211 GiB for
+# Qwen3-30B-A3B, Nemotron-3-Nano, Qwen3.5-27B at 1,024 and 891 sequences, measured 3.21 / 2.92 / 3.64 / 3.21
+# (truth 009, 049, 041, 046).
+VLLM_V1_026_SAMPLER_BYTES_PER_LOGIT = 14
+
+
+def vllm_sampler_rule(version: tuple[int, int, int], runner: str, sm_count: int | None) -> SamplerRule:
+    """The sampler rule of this release and runner (sm_count sizes the Triton buffer; 132, an H200's, if unknown)."""
+    if runner == "V2":
+        return VLLM_V2_SAMPLER
+    if (0, 26, 0) <= version < (0, 27, 0):
+        return SamplerRule(VLLM_V1_026_SAMPLER_BYTES_PER_LOGIT, triton_rows=sm_count or H200_SMS, keeps_hidden=True,
+                           moe_workspace=True)
+    return VLLM_SAMPLER
+
+
+H200_SMS = 132
+CUBLAS_WORKSPACE_32_MIB = 4096 * 8 * 1024
+
+
+def gpu_sm_count(gpu_label: str | None) -> int | None:
+    """The catalog's SM count for this GPU kind (None: a GPU given by size, or not in the catalog)."""
+    from kvscope.model.catalog import gpus
+
+    for g in gpus():
+        if g["name"] == gpu_label and g.get("sm_count"):
+            return int(g["sm_count"])
+    return None
+
+
+def moe_workspace_bytes(cfg: dict[str, Any], tp: int, tokens: int) -> int:
+    """TritonExperts' two workspaces at ``tokens`` (modular_kernel._allocate_buffers, model dtype): the gated
+    activations (SiLU and kin) take 2 × the expert width for N and half for the activation output, relu² (Nemotron-H)
+    the width for both; K is the hidden size. 0 for a dense model."""
+    experts = cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts")
+    if not experts:
+        return 0
+    h = int(cfg["hidden_size"])
+    width = max(1, int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or h) // tp)
+    topk = int(cfg.get("num_experts_per_tok") or 8)
+    gated = str(cfg.get("mlp_hidden_act") or cfg.get("hidden_act") or "silu") not in ("relu2",)
+    n, act = (2 * width, width) if gated else (width, width)
+    return tokens * topk * (max(act, h) + max(n, h)) * 2
 # Non-torch memory v0.26.0 charges on one H200: 0.22 GiB dense, 0.23–0.24 MoE, compiled or eager (every truth
 # run's "Free memory on device" line); more than cuBLAS's workspace alone (the earlier releases' figure)
 VLLM_026_NON_TORCH_GIB = 0.22
@@ -76,8 +138,11 @@ def vllm_model_runner(version: tuple[int, int, int], engine: str, cfg: dict[str,
     if engine != "V1" or version < VLLM_V2_RUNNER_FROM:
         return "V1", "the release's only GPU model runner"
     archs = set(cfg.get("architectures") or [])
+    text = cfg.get("text_config")
+    cfg = {**cfg, **text} if isinstance(text, dict) else cfg  # a multimodal config's language model decides
     moe = bool(cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts"))
-    hybrid = any(k in cfg for k in ("mamba_d_state", "ssm_state_size", "linear_attn_config", "layers_block_type")) \
+    hybrid = any(k in cfg for k in ("mamba_d_state", "ssm_state_size", "linear_attn_config", "layers_block_type",
+                                    "hybrid_override_pattern")) \
         or "linear_attention" in str(cfg.get("layer_types") or "")
     if hybrid and not archs & VLLM_V2_MOE_ARCHITECTURES:
         return "V1", "hybrid model: not a default V2 architecture"
@@ -119,7 +184,7 @@ def vllm_batch_defaults(version: tuple[int, int, int], engine: str, gpu_gib: flo
 
 
 def vllm_activation_gib(cfg: dict[str, Any], tp: int, tokens: int, seqs: int,
-                        bytes_per_logit: int = VLLM_SAMPLER_BYTES_PER_LOGIT) -> float:
+                        rule: SamplerRule = VLLM_SAMPLER) -> float:
     """Peak torch memory of the profile run beyond the weights (first principles, per rank).
 
     Forward: the MLP holds gate_up (2I) and its activation (I) next to ~3 hidden-size buffers per
@@ -128,37 +193,49 @@ def vllm_activation_gib(cfg: dict[str, Any], tp: int, tokens: int, seqs: int,
     once. (On the V0 RTX 3090 Llama-3.1-8B log the forward gives 2.06 GiB at 20,000 tokens and 2.99
     at 29,000 vs the logged 2.07 and 2.99.)
     """
-    forward_bytes, sampler_bytes = _vllm_profile_bytes(cfg, tp, tokens, seqs, bytes_per_logit)
+    forward_bytes, sampler_bytes = _vllm_profile_bytes(cfg, tp, tokens, seqs, rule)
     return max(forward_bytes, sampler_bytes) / GIB
 
 
-def vllm_activation_with_draft_gib(cfg: dict[str, Any], tp: int, tokens: int, seqs: int, bytes_per_logit: int,
+def vllm_activation_with_draft_gib(cfg: dict[str, Any], tp: int, tokens: int, seqs: int, rule: SamplerRule,
                                    draft: VllmDraft | None) -> tuple[float, float | None]:
     """(activation peak GiB, the drafter's share of it or None when its profile is not modelled): the drafter's
     prefill runs inside the forward phase, so it adds to the forward peak, not to the sampler's."""
-    forward_bytes, sampler_bytes = _vllm_profile_bytes(cfg, tp, tokens, seqs, bytes_per_logit)
+    forward_bytes, sampler_bytes = _vllm_profile_bytes(cfg, tp, tokens, seqs, rule)
     extra = draft_profile_extra_gib(draft, cfg, tp, tokens)
     peak = max(forward_bytes + (extra or 0.0) * GIB, sampler_bytes) / GIB
     return peak, extra
 
 
 def vllm_sampler_dominates(cfg: dict[str, Any], tp: int, tokens: int, seqs: int,
-                           bytes_per_logit: int = VLLM_SAMPLER_BYTES_PER_LOGIT) -> bool:
+                           rule: SamplerRule = VLLM_SAMPLER) -> bool:
     """Whether the dummy sampler run, not the forward pass, sets the profile's activation peak (its spread
     is wider: which sampler path a deployment takes is not in the launch)."""
-    forward_bytes, sampler_bytes = _vllm_profile_bytes(cfg, tp, tokens, seqs, bytes_per_logit)
+    forward_bytes, sampler_bytes = _vllm_profile_bytes(cfg, tp, tokens, seqs, rule)
     return sampler_bytes > forward_bytes
 
 
 def _vllm_profile_bytes(cfg: dict[str, Any], tp: int, tokens: int, seqs: int,
-                        bytes_per_logit: int = VLLM_SAMPLER_BYTES_PER_LOGIT) -> tuple[int, int]:
+                        rule: SamplerRule = VLLM_SAMPLER) -> tuple[int, int]:
     """(forward, dummy sampler run) bytes of vLLM's profile run on one rank."""
     h = int(cfg["hidden_size"])
     vocab = int(cfg.get("vocab_size") or 32000)
     forward_bytes = tokens * forward_values_per_token(cfg, tp) * 2
     rows = min(seqs, tokens)  # the dummy batch has at most one request per token
-    sampler_bytes = rows * vocab * bytes_per_logit + rows * h * 2
+    if rule.triton_rows:
+        sampler_bytes = rows * vocab * rule.bytes_per_logit + 4 * rows * h  # the last hidden states and their rand copy
+        sampler_bytes += min(_next_pow2(rows), rule.triton_rows) * vocab * 4 if rows >= 8 else 0
+    else:
+        sampler_bytes = rows * vocab * rule.bytes_per_logit + rows * h * 2
+    if rule.keeps_hidden:
+        sampler_bytes += tokens * h * 2
+    if rule.moe_workspace:
+        sampler_bytes += moe_workspace_bytes(cfg, tp, tokens)
     return forward_bytes, sampler_bytes
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
 
 
 def forward_values_per_token(cfg: dict[str, Any], tp: int) -> int:
@@ -200,6 +277,20 @@ def draft_profile_extra_gib(draft: VllmDraft | None, target_cfg: dict[str, Any],
     alive = (aux + 1) * h + h_draft  # aux + the target's last hidden state, the fc output (the draft's input)
     draft_peak = forward_values_per_token({**cfg, "hidden_size": h_draft}, tp) - h_draft + alive
     return max(0, draft_peak - forward_values_per_token(target_cfg, tp)) * tokens * 2 / GIB
+
+
+# A multimodal model's towers are built inside ``_mark_tower_model`` (vllm/model_executor/models/interfaces.py), which
+# skips them (no_init_weights → StageMissingLayer) when --limit-mm-per-prompt sets every modality they serve to 0:
+# Qwen3.5-27B text-only loads 50.22 GiB on v0.26.0, its language model and rope exactly (tests/fixtures/gpu/041).
+VLLM_TOWER_SKIP_FROM = (0, 26, 0)  # read and measured there; earlier releases not read
+
+
+def vllm_text_only(settings: dict[str, Any]) -> bool:
+    """--limit-mm-per-prompt with every image/video/audio limit 0, or --language-model-only."""
+    if _truthy(settings.get("language_model_only")):
+        return True
+    limits = settings.get("limit_mm_per_prompt")
+    return isinstance(limits, dict) and bool(limits) and not any(_int(v) for v in limits.values())
 
 
 def vllm_encoder_profile(cfg: dict[str, Any], settings: dict[str, Any], batched_tokens: int
@@ -251,10 +342,15 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
     tokens_b = _int(s.get("max_num_batched_tokens")) or tokens_b
     seqs = _int(s.get("max_num_seqs")) or seqs
     w = _weights(ctx, Parallel(tp=req.tp, ep=req.ep, pp=req.pp))
+    if version >= VLLM_TOWER_SKIP_FROM and engine == "V1" and vllm_text_only(s) and w.by_component.get("vision"):
+        tower = w.by_component.pop("vision")
+        w = replace(w, bytes_per_rank=w.bytes_per_rank - tower,
+                    notes=[n for n in w.notes if not n.startswith("vision tower")]
+                    + [f"text only: vLLM does not build the {tower / GIB:.2f} GiB vision tower (every modality limited "
+                       "to 0: _mark_tower_model)"])
     rope = rope_cache_bytes(ctx.mc.cfg, 2) / GIB
     runner, runner_why = vllm_model_runner(version, engine, ctx.mc.cfg, s)
-    per_logit = (VLLM_V2_SAMPLER_BYTES_PER_LOGIT if runner == "V2" else
-                 VLLM_V1_026_SAMPLER_BYTES_PER_LOGIT if (0, 26, 0) <= version < (0, 27, 0) else VLLM_SAMPLER_BYTES_PER_LOGIT)
+    per_logit = vllm_sampler_rule(version, runner, gpu_sm_count(b.gpu))
     draft = resolve_vllm_draft(ctx.mc, arch, s, Parallel(tp=req.tp, ep=req.ep, pp=req.pp))
     act, draft_act = vllm_activation_with_draft_gib(ctx.mc.cfg, req.tp, tokens_b, seqs, per_logit, draft)
     act_what = f"{tokens_b:,} batched tokens, {seqs} seqs" + (
@@ -265,6 +361,12 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
         act, act_what = encoder
     non_torch, nt_how = vllm_non_torch_gib(version, engine, b)
     if (0, 26, 0) <= version < (0, 27, 0) and engine == "V1":
+        # the measured non-torch figure leaves out PyTorch's cuBLAS workspace, a torch tensor the profile's first
+        # matmul allocates and its peak therefore holds (CublasHandlePool.cpp: 32 MiB on sm90, also sm100/sm120 from
+        # torch 2.11, which v0.26 runs on; 8 MiB elsewhere): Llama-3.1-8B's warm peak is the forward's 1.6875 + 0.03
+        ws = CUBLAS_WORKSPACE_32_MIB if (ctx.sm_major or 9) in (9, 10, 12) else TORCH_CUBLAS_WORKSPACE_PRE_HOPPER_BYTES
+        act += ws / GIB
+        act_what += ", cuBLAS workspace"
         non_torch, nt_how = max(non_torch, VLLM_026_NON_TORCH_GIB), "v0.26: measured on an H200 (cuBLAS and the rest)"
     # V2 of v0.26–v0.27 profiles no CUDA-graph estimate (measured on v0.26.0); later V2 releases profile one
     graphs_charged = era.graphs_in_budget and not (runner == "V2" and version < (0, 28, 0))

@@ -55,11 +55,11 @@ class ProfileShape:
     tp: int
     batched_tokens: int
     num_seqs: int
-    bytes_per_logit: int
+    rule: vplan.SamplerRule
     from_defaults: tuple[str, ...]  # which of the two were the release's defaults, not logged
 
     def activation_gib(self, tokens: int, seqs: int) -> float:
-        return vplan.vllm_activation_gib(self.cfg, self.tp, tokens, seqs, self.bytes_per_logit)
+        return vplan.vllm_activation_gib(self.cfg, self.tp, tokens, seqs, self.rule)
 
 
 @dataclass
@@ -210,10 +210,9 @@ def _profile_shape(s: Startup) -> ProfileShape | None:
         if seqs is None:
             seqs, defaults = d_seqs, [*defaults, "max_num_seqs"]
     runner = "V2" if s.setting("model_runner") == "V2" else "V1"
-    per_logit = (vplan.VLLM_V2_SAMPLER_BYTES_PER_LOGIT if runner == "V2" else vplan.VLLM_V1_026_SAMPLER_BYTES_PER_LOGIT
-                 if version is not None and (0, 26, 0) <= version < (0, 27, 0) else vplan.VLLM_SAMPLER_BYTES_PER_LOGIT)
+    rule = vplan.vllm_sampler_rule(version or era.first, runner, None)
     return ProfileShape(cfg=mc.cfg, tp=vfinish.tp_size(s), batched_tokens=int(tokens), num_seqs=int(seqs),
-                        bytes_per_logit=per_logit, from_defaults=tuple(defaults))
+                        rule=rule, from_defaults=tuple(defaults))
 
 
 def _activation_shift(cal: VllmCalibration, changes: dict[str, Any], notes: list[str]) -> float:
@@ -465,7 +464,7 @@ def _draft_change(cal: VllmCalibration, value: Any, block_bytes: float, notes: l
         raise PredictionError(str(e)) from e
     old = cal.draft
     p = cal.profile
-    peaks = [vplan.vllm_activation_with_draft_gib(p.cfg, p.tp, p.batched_tokens, p.num_seqs, p.bytes_per_logit, d)
+    peaks = [vplan.vllm_activation_with_draft_gib(p.cfg, p.tp, p.batched_tokens, p.num_seqs, p.rule, d)
              for d in (old, new)]
     if any(extra is None for _, extra in peaks):
         notes.append("the drafter's share of the profile peak is modelled for EAGLE heads only: taken as unchanged")
