@@ -23,6 +23,8 @@ Kept as files (make_models.py leaves their config.json and SOURCE.txt as they ar
   (krea2_encoder.py, QWEN3_VL_4B_INSTRUCT_CONFIG), written back as JSON.
 - llama31-8b-eagle3-drafter: SpecForge's configs/llama3-8B-eagle3.json, the EAGLE-3 drafter config for
   Llama-3.1-8B-Instruct (used as speculative_config.model; dummy weights there too).
+- Qwen/Qwen3.5-27B, nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16: the published config.json files byte for byte as
+  NVIDIA aiconfigurator vendors them (the catalog's sources; the hybrid runs 041–049).
 """
 
 from __future__ import annotations
