@@ -161,3 +161,17 @@ def test_a_drafter_added_is_priced_from_its_parts():
     assert sc.kv_tokens_low <= observed * 1.0005 and sc.kv_tokens_high >= observed * 0.9995
     assert sc.flags == ["--speculative-config '" + json.dumps(spec) + "'"]
 
+
+
+def test_a_cold_first_start_is_named_as_the_cause_of_its_smaller_pool():
+    """042 and 049 are the same launch on the same machine; 042 compiled torch.compile inside its profile ("Compiling
+    a graph for compile range"), 049 loaded the result ("Directly load the compiled graph(s)"). diff puts the 1.74 GiB
+    of activation peak on that, not on a setting, and whatif is still asked about the settings (here: none)."""
+    from kvscope.core.budget import TermKind
+
+    cold, warm = _run("042-"), _run("049-")
+    assert (cold.settings.get("compile_cache"), warm.settings.get("compile_cache")) == ("cold", "warm")
+    d = diff(cold, warm)
+    term = next(t for t in d.terms if t.kind is TermKind.ACTIVATION)
+    assert term.gib == pytest.approx(1.74, abs=0.01) and term.cause == "compile_cache cold → warm"
+    assert d.explained_tokens == d.observed_tokens == 292_392

@@ -42,7 +42,7 @@ CAUSES: dict[TermKind, tuple[str, ...]] = {
                        "ep_size", "enable_dp_attention", "dp_size"),
     TermKind.DRAFT: ("speculative", "draft"),
     TermKind.ACTIVATION: ("max_num_batched_tokens", "max_num_seqs", "chunked_prefill", "max_model_len",
-                          "max_prefill_tokens", "limit_mm"),
+                          "max_prefill_tokens", "limit_mm", "compile_cache"),
     TermKind.NON_TORCH: ("disable_custom_all_reduce",),
     TermKind.GRAPHS: ("enforce_eager", "cuda_graph", "disable_cuda_graph", "compilation"),
     TermKind.BYTES_PER_TOKEN: ("kv_cache_dtype", "KV cache dtype", "type_k", "type_v", "cache_type", "tp_size", "tensor_parallel",
@@ -57,6 +57,9 @@ IGNORED_SETTINGS = ("port", "host", "random_seed", "seed", "served_model_name", 
 # Settings whose absence means "off": a drafter added to one startup is a change although the other never logged
 # the setting. Their values may be objects (vLLM's speculative_config), compared as canonical JSON.
 OFF_WHEN_ABSENT = ("speculative_config",)
+# What a log shows of the run's conditions rather than its launch (vLLM's torch.compile cache, cold or warm): a
+# difference is named as a cause, but whatif is still asked for the settings that changed beside it
+CONDITIONS = ("compile_cache",)
 OFF = "none"
 
 
@@ -285,7 +288,7 @@ def _predict(a: Startup, b: Startup, sb: Side, changes: list[Change]) -> Predict
         return None
     settable = set(engine.whatif.SUPPORTED)
     # a capacity figure that follows a setting (llama.cpp's context_len from -c) is a consequence, not a change
-    changes = [c for c in changes if c.what in settable or c.what not in CAPACITY_SETTINGS]
+    changes = [c for c in changes if (c.what in settable or c.what not in CAPACITY_SETTINGS) and c.what not in CONDITIONS]
     if not changes or any(c.what not in settable for c in changes):
         return None
     sets = {c.what: (b.settings.get(c.what) or OFF) if c.what in OFF_WHEN_ABSENT
