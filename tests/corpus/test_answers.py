@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import FIXTURES
 
-FLOORS = {"questions_shared": 20, "questions": 62}  # cases ANSWERED; raise when kvscope answers more
+FLOORS = {"questions_shared": 21, "questions": 62}  # cases ANSWERED; raise when kvscope answers more
 
 
 @pytest.mark.parametrize("cases", sorted(FLOORS))

@@ -384,6 +384,49 @@ def _capacity_meaning(s: Startup) -> Finding | None:
                    context=True)
 
 
+# Draft classes that build an embedding (and, MTP / NextN, an lm_head) of their own, which SGLang then replaces with
+# the target's in init_token_map / init_lm_head (speculative/eagle_worker_v2.py alloc_memory_pool): after the pools
+# are sized, so the copies' memory was counted out of the KV budget and is free but unused once the server runs.
+# Read in 0.5.17's wheel, reproduced on 0.5.19 (sgl-project/sglang#32468: 409,552 → 519,753 tokens once hoisted);
+# sgl-project/sglang#35996 moves the dedup before sizing.
+_DRAFT_OWN_EMBED = re.compile(r"Eagle3?$|^Eagle3|MTP$|NextN$")
+_DRAFT_OWN_HEAD = re.compile(r"MTP$|NextN$")
+DRAFT_DEDUP_KNOWN_LATE_UNTIL = (0, 5, 19)
+
+
+def _draft_copies_idle(s: Startup, bpt: int | None) -> Finding | None:
+    """The draft's own embedding (and lm_head) copies, sized into the budget and freed after it: idle memory."""
+    drafted_ranks = [r for r in s.ranks if SGLangRankFacts(r).draft_model_class]  # an excerpt may show one rank's
+    ref = drafted_ranks[0] if drafted_ranks else None
+    cls = SGLangRankFacts(ref).draft_model_class if ref else None
+    if not cls or not _DRAFT_OWN_EMBED.search(cls) or s.failure is not None:
+        return None
+    version = parse_version(s.engine_version) if s.engine_version else None
+    if version is not None and (version > DRAFT_DEDUP_KNOWN_LATE_UNTIL or not era_for(version).draft_in_static_budget):
+        return None  # before 0.5.14 the draft loads after the pools are sized: its copies come out of the reserve
+    head = bool(_DRAFT_OWN_HEAD.search(cls))
+    copies = "embedding and lm_head" if head else "embedding"
+    arch, _ = load_architecture(model_name(s)) if model_name(s) else (None, None)
+    amount, tokens = "", ""
+    if arch is not None and arch.vocab_size and arch.hidden_size:
+        per_copy = arch.vocab_size * arch.hidden_size * 2 / max(1, tp_size(s))  # vocab-parallel, model dtype
+        idle = per_copy * (2 if head else 1)
+        amount = f" ({idle / GIB:.2f} GiB per GPU: {'2 × ' if head else ''}{arch.vocab_size:,} × {arch.hidden_size:,} × 2 B)"
+        if bpt:
+            tokens = f"; counted into the pool instead, that is about {int(idle // bpt):,} more tokens"
+    drafted = SGLangRankFacts(ref).draft_weights_gib if ref else None
+    of = f" (part of the {drafted:.2f} GB its load line prints)" if drafted else ""
+    known = version is not None
+    when = "" if known else (" This holds from 0.5.14, where the draft loads before the pools are sized, to at least "
+                             "0.5.19; the log does not say which release ran.")
+    return Finding("draft-copies-idle", "warning" if known else "info",
+                   f"The draft's own {copies} copies are freed only after the KV pool is sized: that memory sits idle",
+                   f"The {cls} draft loads its own {copies}{amount}{of}: duplicates of the target's. SGLang replaces "
+                   "them with the target's (init_token_map / init_lm_head) only after the KV pools were sized, so the "
+                   "budget paid for them, and once freed the memory stays unused until the next restart"
+                   f"{tokens}. sgl-project/sglang#35996 moves the sharing before sizing.{when}", context=True)
+
+
 def _second_runner(s: Startup) -> Finding | None:
     """A model runner began after the target's CUDA graphs: the draft worker of speculative decoding."""
     began = [r.rank for r in s.ranks if SGLangRankFacts(r).second_runner_began]
@@ -909,7 +952,8 @@ def findings(s: Startup) -> list:
     graphs = _after_graphs(s, mfs, pre) if fail is None and not (mfs is not None and pre and bpt) else None
     if graphs is not None and graphs.severity != "info":
         out.append(graphs)
-    out.extend(f for f in (_serving_error(s), _input_refused(s), _second_runner(s), _indexer_left_out(s), _pool(s), _mla_replicated(s, bpt or 0, mfs, pre), _dsv4_pools(s)) if f)
+    out.extend(f for f in (_serving_error(s), _input_refused(s), _second_runner(s), _draft_copies_idle(s, bpt),
+                           _indexer_left_out(s), _pool(s), _mla_replicated(s, bpt or 0, mfs, pre), _dsv4_pools(s)) if f)
     for w in s.warnings:
         if (w.get("code") == "max-total-tokens-above-profile" and None not in (w.get("requested"), w.get("profiled"))
                 and w["profiled"] > 0):  # ≤ 0: no KV room at all, the not-enough-memory failure says so
