@@ -118,7 +118,9 @@ OTHER_PAIRS = {("009-", "028-"): 0.001, ("011-", "031-"): 0.001, ("010-", "030-"
                ("001-", "035-"): 0.0005, ("035-", "001-"): 0.0005,
                # hybrid models on the V1 runner: Qwen3.5-27B (Gated DeltaNet) at 0.7 (a run that failed after its pool)
                # and with fp8 KV (the 784-token block doubles to 1,568), Nemotron-H both ways between 0.9 and 0.7
-               ("041-", "043-"): 0.0, ("041-", "045-"): 0.001, ("049-", "044-"): 0.0, ("044-", "049-"): 0.0}
+               ("041-", "043-"): 0.0, ("041-", "045-"): 0.001, ("049-", "044-"): 0.0, ("044-", "049-"): 0.0,
+               # max_num_seqs 1,024 → 891 on the hybrid: the V1 sampler's 14 B per logit (0.43 GiB) moves the peak
+               ("043-", "046-"): 0.0}
 
 
 @pytest.mark.parametrize("pair", sorted(OTHER_PAIRS))
