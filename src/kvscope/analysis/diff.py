@@ -60,6 +60,7 @@ OFF_WHEN_ABSENT = ("speculative_config",)
 # What a log shows of the run's conditions rather than its launch (vLLM's torch.compile cache, cold or warm): a
 # difference is named as a cause, but whatif is still asked for the settings that changed beside it
 CONDITIONS = ("compile_cache",)
+OFF_WORDS = ("none", "off", "false", "null")
 OFF = "none"
 
 
@@ -198,7 +199,8 @@ def _settings_changed(a: Startup, b: Startup) -> list[Change]:
 
 def _canonical(value: Any) -> str:
     """An off-when-absent setting as one comparable text: "none" when absent, objects as sorted JSON."""
-    if value is None or (isinstance(value, (dict, list, str)) and not value):
+    if value is None or (isinstance(value, (dict, list, str)) and not value) or \
+            (isinstance(value, str) and value.strip().lower() in OFF_WORDS):
         return OFF
     if isinstance(value, (dict, list)):
         return json.dumps(value, sort_keys=True, default=str)

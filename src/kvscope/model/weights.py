@@ -739,7 +739,10 @@ def _nemotron_h_block(cfg: dict[str, Any], i: int, prefix: str, par: Parallel, h
         ir = _cdiv(int(cfg.get("intermediate_size") or 4 * h), tp)
         return norm + [Tensor("mlp", f"{prefix}.mixer.up_proj", "linear", ir, h),
                        Tensor("mlp", f"{prefix}.mixer.down_proj", "linear", h, ir)]
-    experts = int(_g(cfg, "n_routed_experts", "num_experts"))
+    experts_given = cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts")
+    if kind != "E" or not experts_given:
+        return None  # a block letter this model layer does not know: the generic decoder layer
+    experts = int(experts_given)
     local, ir = _cdiv(experts, max(1, min(par.ep, tp))), _expert_inter_per_rank(cfg, par)
     out = norm + [Tensor("experts", f"{prefix}.mixer.experts.0.up_proj", "expert", ir, h, count=local),
                   Tensor("experts", f"{prefix}.mixer.experts.0.down_proj", "expert", h, ir, count=local),

@@ -406,14 +406,18 @@ def _draft_copies_idle(s: Startup, bpt: int | None) -> Finding | None:
         return None  # before 0.5.14 the draft loads after the pools are sized: its copies come out of the reserve
     head = bool(_DRAFT_OWN_HEAD.search(cls))
     copies = "embedding and lm_head" if head else "embedding"
-    arch, _ = load_architecture(model_name(s)) if model_name(s) else (None, None)
+    name = model_name(s)
+    mc = load_model_config(name) if name else None
+    vocab = finite_number((mc.cfg if mc else {}).get("vocab_size"))
+    hidden = finite_number((mc.cfg if mc else {}).get("hidden_size"))
     amount, tokens = "", ""
-    if arch is not None and arch.vocab_size and arch.hidden_size:
-        per_copy = arch.vocab_size * arch.hidden_size * 2 / max(1, tp_size(s))  # vocab-parallel, model dtype
-        idle = per_copy * (2 if head else 1)
-        amount = f" ({idle / GIB:.2f} GiB per GPU: {'2 × ' if head else ''}{arch.vocab_size:,} × {arch.hidden_size:,} × 2 B)"
+    if vocab and hidden:
+        # each copy is vocab-parallel, in the model dtype; whether an MTP head's lm_head is its own varies by model,
+        # so one copy is the figure claimed (a lower bound)
+        per_copy = vocab * hidden * 2 / max(1, tp_size(s))
+        amount = f" ({per_copy / GIB:.2f} GiB per GPU each: {int(vocab):,} × {int(hidden):,} × 2 B)"
         if bpt:
-            tokens = f"; counted into the pool instead, that is about {int(idle // bpt):,} more tokens"
+            tokens = f"; counted into the pool instead, one copy alone is about {int(per_copy // bpt):,} more tokens"
     drafted = SGLangRankFacts(ref).draft_weights_gib if ref else None
     of = f" (part of the {drafted:.2f} GB its load line prints)" if drafted else ""
     known = version is not None

@@ -27,6 +27,7 @@ from kvscope.model.weights import (
     Tensor,
     is_deepseek_v4,
     mla_absorbed_parts,
+    quant_plan,
     rank_tensors,
     rope_dims,
     tensor_parts,
@@ -213,10 +214,15 @@ def sglang_load_memory(cfg: dict[str, Any], par: Parallel, plan: QuantPlan, vers
     if is_deepseek_v4(cfg):
         return None
     events = sglang_load_events(cfg, par, plan, version, dtype_bytes, stage)
+    return _load_memory(events)
+
+
+
+def _load_memory(events: list[tuple[str, int | str, int]]) -> LoadMemory:
+    """B of a replayed load: the allocator's segments, the tensors it keeps, the rope tables among them."""
     kept = _kept(events)
     rope = sum(nbytes for key, nbytes in kept if str(key).startswith("rope."))
     return LoadMemory(replay(events), sum(nbytes for _, nbytes in kept), rope)
-
 
 
 def is_eagle3_draft(cfg: dict[str, Any]) -> bool:
@@ -237,8 +243,6 @@ def sglang_eagle3_draft_load(cfg: dict[str, Any], par: Parallel, version: tuple[
     before the measurement. Truth run s16 (Llama-3.1-8B's EAGLE-3 head): 2.21 GiB logged; replayed with them kept
     2.21, freed 1.83.
     """
-    from kvscope.model.weights import quant_plan
-
     plan = quant_plan(cfg, None)
     h = int(cfg["hidden_size"])
     hidden_in = int(cfg.get("target_hidden_size") or h)
@@ -262,9 +266,9 @@ def sglang_eagle3_draft_load(cfg: dict[str, Any], par: Parallel, version: tuple[
         if not layer:
             return
         first = _layer_of(layer[0].module) == "0"
-        for t in layer:
-            if t.component == "attention" and t is next(x for x in layer if x.component == "attention"):
-                book(replace(t, in_f=t.in_f * (2 if first else 1)))
+        qkv = next((x for x in layer if x.component == "attention"), None)  # the fused qkv_proj comes first
+        if qkv is not None:
+            book(replace(qkv, in_f=qkv.in_f * (2 if first else 1)))
         for t in layer:
             if t.component == "mlp":
                 book(t)
@@ -286,6 +290,4 @@ def sglang_eagle3_draft_load(cfg: dict[str, Any], par: Parallel, version: tuple[
         elif ".layers." in t.module:
             layer.append(t)
     rebuild(layer)
-    kept = _kept(events)
-    rope = sum(nbytes for key, nbytes in kept if str(key).startswith("rope."))
-    return LoadMemory(replay(events), sum(nbytes for _, nbytes in kept), rope)
+    return _load_memory(events)

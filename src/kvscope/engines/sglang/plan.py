@@ -167,8 +167,12 @@ def _sg_cell(ctx: Context, k: SglangKnobs, era: sg_eras.Era, attn_tp: int, kv_dt
             cell = replace(cell, bytes_per_token=cell.bytes_per_token + extra * cell.layers,
                            formula=cell.formula + " + fp8 row scales/rope (≥0.5.18)")
     if era.draft_cell_inflation and k.spec:
-        draft_cfg = _draft_config(ctx)
-        own = _int((draft_cfg or {}).get("num_nextn_predict_layers")) or _int((draft_cfg or {}).get("num_hidden_layers"))
+        draft_cfg = _draft_config(ctx) or {}
+        # a separate draft (EAGLE, STANDALONE) is all its layers; an MTP / NextN draft read from the target's own
+        # checkpoint is only its next-token layers
+        separate = (k.spec or "") in ("EAGLE", "EAGLE3", "STANDALONE")
+        own = _int(draft_cfg.get("num_nextn_predict_layers")) or (_int(draft_cfg.get("num_hidden_layers")) if separate
+                                                                    else None)
         draft_layers = _int(ctx.settings.get("draft_layers")) or own or arch.nextn_layers or 1
         cell = replace(cell, bytes_per_token=sg_rules.with_draft_share(cell.bytes_per_token, draft_layers, cell.layers),
                        formula=cell.formula + f" + draft share × {draft_layers}/{cell.layers} layers (≥0.5.14)")
@@ -429,7 +433,7 @@ def _sg_draft_load_gib(ctx: Context, k: SglangKnobs, par: Parallel) -> tuple[flo
     into the draft's max_position_embeddings when it is the longer; (0, why) for other drafts."""
     cfg = _draft_config(ctx)
     if cfg is None or not is_eagle3_draft(cfg):
-        return 0.0, "not counted (no EAGLE-3 draft config at hand)"
+        return 0.0, ""  # the warning below asks for the figure
     own = _int(cfg.get("max_position_embeddings")) or 0
     load = sglang_eagle3_draft_load({**cfg, "max_position_embeddings": max(own, k.context_len)}, par, k.version)
     return load.reserved_bytes / GIB, "the draft's config: its load replayed (the parent's replaced layers kept)"

@@ -37,6 +37,7 @@ SETTINGS = frozenset({
     "num_gpu_blocks_override",
     "pipeline_parallel_size",
     "pp_size",
+    "skip_mm_profiling",
     "speculative_config",
     "tensor_parallel_size",
     "tp_size",

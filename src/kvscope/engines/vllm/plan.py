@@ -8,12 +8,13 @@ from typing import Any
 
 from kvscope.core.errors import InputError
 from kvscope.core.memory_bar import BarPart, Part, fill
+from kvscope.core.startup import finite_number
 from kvscope.engines.vllm import eras as v_eras
 from kvscope.engines.vllm import rules as v_rules
 from kvscope.engines.vllm.layout import KvLayout, StateDtypes, kv_layout
 from kvscope.engines.vllm.plan_spec import EAGLE_DROPPED_KEYS, VllmDraft, resolve_vllm_draft
 from kvscope.model.arch import dtype_bytes
-from kvscope.model.overheads import TORCH_CUBLAS_WORKSPACE_PRE_HOPPER_BYTES, BudgetBasis
+from kvscope.model.overheads import BudgetBasis, torch_cublas_workspace_bytes
 from kvscope.model.planning import (
     Context,
     _dsv4_refusal,
@@ -98,17 +99,14 @@ def vllm_sampler_rule(version: tuple[int, int, int], runner: str, sm_count: int 
 
 
 H200_SMS = 132
-CUBLAS_WORKSPACE_32_MIB = 4096 * 8 * 1024
 
 
 def gpu_sm_count(gpu_label: str | None) -> int | None:
     """The catalog's SM count for this GPU kind (None: a GPU given by size, or not in the catalog)."""
-    from kvscope.model.catalog import gpus
+    from kvscope.model.catalog import find_gpu
 
-    for g in gpus():
-        if g["name"] == gpu_label and g.get("sm_count"):
-            return int(g["sm_count"])
-    return None
+    count = (find_gpu(gpu_label) or {}).get("sm_count") if gpu_label else None
+    return int(count) if count else None
 
 
 def moe_workspace_bytes(cfg: dict[str, Any], tp: int, tokens: int) -> int:
@@ -189,8 +187,9 @@ def vllm_activation_gib(cfg: dict[str, Any], tp: int, tokens: int, seqs: int,
 
     Forward: the MLP holds gate_up (2I) and its activation (I) next to ~3 hidden-size buffers per
     token (dense), or top-k × (3N + H) in the fused-MoE caches. Sampler: the dummy sampler run's
-    copies of max_num_seqs rows of logits (VLLM_SAMPLER_BYTES_PER_LOGIT). The two are not alive at
-    once. (On the V0 RTX 3090 Llama-3.1-8B log the forward gives 2.06 GiB at 20,000 tokens and 2.99
+    copies of max_num_seqs rows of logits, with what the release's rule says is still alive then
+    (SamplerRule: the forward's hidden states, the Triton buffer, a MoE's workspaces). The two phases
+    are not alive at once. (On the V0 RTX 3090 Llama-3.1-8B log the forward gives 2.06 GiB at 20,000 tokens and 2.99
     at 29,000 vs the logged 2.07 and 2.99.)
     """
     forward_bytes, sampler_bytes = _vllm_profile_bytes(cfg, tp, tokens, seqs, rule)
@@ -260,9 +259,9 @@ EAGLE3_AUX_LAYERS = 3
 
 def draft_profile_extra_gib(draft: VllmDraft | None, target_cfg: dict[str, Any], tp: int, tokens: int) -> float | None:
     """GiB the profile's forward peak grows by with this EAGLE drafter: the draft layer's forward with the target's
-    aux and last hidden states and the fc output alive, less the target's own layer peak (the V2 runner's
-    ``_dummy_run``, derived in plan_spec's module docstring); None for a method whose profile is not modelled,
-    0 without a drafter."""
+    aux and last hidden states and the fc output alive, less the target's own layer peak. Derived from v0.26's V2
+    runner (``_dummy_run``, plan_spec's module docstring) and measured there; other runners and releases are given
+    the same rule, unmeasured. None for a method whose profile is not modelled, 0 without a drafter."""
     if draft is None or not draft.kv_layers:
         return 0.0
     if not draft.method.startswith("eagle"):
@@ -285,12 +284,25 @@ def draft_profile_extra_gib(draft: VllmDraft | None, target_cfg: dict[str, Any],
 VLLM_TOWER_SKIP_FROM = (0, 26, 0)  # read and measured there; earlier releases not read
 
 
+VISION_MODALITIES = ("image", "video")  # what a vision tower serves; both must be off for vLLM to skip it
+
+
+def mm_limit(settings: dict[str, Any], modality: str) -> int | None:
+    """A modality's --limit-mm-per-prompt: a count, or a dict's "count" (vLLM takes both); None when not given (vLLM's
+    own default then applies: 999, i.e. on)."""
+    limits = settings.get("limit_mm_per_prompt")
+    value = limits.get(modality) if isinstance(limits, dict) else None
+    if isinstance(value, dict):
+        value = value.get("count")
+    number = finite_number(value)
+    return None if number is None else int(number)
+
+
 def vllm_text_only(settings: dict[str, Any]) -> bool:
-    """--limit-mm-per-prompt with every image/video/audio limit 0, or --language-model-only."""
+    """--language-model-only, or --limit-mm-per-prompt turning off every modality a vision tower serves."""
     if _truthy(settings.get("language_model_only")):
         return True
-    limits = settings.get("limit_mm_per_prompt")
-    return isinstance(limits, dict) and bool(limits) and not any(_int(v) for v in limits.values())
+    return all(mm_limit(settings, m) == 0 for m in VISION_MODALITIES)
 
 
 def vllm_encoder_profile(cfg: dict[str, Any], settings: dict[str, Any], batched_tokens: int
@@ -305,10 +317,7 @@ def vllm_encoder_profile(cfg: dict[str, Any], settings: dict[str, Any], batched_
     the larger of the two. None: text only (``limit_mm_per_prompt`` all zero, ``language_model_only``,
     ``skip_mm_profiling``) or a tower whose shape or image limit is not known.
     """
-    if any(_truthy(settings.get(k)) for k in ("language_model_only", "skip_mm_profiling")):
-        return None
-    limits = settings.get("limit_mm_per_prompt")
-    if isinstance(limits, dict) and not any(_int(limits.get(k)) for k in ("image", "video")):
+    if _truthy(settings.get("skip_mm_profiling")) or vllm_text_only(settings):
         return None
     shape = vision_profile_shape(cfg)
     if shape is None:
@@ -350,9 +359,9 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
                        "to 0: _mark_tower_model)"])
     rope = rope_cache_bytes(ctx.mc.cfg, 2) / GIB
     runner, runner_why = vllm_model_runner(version, engine, ctx.mc.cfg, s)
-    per_logit = vllm_sampler_rule(version, runner, gpu_sm_count(b.gpu))
+    sampler_rule = vllm_sampler_rule(version, runner, gpu_sm_count(b.gpu))
     draft = resolve_vllm_draft(ctx.mc, arch, s, Parallel(tp=req.tp, ep=req.ep, pp=req.pp))
-    act, draft_act = vllm_activation_with_draft_gib(ctx.mc.cfg, req.tp, tokens_b, seqs, per_logit, draft)
+    act, draft_act = vllm_activation_with_draft_gib(ctx.mc.cfg, req.tp, tokens_b, seqs, sampler_rule, draft)
     act_what = f"{tokens_b:,} batched tokens, {seqs} seqs" + (
         f", the drafter's prefill {draft_act:.2f} GiB" if draft_act else
         ", the drafter's prefill not modelled" if draft is not None and draft_act is None else "")
@@ -364,8 +373,7 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
         # the measured non-torch figure leaves out PyTorch's cuBLAS workspace, a torch tensor the profile's first
         # matmul allocates and its peak therefore holds (CublasHandlePool.cpp: 32 MiB on sm90, also sm100/sm120 from
         # torch 2.11, which v0.26 runs on; 8 MiB elsewhere): Llama-3.1-8B's warm peak is the forward's 1.6875 + 0.03
-        ws = CUBLAS_WORKSPACE_32_MIB if (ctx.sm_major or 9) in (9, 10, 12) else TORCH_CUBLAS_WORKSPACE_PRE_HOPPER_BYTES
-        act += ws / GIB
+        act += torch_cublas_workspace_bytes(ctx.sm_major) / GIB
         act_what += ", cuBLAS workspace"
         non_torch, nt_how = max(non_torch, VLLM_026_NON_TORCH_GIB), "v0.26: measured on an H200 (cuBLAS and the rest)"
     # V2 of v0.26–v0.27 profiles no CUDA-graph estimate (measured on v0.26.0); later V2 releases profile one
@@ -404,7 +412,7 @@ def plan_vllm(ctx: Context) -> dict[str, Any]:
     spread = Spread() if kv_override else vllm_spread(
         b, util, w.as_dict(), act, vllm_non_torch_parts(version, engine)[0],
         bool(graphs) and not s.get("cuda_graph_gib"),
-        sampler_peak=encoder is None and vllm_sampler_dominates(ctx.mc.cfg, req.tp, tokens_b, seqs, per_logit))
+        sampler_peak=encoder is None and vllm_sampler_dominates(ctx.mc.cfg, req.tp, tokens_b, seqs, sampler_rule))
     token_range = [scenario(util, kvb, -spread.gib)["tokens"], scenario(util, kvb, spread.gib)["tokens"]]
     warnings = list(ctx.notes) + list(w.notes) + b.notes + (draft.notes if draft else [])
     if base["mamba"] is not None:

@@ -180,12 +180,12 @@ def _draft_facts(s: Startup, arch: Any) -> dict[str, Any]:
     mc = load_model_config(name) if name else None
     load_format = str(s.setting("load_format") or "") or None
     draft = None
-    if mc is not None and arch is not None and spec_request(s.settings) is not None:
-        try:
+    try:  # a speculative_config the log shows but kvscope cannot read leaves the drafter unpriced, not whatif dead
+        if mc is not None and arch is not None and spec_request(s.settings) is not None:
             draft = resolve_vllm_draft(mc, arch, {**s.settings, "load_format": load_format},
                                        Parallel(tp=vfinish.tp_size(s), pp=vfinish.pp_size(s)))
-        except (InputError, KeyError, TypeError, ValueError):
-            draft = None
+    except (InputError, KeyError, TypeError, ValueError):
+        draft = None
     return {"draft": draft, "model_config": mc, "load_format": load_format}
 
 
@@ -224,7 +224,9 @@ def _activation_shift(cal: VllmCalibration, changes: dict[str, Any], notes: list
                               "config.json or model id) to predict max_num_batched_tokens / max_num_seqs")
     tokens = int(changes.get("max_num_batched_tokens") or p.batched_tokens)
     seqs = int(changes.get("max_num_seqs") or p.num_seqs)
-    before, after = p.activation_gib(p.batched_tokens, p.num_seqs), p.activation_gib(tokens, seqs)
+    # with the logged drafter's prefill inside the forward phase (it grows with the batched tokens)
+    before = vplan.vllm_activation_with_draft_gib(p.cfg, p.tp, p.batched_tokens, p.num_seqs, p.rule, cal.draft)[0]
+    after = vplan.vllm_activation_with_draft_gib(p.cfg, p.tp, tokens, seqs, p.rule, cal.draft)[0]
     shift = after - before
     if abs(shift) >= 0.005:
         base = cal.activation_gib
@@ -436,7 +438,8 @@ def predict(cal: VllmCalibration, changes: dict[str, Any], host_ram_gb: float | 
         notes.append("no KV cache fits: vLLM would stop with 'No available memory for the cache blocks'")
         risk, words = "high", "no KV cache: the server would not start"
     host = _offload(changes, cal, host_ram_gb)
-    flags = [f"{FLAGS[k]} {_flag_text(v)}" for k, v in changes.items()]
+    flags = [f"drop {FLAGS[k]}" if k == "speculative_config" and spec_request({k: v}) is None
+             else f"{FLAGS[k]} {_flag_text(v)}" for k, v in changes.items()]
     return Scenario(label=label or (", ".join(f"{k}={v}" for k, v in changes.items()) or "as logged"), changes=changes,
                     kv_tokens_low=t_low, kv_tokens_high=t_high, node_kv_tokens_low=t_low, node_kv_tokens_high=t_high,
                     context_tokens=m, concurrency_at_context=round(c_low, 2) if c_low is not None else None,

@@ -39,3 +39,10 @@ def test_a_known_release_in_the_window_is_a_warning_and_one_after_the_fix_is_sil
     assert _finding(tmp_path / "a.log", "sglang version 0.5.17\n" + lines) is not None
     assert _finding(tmp_path / "a.log").severity == "warning"
     assert _finding(tmp_path / "b.log", "sglang version 0.5.21\n" + lines) is None
+
+
+def test_with_the_model_the_copy_is_sized_and_nothing_breaks():
+    """--model Qwen/Qwen3.5-27B (the catalog): one copy is 248,320 × 5,120 × 2 B = 2.37 GiB on one GPU."""
+    s = analyze([str(MTP_EXCERPT)], model="Qwen/Qwen3.5-27B").startups[-1]
+    f = next(f for f in s.findings if f.code == "draft-copies-idle")
+    assert "2.37 GiB per GPU each: 248,320 × 5,120 × 2 B" in f.detail

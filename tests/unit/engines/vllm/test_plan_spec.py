@@ -147,3 +147,23 @@ def test_the_drafters_prefill_raises_the_profile_peak_by_the_hidden_states_kept_
 
     assert (peak(with_head) - peak(alone)) * 2**30 == pytest.approx(4 * 16_384 * 4_096 * 2)
     assert any("the drafter's prefill 0.50 GiB" in r["item"] for r in with_head["ledger"])
+
+
+@pytest.mark.parametrize("limits,text_only", [
+    ({"image": 0, "video": 0}, True),
+    ({"image": 0, "video": {"count": 0, "num_frames": 8}}, True),  # vLLM takes a dict per modality too
+    ({"image": 0}, False),  # video left at vLLM's default (999): the tower still serves it
+    ({}, False),
+])
+def test_text_only_needs_every_modality_the_tower_serves_off(limits, text_only):
+    from kvscope.engines.vllm.plan import vllm_text_only
+
+    assert vllm_text_only({"limit_mm_per_prompt": limits}) is text_only
+    from tests.conftest import FIXTURES
+
+    config = FIXTURES / "gpu" / "041-qwen35-27b-util090-textonly" / "config.json"  # the published one, vision_config in
+    if not config.is_file():
+        pytest.skip("no Qwen3.5-27B truth run here")
+    p = plan(PlanRequest(model=str(config), gpu="H200", engine="vllm", engine_version="0.26.0",
+                         settings={"limit_mm_per_prompt": limits}))
+    assert ("vision" in p["weights"]["by_component_gib"]) is not text_only
