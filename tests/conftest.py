@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]  # the checkout: src/, benchmarks/, docs/
 FIXTURES = Path(__file__).parent / "fixtures"
 LOGS = FIXTURES / "logs"
+
+
+def plan_accuracy() -> ModuleType:
+    """benchmarks/plan_accuracy.py as a module (it is a script, not part of the package): the tests hold its bars."""
+    spec = importlib.util.spec_from_file_location("plan_accuracy", REPO / "benchmarks" / "plan_accuracy.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def case_dir(engine: str, prefix: str) -> Path:

@@ -4,7 +4,6 @@ its siblings inside the stated range, and plan from config.json and the flags al
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from kvscope.api import analyze
 from kvscope.engines.sglang import whatif
 from kvscope.engines.sglang.facts import SGLangRankFacts
-from tests.conftest import FIXTURES, REPO
+from tests.conftest import FIXTURES, plan_accuracy
 
 TRUTH = FIXTURES / "gpu-sglang"
 RUNS = sorted(p.parent for p in TRUTH.glob("*/meta.json"))
@@ -86,10 +85,7 @@ def test_whatif_from_one_run_predicts_the_sibling(pair):
 
 def test_plan_from_config_and_flags_alone_meets_the_bar():
     """Issue 22's bar, on SGLang: plan within 1 % on average, no run more than 1 % off, the range holding ≥ 90 %."""
-    spec = importlib.util.spec_from_file_location("plan_accuracy", REPO / "benchmarks" / "plan_accuracy.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    result = module.run_truth(TRUTH)
+    result = plan_accuracy().run_truth(TRUTH)
     planned = result["planned"]
     if not planned:
         pytest.skip("no SGLang truth runs")

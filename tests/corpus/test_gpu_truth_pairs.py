@@ -10,7 +10,7 @@ import pytest
 
 from kvscope.analysis.diff import diff
 from kvscope.api import analyze
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, plan_accuracy
 
 GPU = FIXTURES / "gpu"
 BASE = "001-"
@@ -44,23 +44,12 @@ def test_every_truth_run_has_its_settings_and_source():
         assert (m.parent / "log.txt").exists()
 
 
-def _plan_accuracy():
-    import importlib.util
-
-    from tests.conftest import REPO
-
-    spec = importlib.util.spec_from_file_location("plan_accuracy", REPO / "benchmarks" / "plan_accuracy.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_plan_from_model_and_gpu_alone_meets_the_truth():
     """Issue 22's bar on every truth run that started: plan (no log, only config.json, the GPU and the settings)
     within 1 % on average and never more than 2.5 % off, its stated range holding ≥ 90 % of the runs. The rules
     that got it there (Model Runner V2's profile, tied embeddings by model type, shared experts) are each cited
     where they are written (engines/vllm/plan.py, model/weights.py)."""
-    result = _plan_accuracy().run_truth(GPU)
+    result = plan_accuracy().run_truth(GPU)
     planned = result["planned"]
     if len(planned) < 20:
         pytest.skip("fewer than 20 truth runs here")

@@ -3,23 +3,15 @@ not make public-log accuracy worse (mean absolute error ≤ 2.2 % over the fully
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
 
-from tests.conftest import LOGS, REPO
-
-
-def _plan_accuracy():
-    spec = importlib.util.spec_from_file_location("plan_accuracy", REPO / "benchmarks" / "plan_accuracy.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.conftest import LOGS, plan_accuracy
 
 
 def test_fully_specified_public_cases_stay_within_the_bar():
-    result = _plan_accuracy().run(LOGS)
+    result = plan_accuracy().run(LOGS)
     if result["fully_specified_cases"] < 5:
         pytest.skip("fewer than five fully specified public cases here")
     assert result["mean_abs_error_pct_fully_specified"] <= 2.2, [

@@ -63,16 +63,16 @@ NCCL_NVSWITCH_TP4_GIB = 2.04 - CUBLAS_GIB
 # (initial_memory_usage 15.34 → memory_usage_post_profile 15.35 GiB, weights 14.99), where the H200 grows 66 MiB.
 TORCH_CUBLAS_WORKSPACE_PRE_HOPPER_BYTES = 4096 * 1024 * 2 + 16 * 1024 * 8
 TORCH_CUBLAS_WORKSPACE_32_MIB_BYTES = 4096 * 8 * 1024
-
-
-def torch_cublas_workspace_bytes(sm_major: int | None, blackwell_32_mib: bool = True) -> int:
-    """PyTorch's default cuBLAS workspace on this architecture: 32 MiB on Hopper, and on Blackwell (sm100, sm120)
-    from torch 2.11 (``blackwell_32_mib``), else ":4096:2:16:8"; an unknown GPU is taken as Hopper."""
-    major = 9 if sm_major is None else sm_major
-    wide = major == 9 or (blackwell_32_mib and major in (10, 12))
-    return TORCH_CUBLAS_WORKSPACE_32_MIB_BYTES if wide else TORCH_CUBLAS_WORKSPACE_PRE_HOPPER_BYTES
 CUBLAS_OWN_PRE_HOPPER_GIB = 0.01
 CUBLAS_PRE_HOPPER_GIB = TORCH_CUBLAS_WORKSPACE_PRE_HOPPER_BYTES / GIB + CUBLAS_OWN_PRE_HOPPER_GIB
+
+
+def torch_cublas_workspace_bytes(sm_major: int | None) -> int:
+    """PyTorch's default cuBLAS workspace on this architecture: 32 MiB on Hopper, and on Blackwell (sm100, sm120)
+    from torch 2.11 (the releases measured here run it), else ":4096:2:16:8"; an unknown GPU is taken as Hopper."""
+    major = 9 if sm_major is None else sm_major
+    wide = major in (9, 10, 12)
+    return TORCH_CUBLAS_WORKSPACE_32_MIB_BYTES if wide else TORCH_CUBLAS_WORKSPACE_PRE_HOPPER_BYTES
 
 # CUDA context = CONTEXT_BASE_GIB + the local memory the driver reserves for every resident thread.
 CONTEXT_BASE_GIB = 0.25  # median over seven SGLang logs on six GPU kinds (module docstring), ±0.07
@@ -181,7 +181,7 @@ def cublas_gib(entry: dict[str, Any], measured_kind: bool) -> Figure:
     if measured_kind:
         return Figure(CUBLAS_GIB, How.MEASURED)
     major = str(entry.get("compute_capability") or "").split(".")[0]
-    if major.isdigit() and torch_cublas_workspace_bytes(int(major), blackwell_32_mib=True) < TORCH_CUBLAS_WORKSPACE_32_MIB_BYTES:
+    if major.isdigit() and torch_cublas_workspace_bytes(int(major)) < TORCH_CUBLAS_WORKSPACE_32_MIB_BYTES:
         return Figure(CUBLAS_PRE_HOPPER_GIB, How.ESTIMATED, "PyTorch's pre-Hopper workspace + cuBLAS's own")
     return Figure(CUBLAS_GIB, How.ASSUMED)
 

@@ -591,6 +591,11 @@ def _dsv4_attention(cfg: dict[str, Any], prefix: str, i: int, tp: int, h: int) -
     return out
 
 
+def routed_experts(cfg: dict[str, Any]) -> int:
+    """The routed experts a MoE config names (each family spells the key differently); 0 for a dense model."""
+    return int(cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts") or 0)
+
+
 def _moe_layer(cfg: dict[str, Any], i: int) -> bool:
     """Is decoder layer i a MoE layer? (each family spells it differently)"""
     experts = _g(cfg, "n_routed_experts", "num_experts", "num_local_experts")
@@ -739,10 +744,9 @@ def _nemotron_h_block(cfg: dict[str, Any], i: int, prefix: str, par: Parallel, h
         ir = _cdiv(int(cfg.get("intermediate_size") or 4 * h), tp)
         return norm + [Tensor("mlp", f"{prefix}.mixer.up_proj", "linear", ir, h),
                        Tensor("mlp", f"{prefix}.mixer.down_proj", "linear", h, ir)]
-    experts_given = cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts")
-    if kind != "E" or not experts_given:
+    experts = routed_experts(cfg)
+    if kind != "E" or not experts:
         return None  # a block letter this model layer does not know: the generic decoder layer
-    experts = int(experts_given)
     local, ir = _cdiv(experts, max(1, min(par.ep, tp))), _expert_inter_per_rank(cfg, par)
     out = norm + [Tensor("experts", f"{prefix}.mixer.experts.0.up_proj", "expert", ir, h, count=local),
                   Tensor("experts", f"{prefix}.mixer.experts.0.down_proj", "expert", h, ir, count=local),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 
 import pytest
@@ -11,22 +10,15 @@ import pytest
 from kvscope.analysis.plan import PlanRequest, plan
 from kvscope.cli import main
 from kvscope.core.errors import InputError
-from tests.conftest import REPO
+from tests.conftest import REPO, plan_accuracy
 
 ROOT = REPO
-
-
-def _benchmark():
-    spec = importlib.util.spec_from_file_location("plan_accuracy", ROOT / "benchmarks" / "plan_accuracy.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def accuracy():
     pytest.importorskip("kvscope.engines.vllm.rules")
-    result = _benchmark().run(ROOT / "tests" / "fixtures" / "logs")
+    result = plan_accuracy().run(ROOT / "tests" / "fixtures" / "logs")
     return {r["case"].split("/")[1][:3] + r["engine"][0]: r for r in result["planned"]}
 
 
@@ -397,7 +389,7 @@ def test_every_catalog_model_plans_or_says_why(engine, version):
 
 def test_plan_accuracy_reads_odd_cases_without_crashing(tmp_path):
     """Hidden real logs come with meta.json written by people: odd fields are skips with a reason."""
-    bench = _benchmark()
+    bench = plan_accuracy()
     assert bench._clean_gpu("NVIDIA A100 (80GB)") == "NVIDIA A100 (80GB)"  # the parenthesis says which A100
     assert bench._clean_gpu("H100 (x8, NVLink)") == "H100" and bench._clean_gpu(5) is None
     odd = [{"engine": "vllm", "model": "Qwen/Qwen3-8B", "gpu": "H100", "tp": "x", "ground_truth": [1]},

@@ -30,6 +30,7 @@ from kvscope.model.weights import (
     GIB,
     Parallel,
     is_deepseek_v4,
+    routed_experts,
     vision_profile_shape,
 )
 
@@ -113,8 +114,7 @@ def moe_workspace_bytes(cfg: dict[str, Any], tp: int, tokens: int) -> int:
     """TritonExperts' two workspaces at ``tokens`` (modular_kernel._allocate_buffers, model dtype): the gated
     activations (SiLU and kin) take 2 × the expert width for N and half for the activation output, relu² (Nemotron-H)
     the width for both; K is the hidden size. 0 for a dense model."""
-    experts = cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts")
-    if not experts:
+    if not routed_experts(cfg):
         return 0
     h = int(cfg["hidden_size"])
     width = max(1, int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or h) // tp)
@@ -138,7 +138,7 @@ def vllm_model_runner(version: tuple[int, int, int], engine: str, cfg: dict[str,
     archs = set(cfg.get("architectures") or [])
     text = cfg.get("text_config")
     cfg = {**cfg, **text} if isinstance(text, dict) else cfg  # a multimodal config's language model decides
-    moe = bool(cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts"))
+    moe = bool(routed_experts(cfg))
     hybrid = any(k in cfg for k in ("mamba_d_state", "ssm_state_size", "linear_attn_config", "layers_block_type",
                                     "hybrid_override_pattern")) \
         or "linear_attention" in str(cfg.get("layer_types") or "")
@@ -241,7 +241,7 @@ def forward_values_per_token(cfg: dict[str, Any], tp: int) -> int:
     """Values alive per token at one decoder layer's peak in the profile's forward pass (one rank)."""
     h = int(cfg["hidden_size"])
     mlp_values_per_token = 3 * max(1, int(cfg.get("intermediate_size") or 4 * h) // tp)
-    if cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts"):
+    if routed_experts(cfg):
         n = int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or h) // tp
         topk = int(cfg.get("num_experts_per_tok") or 8)
         dense = mlp_values_per_token if cfg.get("first_k_dense_replace") else 0

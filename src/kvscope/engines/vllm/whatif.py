@@ -58,8 +58,9 @@ class ProfileShape:
     rule: vplan.SamplerRule
     from_defaults: tuple[str, ...]  # which of the two were the release's defaults, not logged
 
-    def activation_gib(self, tokens: int, seqs: int) -> float:
-        return vplan.vllm_activation_gib(self.cfg, self.tp, tokens, seqs, self.rule)
+    def peak_gib(self, tokens: int, seqs: int, draft: VllmDraft | None) -> tuple[float, float | None]:
+        """(the profile's activation peak, the drafter's share or None where unmodelled) at these batch limits."""
+        return vplan.vllm_activation_with_draft_gib(self.cfg, self.tp, tokens, seqs, self.rule, draft)
 
 
 @dataclass
@@ -225,8 +226,7 @@ def _activation_shift(cal: VllmCalibration, changes: dict[str, Any], notes: list
     tokens = int(changes.get("max_num_batched_tokens") or p.batched_tokens)
     seqs = int(changes.get("max_num_seqs") or p.num_seqs)
     # with the logged drafter's prefill inside the forward phase (it grows with the batched tokens)
-    before = vplan.vllm_activation_with_draft_gib(p.cfg, p.tp, p.batched_tokens, p.num_seqs, p.rule, cal.draft)[0]
-    after = vplan.vllm_activation_with_draft_gib(p.cfg, p.tp, tokens, seqs, p.rule, cal.draft)[0]
+    before, after = p.peak_gib(p.batched_tokens, p.num_seqs, cal.draft)[0], p.peak_gib(tokens, seqs, cal.draft)[0]
     shift = after - before
     if abs(shift) >= 0.005:
         base = cal.activation_gib
@@ -467,8 +467,7 @@ def _draft_change(cal: VllmCalibration, value: Any, block_bytes: float, notes: l
         raise PredictionError(str(e)) from e
     old = cal.draft
     p = cal.profile
-    peaks = [vplan.vllm_activation_with_draft_gib(p.cfg, p.tp, p.batched_tokens, p.num_seqs, p.rule, d)
-             for d in (old, new)]
+    peaks = [p.peak_gib(p.batched_tokens, p.num_seqs, d) for d in (old, new)]
     if any(extra is None for _, extra in peaks):
         notes.append("the drafter's share of the profile peak is modelled for EAGLE heads only: taken as unchanged")
         act = 0.0
